@@ -1,0 +1,7 @@
+"""``python -m loaderdoc``."""
+
+import sys
+
+from loaderdoc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""Command line: parses arguments and dispatches to a headless command or the TUI.
+
+Kept cheap to import: nothing here imports torch or textual at module load, so ``--help`` and
+``check`` stay fast. Each command module exposes ``add_arguments(parser)`` and ``run(args)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from loaderdoc import __version__
+from loaderdoc.errors import (
+    EXIT_CRITICAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PROBE_FAILED,
+    EXIT_USAGE,
+    EXIT_WARNING,
+    UserError,
+)
+
+EXIT_CODES_HELP = f"""\
+exit codes:
+  {EXIT_OK}    healthy / done
+  {EXIT_WARNING}    check: warnings found
+  {EXIT_CRITICAL}    check: critical findings (the run would crash or starve)
+  {EXIT_USAGE}    bad usage or input (arguments, config file, --dataset, export path); nothing written
+  {EXIT_PROBE_FAILED}    probe: no configuration could be measured
+  {EXIT_INTERRUPTED}  interrupted (Ctrl+C / SIGTERM); stopped cleanly
+"""
+
+# subcommand -> module with add_arguments(parser) and run(args) -> int
+COMMANDS = {
+    "check": ("loaderdoc.commands.check", "health check of this machine (and a config) before a long run"),
+    "probe": ("loaderdoc.probe.cli", "measure real DataLoaders on this machine and recommend settings"),
+    "facts": ("loaderdoc.commands.facts", "print the detected machine facts (JSON records a fixture)"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on bad usage, which `check` uses for 'critical'; use our own code."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"loaderdoc: error: {message} (see 'loaderdoc --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="loaderdoc",
+        description=(
+            "Measure, diagnose and export PyTorch DataLoader settings for this machine. "
+            "With no command, opens the interactive app."
+        ),
+        epilog=EXIT_CODES_HELP
+        + "\nexamples:\n"
+        "  loaderdoc                                   interactive app (also over SSH)\n"
+        "  loaderdoc check --config train.yaml         lint a config against this machine\n"
+        "  loaderdoc probe image --batch-size 64       measure and recommend\n"
+        "  loaderdoc --export loader.toml              write recommended settings\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"loaderdoc {__version__}")
+    export = parser.add_argument_group("headless export (no command)")
+    export.add_argument("--export", metavar="PATH", help="write the recommended settings to PATH ('-' = stdout)")
+    export.add_argument("--format", choices=["toml", "py", "json"], help="export format (default: from PATH's suffix)")
+    export.add_argument("--force", action="store_true", help="overwrite an existing export file")
+    from loaderdoc.commands.common import add_workload_arguments
+
+    add_workload_arguments(parser, with_probe=True)
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, (module_name, help_text) in COMMANDS.items():
+        sp = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EXIT_CODES_HELP,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        importlib.import_module(module_name).add_arguments(sp)
+        sp.set_defaults(_module=module_name)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command:
+            return int(importlib.import_module(args._module).run(args))
+        if args.export:
+            from loaderdoc.commands import export_cmd
+
+            return export_cmd.run(args)
+        from loaderdoc.commands.app import run_app
+
+        return run_app(args)
+    except UserError as err:
+        print(f"loaderdoc: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("loaderdoc: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Argument types and workload options shared by `check`, `probe` and `--export`.
+
+No torch here: these are parsed before anything slow is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+DTYPE_BYTES = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "float32": 4, "int32": 4, "float64": 8, "int64": 8}
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return value
+
+
+def sample_shape(text: str) -> tuple[int, ...]:
+    """'3x224x224', '3,224,224' or '3 224 224' -> (3, 224, 224)."""
+    parts = [p for p in re.split(r"[x,\s]+", text.strip().lower()) if p]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected dimensions like 3x224x224, got {text!r}") from None
+    if not dims or any(d < 1 for d in dims):
+        raise argparse.ArgumentTypeError(f"dimensions must be positive, got {text!r}")
+    if math.prod(dims) > 2**40:
+        raise argparse.ArgumentTypeError(f"{text!r} is over a trillion elements per sample; check the shape")
+    return dims
+
+
+def sample_bytes(shape: tuple[int, ...] | None, dtype: str) -> int | None:
+    return None if shape is None else math.prod(shape) * DTYPE_BYTES[dtype]
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, *, with_probe: bool) -> None:
+    """Options that describe the data: batch size and sample size; and for probing, the dataset."""
+    g = parser.add_argument_group("workload")
+    g.add_argument("--batch-size", type=positive_int, metavar="N", help="samples per batch")
+    g.add_argument(
+        "--sample-shape", type=sample_shape, metavar="SHAPE",
+        help="shape of one sample, e.g. 3x224x224 (sizes shared-memory and RAM checks)",
+    )
+    g.add_argument("--dtype", choices=sorted(DTYPE_BYTES), default="uint8", help="sample dtype (default uint8)")
+    if with_probe:
+        g.add_argument("--preset", metavar="NAME", help="probe a synthetic workload preset before exporting")
+        g.add_argument("--dataset", metavar="MOD:FACTORY", help="probe your own Dataset: a callable returning it")
+        g.add_argument("--step-ms", type=non_negative_float, metavar="MS", help="simulated training step (ms)")
+        g.add_argument("--budget", type=positive_float, metavar="SECONDS", help="probe time budget (default 30)")

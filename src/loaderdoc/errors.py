@@ -1,0 +1,25 @@
+"""Errors a user can fix, and the exit codes every command shares."""
+
+from __future__ import annotations
+
+# Exit codes, documented in README.md and `loaderdoc --help`.
+EXIT_OK = 0  # healthy / done
+EXIT_WARNING = 1  # check found warnings
+EXIT_CRITICAL = 2  # check found something that will break or starve a run
+EXIT_USAGE = 3  # bad command line, config file, dataset or export path: nothing was written
+EXIT_PROBE_FAILED = 4  # the probe could not measure any configuration
+EXIT_INTERRUPTED = 130  # Ctrl+C / SIGTERM: stopped cleanly
+
+
+class UserError(Exception):
+    """A problem the user can fix. The CLI prints ``str(err)`` on one line, no traceback."""
+
+    exit_code = EXIT_USAGE
+
+
+class SettingsError(UserError):
+    """A DataLoader setting or a config file is invalid."""
+
+
+class ExportError(UserError):
+    """An export could not be written; nothing was written."""

@@ -1,0 +1,99 @@
+"""What a probe measured: one :class:`ConfigResult` per DataLoader configuration tried.
+
+These dataclasses are the contract between the probe (which fills them), the advice rules and
+the TUI (which read them). They import neither torch nor textual and round-trip through JSON.
+Fields that were not measured stay ``None``; nothing here is ever estimated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from loaderdoc._serde import from_dict, to_dict
+from loaderdoc.settings import LoaderSettings
+
+
+@dataclass
+class WaitStats:
+    """How long the training step waited for each batch (milliseconds)."""
+
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    max_ms: float | None = None
+    mean_ms: float | None = None
+
+
+@dataclass
+class ConfigResult:
+    settings: LoaderSettings = field(default_factory=LoaderSettings)
+    status: str = "ok"  # "ok" | "failed" | "timeout" | "cancelled"
+    error: str | None = None  # one line, for a failed configuration
+    traceback: str | None = None  # the worker's traceback, when there was one
+    batches: int = 0  # steady-state batches measured
+    duration_s: float = 0.0  # wall time spent on this configuration
+    first_batch_s: float | None = None  # iterator creation -> first batch (worker start-up)
+    batches_per_s: float | None = None  # steady-state training steps per second
+    samples_per_s: float | None = None
+    wait: WaitStats = field(default_factory=WaitStats)
+    starvation_pct: float | None = None  # share of steady wall time spent waiting for data
+    step_ms_achieved: float | None = None  # the simulated training step, as measured
+    epoch_restart_s: float | None = None  # next epoch's first batch (0 workers: just the fetch)
+    worker_pss_bytes: int | None = None  # summed PSS of the workers (honest shared-page split)
+    worker_uss_bytes: int | None = None  # summed USS: memory only the workers hold
+    worker_rss_bytes: int | None = None  # summed RSS, for comparison (double-counts)
+    shm_peak_bytes: int | None = None  # /dev/shm high-water mark above the baseline
+    cpu_util_pct: float | None = None  # whole-machine CPU use while measuring
+    h2d_pinned_ms: float | None = None  # host-to-device copy per batch, CUDA only
+    h2d_pageable_ms: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class WorkloadInfo:
+    name: str = ""  # preset name or "module:factory"
+    description: str = ""
+    dataset_len: int | None = None
+    batch_size: int = 1
+    sample_bytes: int | None = None  # measured from a real sample
+    batch_bytes: int | None = None  # measured from a real collated batch
+    step_ms: float = 0.0  # the training step the user asked to simulate
+    consumer: str = "cpu-sleep"  # "cuda-kernel" | "cpu-sleep"
+
+
+@dataclass
+class ProbeReport:
+    workload: WorkloadInfo = field(default_factory=WorkloadInfo)
+    results: list[ConfigResult] = field(default_factory=list)
+    recommended: LoaderSettings | None = None
+    reasons: list[str] = field(default_factory=list)  # evidence for each recommended choice
+    budget_s: float = 0.0
+    elapsed_s: float = 0.0
+    stopped: str = ""  # why the search stopped: "budget", "not starved", "cancelled", ...
+    device: str = "cpu"
+
+    @property
+    def ok_results(self) -> list[ConfigResult]:
+        return [r for r in self.results if r.ok]
+
+    @property
+    def best(self) -> ConfigResult | None:
+        ok = [r for r in self.ok_results if r.batches_per_s is not None]
+        return max(ok, key=lambda r: r.batches_per_s) if ok else None
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ProbeReport:
+        return from_dict(cls, data)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> ProbeReport:
+        return cls.from_dict(json.loads(text))

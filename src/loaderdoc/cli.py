@@ -66,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--export", metavar="PATH", help="write the recommended settings to PATH ('-' = stdout)")
     export.add_argument("--format", choices=["toml", "py", "json"], help="export format (default: from PATH's suffix)")
     export.add_argument("--force", action="store_true", help="overwrite an existing export file")
+    from loaderdoc.commands.check import add_machine_argument
     from loaderdoc.commands.common import add_workload_arguments
 
+    add_machine_argument(export)
     add_workload_arguments(parser, with_probe=True)
 
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -38,6 +38,10 @@ class LoaderSettings:
     # ---- validation -------------------------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:
         """(key, message) for every rule torch would reject, or that would hang the loader."""
+        return self.range_problems() + self.combination_problems()
+
+    def range_problems(self) -> list[tuple[str, str]]:
+        """Values that are wrong on their own (negative counts, unknown context names)."""
         out: list[tuple[str, str]] = []
         bs = self.batch_size
         if bs is not None and bs < 1:
@@ -46,37 +50,42 @@ class LoaderSettings:
             out.append(("num_workers", f"num_workers must be >= 0, got {self.num_workers}"))
         if self.timeout < 0:
             out.append(("timeout", f"timeout must be >= 0 seconds, got {self.timeout:g}"))
+        if self.prefetch_factor is not None and self.prefetch_factor < 1:
+            out.append((
+                "prefetch_factor",
+                f"prefetch_factor must be >= 1, got {self.prefetch_factor} "
+                "(0 queues no batches and the loader waits forever)",
+            ))
+        ctx = self.multiprocessing_context
+        if ctx is not None and ctx not in MP_CONTEXTS:
+            out.append((
+                "multiprocessing_context",
+                f"multiprocessing_context must be one of {', '.join(MP_CONTEXTS)}, got {ctx!r}",
+            ))
+        return out
+
+    def combination_problems(self) -> list[tuple[str, str]]:
+        """Settings torch rejects together: multiprocessing options without workers."""
+        out: list[tuple[str, str]] = []
+        if self.num_workers != 0:
+            return out
         if self.prefetch_factor is not None:
-            if self.num_workers == 0:
-                out.append((
-                    "prefetch_factor",
-                    "prefetch_factor needs num_workers > 0 (torch raises ValueError); "
-                    "remove it or raise num_workers",
-                ))
-            elif self.prefetch_factor < 1:
-                out.append((
-                    "prefetch_factor",
-                    f"prefetch_factor must be >= 1, got {self.prefetch_factor} "
-                    "(0 queues no batches and the loader waits forever)",
-                ))
-        if self.persistent_workers and self.num_workers == 0:
+            out.append((
+                "prefetch_factor",
+                "prefetch_factor needs num_workers > 0 (torch raises ValueError); "
+                "remove it or raise num_workers",
+            ))
+        if self.persistent_workers:
             out.append((
                 "persistent_workers",
                 "persistent_workers needs num_workers > 0 (torch raises ValueError); "
                 "set it false or raise num_workers",
             ))
-        ctx = self.multiprocessing_context
-        if ctx is not None:
-            if ctx not in MP_CONTEXTS:
-                out.append((
-                    "multiprocessing_context",
-                    f"multiprocessing_context must be one of {', '.join(MP_CONTEXTS)}, got {ctx!r}",
-                ))
-            elif self.num_workers == 0:
-                out.append((
-                    "multiprocessing_context",
-                    "multiprocessing_context needs num_workers > 0 (torch raises ValueError)",
-                ))
+        if self.multiprocessing_context is not None:
+            out.append((
+                "multiprocessing_context",
+                "multiprocessing_context needs num_workers > 0 (torch raises ValueError)",
+            ))
         return out
 
     def validate(self) -> LoaderSettings:
@@ -99,8 +108,18 @@ class LoaderSettings:
 
     # ---- construction -----------------------------------------------------------------
     @classmethod
-    def from_mapping(cls, data: dict[str, Any], *, where: str = "", lines: dict[str, int] | None = None) -> LoaderSettings:
-        """Build from a plain mapping, checking names and types; ``where`` names the source."""
+    def from_mapping(
+        cls,
+        data: dict[str, Any],
+        *,
+        where: str = "",
+        lines: dict[str, int] | None = None,
+        strict: bool = True,
+    ) -> LoaderSettings:
+        """Build from a plain mapping, checking names and types; ``where`` names the source.
+
+        With ``strict`` (the default) combinations torch rejects raise too; ``check`` passes
+        False so it can report them as findings about the user's config instead."""
         lines = lines or {}
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
@@ -114,14 +133,14 @@ class LoaderSettings:
                 )
             kwargs[key] = _coerce(key, raw, loc)
         settings = cls(**kwargs)
-        problems = settings.problems()
+        problems = settings.range_problems() + (settings.combination_problems() if strict else [])
         if problems:
             key, message = problems[0]
             raise SettingsError(f"{_location(where, lines.get(key))}{message}")
         return settings
 
     @classmethod
-    def load(cls, path: str | Path) -> LoaderSettings:
+    def load(cls, path: str | Path, *, strict: bool = True) -> LoaderSettings:
         """Read a TOML or YAML config file; raise SettingsError naming the line and key."""
         path = Path(path)
         try:
@@ -139,7 +158,7 @@ class LoaderSettings:
             data, lines = _parse_json(text, path)
         else:
             data, lines = _parse_toml(text, path)
-        return cls.from_mapping(data, where=str(path), lines=lines)
+        return cls.from_mapping(data, where=str(path), lines=lines, strict=strict)
 
     # ---- output -----------------------------------------------------------------------
     def as_kwargs(self) -> dict[str, Any]:

@@ -1,0 +1,135 @@
+"""`loaderdoc check`: a fast health check before a long run, with exit codes for job scripts.
+
+Imports neither torch nor textual: it must answer in well under half a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING, UserError
+
+CHECK_SCHEMA = "loaderdoc.check/1"
+EXIT_FOR = {"ok": EXIT_OK, "warning": EXIT_WARNING, "critical": EXIT_CRITICAL}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from loaderdoc.commands.common import add_workload_arguments
+
+    parser.add_argument("--config", metavar="FILE", help="lint these DataLoader settings (TOML, YAML or JSON)")
+    add_workload_arguments(parser, with_probe=False)
+    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA})")
+    add_machine_argument(parser)
+
+
+def add_machine_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--machine", metavar="NAME|FILE",
+        help="use recorded machine facts (a fixture name or a JSON file from 'loaderdoc facts --json') "
+        "instead of detecting this machine",
+    )
+
+
+def load_facts(machine: str | None, *, cpu_info: bool = False):
+    """Detect this machine, or load recorded facts when --machine is given."""
+    if machine:
+        from loaderdoc.system.fixtures import load_machine
+
+        try:
+            return load_machine(machine)
+        except FileNotFoundError as exc:
+            raise UserError(str(exc)) from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise UserError(f"{machine}: not a recorded machine ({exc}); record one with 'loaderdoc facts --json'") from None
+    from loaderdoc.system.detect import detect
+
+    return detect(cpu_info=cpu_info)
+
+
+def build_report(args: argparse.Namespace) -> dict:
+    """Everything `check` knows, as the documented JSON structure."""
+    from loaderdoc.advice.findings import worst
+    from loaderdoc.advice.recommend import recommend
+    from loaderdoc.advice.rules import evaluate
+    from loaderdoc.commands.common import sample_bytes
+    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.summary import machine_summary
+
+    facts = load_facts(args.machine)
+    settings = LoaderSettings.load(args.config, strict=False) if args.config else None
+    batch_size = args.batch_size or (settings.batch_size if settings else None)
+    per_sample = sample_bytes(args.sample_shape, args.dtype)
+    batch_bytes = batch_size * per_sample if (batch_size and per_sample) else None
+    findings = evaluate(facts, settings, batch_bytes=batch_bytes)
+    status = worst(findings)
+    rec = recommend(facts, batch_size=batch_size, sample_bytes=per_sample)
+    from loaderdoc._serde import to_dict
+
+    return {
+        "schema": CHECK_SCHEMA,
+        "status": status,
+        "exit_code": EXIT_FOR[status],
+        "summary": {
+            "cpu_budget": facts.cpu.budget,
+            "cpu_budget_source": facts.cpu.budget_source,
+            "cpus_per_rank": facts.cpus_per_rank,
+            "memory_budget_bytes": facts.memory.budget,
+            "shm_free_bytes": facts.shm.free.get(),
+            "gpus": facts.gpu.count,
+            "usable_gpus": facts.usable_gpus,
+            "lines": dict(machine_summary(facts)),
+        },
+        "config": {"path": args.config, "settings": settings.as_kwargs() if settings else None},
+        "batch_bytes": batch_bytes,
+        "findings": [to_dict(f) for f in findings],
+        "recommended": {"settings": rec.settings.as_kwargs(), "reasons": rec.reasons},
+        "machine": facts.to_dict(),
+    }
+
+
+def render_text(report: dict) -> str:
+    from loaderdoc.units import fmt_bytes
+
+    out = ["loaderdoc check", ""]
+    for topic, line in report["summary"]["lines"].items():
+        out.append(f"  {topic:<9} {line}")
+    out.append("")
+    config = report["config"]
+    if config["path"]:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in config["settings"].items())
+        out.append(f"Config {config['path']}: {kwargs}")
+    if report["batch_bytes"]:
+        out.append(f"Batch size in memory: {fmt_bytes(report['batch_bytes'])}")
+    findings = report["findings"]
+    out.append("Findings:" if findings else "Findings: none - nothing here will starve or crash a DataLoader")
+    for f in findings:
+        out.append(f"  {f['severity'].upper():<8} {f['rule_id']}: {f['symptom']}")
+        for ev in f["evidence"]:
+            out.append(f"           evidence: {ev}")
+        if f["cause"]:
+            out.append(f"           cause: {f['cause']}")
+        if f["fix"]:
+            out.append(f"           fix: {f['fix']}")
+    out.append("")
+    rec = report["recommended"]
+    out.append("Recommended for this machine (from facts; 'loaderdoc probe' measures):")
+    for key, value in rec["settings"].items():
+        reason = rec["reasons"].get(key, "")
+        out.append(f"  {key:<19}= {value!r:<7} {reason}")
+    out.append("")
+    out.append(f"status: {report['status']} (exit {report['exit_code']})")
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.config and not Path(args.config).exists():
+        raise UserError(f"{args.config}: no such file; check the --config path")
+    report = build_report(args)
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_text(report))
+    return report["exit_code"]

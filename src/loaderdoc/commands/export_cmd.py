@@ -1,0 +1,42 @@
+"""`loaderdoc --export PATH`: write the recommended settings (probed when a workload is named)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loaderdoc.errors import EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    from loaderdoc.advice.recommend import recommend
+    from loaderdoc.advice.rules import evaluate
+    from loaderdoc.commands.check import load_facts
+    from loaderdoc.commands.common import sample_bytes
+    from loaderdoc.export import check_writable, export_header, format_for, write_export
+
+    fmt = format_for(args.export, args.format)
+    if args.export != "-":
+        # refuse before any slow work (a probe takes 30 s) if the file can't be written
+        check_writable(Path(args.export).expanduser(), force=args.force)
+
+    facts = load_facts(getattr(args, "machine", None))
+    probe_report = None
+    if args.preset or args.dataset:
+        from loaderdoc.probe.cli import probe_from_args
+
+        probe_report = probe_from_args(args, progress=sys.stderr.isatty())
+    rec = recommend(
+        facts,
+        batch_size=args.batch_size,
+        sample_bytes=sample_bytes(args.sample_shape, args.dtype),
+        probe=probe_report,
+    )
+    findings = evaluate(facts, rec.settings, batch_bytes=rec.batch_bytes, probe=probe_report)
+    written = write_export(
+        args.export, rec.settings, fmt=fmt, force=args.force, header=export_header(facts, rec, findings)
+    )
+    if written is not None:
+        print(f"wrote {written} ({fmt})", file=sys.stderr)
+    return EXIT_OK

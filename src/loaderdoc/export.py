@@ -1,0 +1,151 @@
+"""Write chosen settings as TOML, a Python DataLoader snippet or JSON, atomically.
+
+A file is written to a temporary sibling and renamed into place, so a failure never leaves a
+half-written file, and an existing file is never replaced without ``force``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from loaderdoc import __version__
+from loaderdoc.errors import ExportError
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.facts import MachineFacts
+from loaderdoc.units import fmt_bytes, fmt_cpus
+
+FORMATS = ("toml", "py", "json")
+_SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json"}
+
+
+def format_for(path: str, fmt: str | None) -> str:
+    """The export format: ``fmt`` if given, else from the path's suffix."""
+    if fmt:
+        if fmt not in FORMATS:
+            raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+        return fmt
+    if path == "-":
+        return "toml"
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise ExportError(
+            f"cannot tell the format of {path!r} from its suffix; name it .toml, .py or .json, or pass --format"
+        )
+    return _SUFFIXES[suffix]
+
+
+def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = ()) -> str:
+    header = list(header)
+    if fmt == "toml":
+        return settings.to_toml(header)
+    if fmt == "py":
+        return settings.to_python(header)
+    if fmt == "json":
+        doc = {"generated_by": f"loaderdoc {__version__}", "notes": header, "dataloader": settings.as_kwargs()}
+        return json.dumps(doc, indent=2) + "\n"
+    raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def write_export(
+    path: str | os.PathLike,
+    settings: LoaderSettings,
+    *,
+    fmt: str | None = None,
+    force: bool = False,
+    header: Iterable[str] = (),
+) -> Path | None:
+    """Write ``settings`` to ``path`` ('-' = stdout). Returns the path written (None for stdout)."""
+    path_str = os.fspath(path)
+    fmt = format_for(path_str, fmt)
+    text = render(settings, fmt, header)
+    if path_str == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return None
+    target = Path(path_str).expanduser()
+    check_writable(target, force=force)
+    _atomic_write(target, text, force=force)
+    return target
+
+
+def check_writable(target: Path, *, force: bool) -> None:
+    """Raise ExportError, before any work is done, if ``target`` cannot or must not be written."""
+    if target.is_dir():
+        raise ExportError(f"{target} is a directory; give a file name such as {target / 'loader.toml'}")
+    if target.exists() and not force:
+        raise ExportError(f"{target} already exists; pass --force to overwrite it or choose another path")
+    parent = target.parent
+    if not parent.exists():
+        raise ExportError(f"directory {parent} does not exist; create it first or choose another path")
+    if not parent.is_dir():
+        raise ExportError(f"{parent} is not a directory; choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write to directory {parent} (permission denied); choose another path")
+
+
+def _atomic_write(target: Path, text: str, *, force: bool) -> None:
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise ExportError(f"cannot write to {target.parent}: {exc.strerror or exc}; choose another path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        if force:
+            os.replace(tmp_name, target)
+        else:
+            # link() fails if the target appeared meanwhile: never clobber without --force
+            try:
+                os.link(tmp_name, target)
+            except FileExistsError:
+                raise ExportError(f"{target} already exists; pass --force to overwrite it") from None
+            except OSError:
+                # filesystems without hard links: fall back to an exclusive create check + rename
+                if target.exists():
+                    raise ExportError(f"{target} already exists; pass --force to overwrite it") from None
+                os.replace(tmp_name, target)
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def machine_line(facts: MachineFacts) -> str:
+    """One line naming the machine: host, CPU budget, RAM, /dev/shm, GPUs, torch."""
+    host = facts.label or facts.platform.hostname.get("this machine")
+    gpus = facts.gpu.devices
+    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
+    if facts.torch.installed.get():
+        torch = f"torch {facts.torch.version.get('(version unknown)')}"
+    else:
+        torch = "torch not installed" if facts.torch.installed.known else "torch unknown"
+    return (
+        f"{host}: {fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}), "
+        f"{fmt_bytes(facts.memory.budget)} RAM available, /dev/shm {fmt_bytes(facts.shm.free.get())} free, "
+        f"{gpu}, {torch}"
+    )
+
+
+def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list[str]:
+    """Comment lines for an export: the machine it was made for, and why each value was chosen."""
+    when = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    lines = [f"DataLoader settings by loaderdoc {__version__}, {when}", f"for {machine_line(facts)}"]
+    if recommendation is not None:
+        lines.append(f"source: {'measured by a probe' if recommendation.source == 'probe' else 'machine facts (no probe)'}")
+        lines.append("why:")
+        lines += [f"  {key}: {reason}" for key, reason in recommendation.reasons.items()]
+    findings = list(findings)
+    if findings:
+        lines.append("findings on this machine:")
+        lines += [f"  [{f.severity}] {f.rule_id}: {f.symptom}" for f in findings]
+    return lines

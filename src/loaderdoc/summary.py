@@ -1,0 +1,94 @@
+"""The machine summary every front end shows: (topic, one line) pairs computed from facts."""
+
+from __future__ import annotations
+
+from loaderdoc.system.facts import MachineFacts, Reading
+from loaderdoc.units import fmt_bytes, fmt_cpus
+
+
+def _val(reading: Reading, fmt=str, unset: str = "none") -> str:
+    if not reading.known:
+        return f"unknown ({reading.unknown})"
+    if reading.value is None:
+        return unset
+    return fmt(reading.value)
+
+
+def machine_summary(facts: MachineFacts) -> list[tuple[str, str]]:
+    cpu, mem, shm, lim = facts.cpu, facts.memory, facts.shm, facts.limits
+    affinity = cpu.affinity.get()
+    cpu_line = (
+        f"{_val(cpu.logical)} logical / {_val(cpu.physical)} physical, "
+        f"affinity {len(affinity) if affinity is not None else _val(cpu.affinity)}, "
+        f"cgroup quota {_val(cpu.cgroup_quota, fmt_cpus)} -> budget {fmt_cpus(cpu.budget)} CPUs ({cpu.budget_source})"
+    )
+    if cpu.model.get():
+        cpu_line += f"; {cpu.model.value}"
+    rows = [("CPU", cpu_line)]
+    ranks = facts.distributed.ranks_on_this_node
+    launcher = facts.distributed.launcher.get()
+    if ranks > 1 or launcher:
+        rows.append((
+            "Ranks",
+            f"{launcher or 'distributed'}: {ranks} local rank(s), world size {facts.distributed.world_size.get('?')}"
+            f" -> {fmt_cpus(round(facts.cpus_per_rank, 2))} CPUs per rank",
+        ))
+    rows.append((
+        "Memory",
+        f"{_val(mem.total, fmt_bytes)} total, {_val(mem.available, fmt_bytes)} available, "
+        f"cgroup limit {_val(mem.cgroup_limit, fmt_bytes)} -> budget {fmt_bytes(mem.budget)}",
+    ))
+    shm_line = f"{shm.path} {_val(shm.total, fmt_bytes)}, {_val(shm.free, fmt_bytes)} free"
+    if shm.looks_like_docker_default:
+        shm_line += " (Docker's 64 MiB default)"
+    rows.append(("Shm", shm_line))
+    kind = facts.container.kind.get()
+    if kind:
+        rows.append(("Container", str(kind)))
+    rows.append((
+        "Files",
+        f"open-file limit {_val(lim.nofile_soft, unset='unlimited')} (hard {_val(lim.nofile_hard, unset='unlimited')}), "
+        f"sharing strategy {_val(lim.sharing_strategy)}",
+    ))
+    rows.append(("GPU", gpu_line(facts)))
+    rows.append(("torch", torch_line(facts)))
+    return rows
+
+
+def gpu_line(facts: MachineFacts) -> str:
+    gpu = facts.gpu
+    if not gpu.devices:
+        if not gpu.nvml.known:
+            return f"none ({gpu.nvml.unknown})"
+        vis = gpu.visible_devices.get()
+        return "none visible" + (f" (CUDA_VISIBLE_DEVICES={vis!r})" if vis is not None else "")
+    names: dict[str, int] = {}
+    for dev in gpu.devices:
+        names[str(dev.name.get("unknown GPU"))] = names.get(str(dev.name.get("unknown GPU")), 0) + 1
+    first = gpu.devices[0]
+    parts = [", ".join(f"{n}x {name}" for name, n in names.items())]
+    if first.memory_total.get():
+        parts.append(f"{fmt_bytes(first.memory_total.value)} each")
+    if first.pcie_gen_max.get():
+        parts.append(f"PCIe gen {first.pcie_gen_current.get('?')}/{first.pcie_gen_max.value} "
+                     f"x{first.pcie_width_current.get('?')}/{first.pcie_width_max.get('?')}")
+    if gpu.driver_version.get():
+        parts.append(f"driver {gpu.driver_version.value}")
+    if gpu.cuda_driver_version.get():
+        parts.append(f"CUDA {gpu.cuda_driver_version.value}")
+    return ", ".join(parts)
+
+
+def torch_line(facts: MachineFacts) -> str:
+    t = facts.torch
+    if not t.installed.known:
+        return f"unknown ({t.installed.unknown})"
+    if not t.installed.value:
+        return "not installed (pip install torch)"
+    build = t.cuda_build
+    if not build.known:
+        kind = f"build unknown ({build.unknown})"
+    else:
+        kind = f"CUDA {build.value} build" if build.value else "CPU-only build"
+    cudnn = f", cuDNN {t.cudnn.value}" if t.cudnn.get() else ""
+    return f"{t.version.get('?')} ({kind}{cudnn})"

@@ -67,6 +67,11 @@ class LoaderSettings:
     def combination_problems(self) -> list[tuple[str, str]]:
         """Settings torch rejects together: multiprocessing options without workers."""
         out: list[tuple[str, str]] = []
+        if self.batch_size is None and self.drop_last:
+            out.append((
+                "drop_last",
+                "drop_last needs a batch_size (batch_size unset turns batching off; torch raises ValueError)",
+            ))
         if self.num_workers != 0:
             return out
         if self.prefetch_factor is not None:
@@ -180,7 +185,9 @@ class LoaderSettings:
     def to_toml(self, header: list[str] | None = None) -> str:
         import tomli_w  # small; only the export path needs it
 
-        body = tomli_w.dumps({"dataloader": {k: v for k, v in self.as_kwargs().items() if v is not None}})
+        # TOML has no null: an unset batch_size (automatic batching off) is written as "none"
+        table = {k: ("none" if v is None else v) for k, v in self.as_kwargs().items()}
+        body = tomli_w.dumps({"dataloader": table})
         return _comment_block(header) + body
 
     def to_python(self, header: list[str] | None = None) -> str:
@@ -215,7 +222,7 @@ def _coerce(key: str, raw: Any, loc: str) -> Any:
             return bool(raw)
         raise SettingsError(f"{loc}{key} must be true/false (or 1/0), got {raw!r}")
     if key in _INT_KEYS or key in _OPT_INT_KEYS:
-        if raw is None and key in _OPT_INT_KEYS:
+        if key in _OPT_INT_KEYS and (raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null"))):
             return None
         if isinstance(raw, bool) or not isinstance(raw, int):
             raise SettingsError(f"{loc}{key} must be a whole number, got {raw!r}")

@@ -124,10 +124,20 @@ def _workers_from_cpus(facts: MachineFacts) -> tuple[int, str]:
     usable = math.floor(per_rank)
     if usable <= 1:
         return 0, f"0: {budget}; the training process needs that CPU itself, workers would only contend"
-    workers = min(usable - 1, UNMEASURED_WORKER_CAP)
+    workers = usable - 1
     reason = f"{workers}: {budget}, one CPU left for the training process"
-    if workers == UNMEASURED_WORKER_CAP and usable - 1 > workers:
-        reason += f"; capped at {UNMEASURED_WORKER_CAP} until a probe shows more helps"
+    physical = cpu.physical.get()
+    if physical:
+        # SMT siblings add little to CPU-bound decoding; without measurements stay on real cores
+        physical_per_rank = max(1, math.floor(physical / ranks))
+        if physical_per_rank < workers:
+            workers = physical_per_rank
+            reason = f"{workers}: {budget}, but {physical} physical cores" + (
+                f" / {ranks} ranks" if ranks > 1 else ""
+            ) + " (hyper-threads add little to CPU-bound loading; a probe can show I/O-bound data wants more)"
+    if workers > UNMEASURED_WORKER_CAP:
+        workers = UNMEASURED_WORKER_CAP
+        reason = f"{workers}: {budget}; capped at {UNMEASURED_WORKER_CAP} until a probe shows more helps"
     return workers, reason
 
 

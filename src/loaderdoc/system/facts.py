@@ -65,22 +65,26 @@ class CpuFacts:
     @property
     def budget(self) -> float:
         """The effective CPU budget: the least of logical count, affinity and cgroup quota."""
-        return min(c for c, _ in self._limits()) if self._limits() else 1.0
+        limits = self._limits()
+        return min(c for c, _ in limits) if limits else 1.0
 
     @property
     def budget_source(self) -> str:
         """Which limit set :attr:`budget` ("logical", "affinity" or "cgroup quota")."""
         limits = self._limits()
-        return min(limits)[1] if limits else "unknown"
+        if not limits:
+            return "unknown"
+        # on a tie name the plainest limit: a restriction is only news when it is tighter
+        return min(limits, key=lambda item: item[0])[1]
 
     def _limits(self) -> list[tuple[float, str]]:
         out: list[tuple[float, str]] = []
-        if self.cgroup_quota.get() is not None:
-            out.append((float(self.cgroup_quota.value), "cgroup quota"))
-        if self.affinity.get() is not None:
-            out.append((float(len(self.affinity.value)), "affinity"))
         if self.logical.get() is not None:
             out.append((float(self.logical.value), "logical"))
+        if self.affinity.get() is not None:
+            out.append((float(len(self.affinity.value)), "affinity"))
+        if self.cgroup_quota.get() is not None:
+            out.append((float(self.cgroup_quota.value), "cgroup quota"))
         return out
 
 

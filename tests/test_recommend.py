@@ -1,0 +1,107 @@
+"""The facts-only recommendation on recorded machines: each choice and its reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from loaderdoc.advice.recommend import recommend
+from loaderdoc.probe.result import ProbeReport, WorkloadInfo
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.facts import MiB, Reading
+from loaderdoc.system.fixtures import load_machine
+
+IMAGE = 3 * 224 * 224  # uint8 bytes of one 224x224 RGB sample
+
+
+def test_ci_box_gets_one_worker_and_no_pinning():
+    rec = recommend(load_machine("ci-2core"), batch_size=64, sample_bytes=IMAGE)
+    s = rec.settings
+    assert (s.num_workers, s.pin_memory, s.persistent_workers, s.prefetch_factor) == (1, False, True, 2)
+    assert "CPU budget 2" in rec.reasons["num_workers"]
+    assert "no usable GPU" in rec.reasons["pin_memory"]
+
+
+def test_pod_counts_the_cgroup_quota_not_the_host():
+    facts = load_machine("k8s-4cpu-quota")
+    assert facts.cpu.logical.value == 64
+    rec = recommend(facts, batch_size=8, sample_bytes=IMAGE)
+    assert rec.settings.num_workers == 3
+    assert "cgroup quota" in rec.reasons["num_workers"]
+
+
+def test_laptop_stays_on_physical_cores_and_pins_for_its_gpu():
+    rec = recommend(load_machine("laptop-rtx3050"), batch_size=32, sample_bytes=IMAGE)
+    assert rec.settings.num_workers == 4
+    assert rec.settings.pin_memory is True
+    assert "physical cores" in rec.reasons["num_workers"]
+
+
+def test_h100_node_split_across_local_ranks():
+    facts = load_machine("h100x8-node")
+    single = recommend(facts, batch_size=256, sample_bytes=IMAGE)
+    assert single.settings.num_workers == 16  # the unmeasured cap
+    facts.distributed.local_world_size = Reading.of(8, "env LOCAL_WORLD_SIZE")
+    facts.distributed.launcher = Reading.of("torchrun", "env")
+    per_rank = recommend(facts, batch_size=256, sample_bytes=IMAGE)
+    # 224 CPUs / 8 ranks = 28 per rank, but 112 physical / 8 = 14 real cores each
+    assert per_rank.settings.num_workers == 14
+    assert "8 local ranks" in per_rank.reasons["num_workers"]
+    assert per_rank.settings.pin_memory is True
+
+
+def test_docker_default_shm_shrinks_prefetch_and_workers():
+    facts = load_machine("docker-64m-shm")
+    rec = recommend(facts, batch_size=64, sample_bytes=IMAGE)  # 9.2 MiB batches, 32 MiB usable
+    s = rec.settings
+    assert s.batches_in_flight * 64 * IMAGE <= 32 * MiB
+    assert s.num_workers == 3 and s.prefetch_factor == 1
+    assert "/dev/shm" in rec.reasons["num_workers"]
+
+
+def test_batches_larger_than_shm_mean_no_workers():
+    facts = load_machine("docker-64m-shm")
+    rec = recommend(facts, batch_size=16, sample_bytes=4 * 1024 * 1024)  # 64 MiB batches
+    assert rec.settings.num_workers == 0
+    assert rec.settings.prefetch_factor is None and rec.settings.persistent_workers is False
+    assert "--shm-size" in rec.reasons["num_workers"]
+    rec.settings.validate()
+
+
+def test_roomy_shm_only_lowers_prefetch_when_needed():
+    facts = load_machine("laptop-rtx3050")
+    free = facts.shm.free.value
+    batch = free // 2 // 6  # 4 workers x 2 prefetch = 8 batches would not fit half of free
+    rec = recommend(facts, batch_size=1, sample_bytes=batch)
+    assert rec.settings.num_workers == 4
+    assert rec.settings.prefetch_factor == 1
+    assert rec.settings.batches_in_flight * batch <= free // 2
+
+
+def test_single_cpu_gets_no_workers():
+    facts = load_machine("ci-2core")
+    facts.cpu.affinity = Reading.of([0], "os.sched_getaffinity")
+    rec = recommend(facts)
+    assert rec.settings.num_workers == 0
+    assert rec.settings.persistent_workers is False
+    assert "placeholder" in rec.reasons["batch_size"]
+
+
+def test_probe_choice_is_the_starting_point():
+    facts = load_machine("ci-2core")
+    report = ProbeReport(
+        workload=WorkloadInfo(name="image", batch_size=32, batch_bytes=32 * IMAGE),
+        recommended=LoaderSettings(batch_size=32, num_workers=3, prefetch_factor=4, persistent_workers=True),
+        reasons=["num_workers=3: 41.0 steps/s, within 2% of the best (4 workers, 41.5 steps/s)"],
+    )
+    rec = recommend(facts, probe=report)
+    assert rec.source == "probe"
+    assert rec.settings.num_workers == 3 and rec.settings.prefetch_factor == 4
+    assert rec.reasons["num_workers"].startswith("num_workers=3")
+
+
+@pytest.mark.parametrize("name", ["ci-2core", "laptop-rtx3050", "docker-64m-shm", "k8s-4cpu-quota", "h100x8-node"])
+def test_every_recommendation_is_valid_and_explained(name):
+    rec = recommend(load_machine(name), batch_size=32, sample_bytes=IMAGE)
+    assert rec.settings.problems() == []
+    for key in ("num_workers", "pin_memory", "persistent_workers", "prefetch_factor", "batch_size"):
+        assert rec.reasons.get(key), key

@@ -1,0 +1,93 @@
+"""Export: format by suffix, atomic writes, never clobbering, header naming the machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+
+import pytest
+
+from loaderdoc.advice.recommend import recommend
+from loaderdoc.errors import ExportError
+from loaderdoc.export import export_header, format_for, render, write_export
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.fixtures import load_machine
+
+SETTINGS = LoaderSettings(batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True)
+
+
+def test_format_follows_suffix_or_flag():
+    assert format_for("a.toml", None) == "toml"
+    assert format_for("a.PY", None) == "py"
+    assert format_for("a.json", None) == "json"
+    assert format_for("-", None) == "toml"
+    assert format_for("a.txt", "json") == "json"
+    with pytest.raises(ExportError, match=r"suffix; name it \.toml, \.py or \.json, or pass --format"):
+        format_for("a.txt", None)
+
+
+@pytest.mark.parametrize("fmt", ["toml", "py", "json"])
+def test_written_files_load_back(tmp_path, fmt):
+    path = tmp_path / f"loader.{fmt}"
+    assert write_export(path, SETTINGS, header=["for a test machine"]) == path
+    text = path.read_text()
+    if fmt == "toml":
+        assert tomllib.loads(text)["dataloader"]["num_workers"] == 2
+        assert LoaderSettings.load(path).as_kwargs() == SETTINGS.as_kwargs()
+    elif fmt == "json":
+        assert json.loads(text)["dataloader"] == SETTINGS.as_kwargs()
+    else:
+        compile(text, str(path), "exec")
+        assert "# for a test machine" in text
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_existing_file_is_never_overwritten_without_force(tmp_path):
+    path = tmp_path / "loader.toml"
+    path.write_text("precious\n")
+    with pytest.raises(ExportError, match="already exists; pass --force"):
+        write_export(path, SETTINGS)
+    assert path.read_text() == "precious\n"
+    write_export(path, SETTINGS, force=True)
+    assert "num_workers = 2" in path.read_text()
+    assert [p.name for p in tmp_path.iterdir()] == ["loader.toml"]  # no temp files left
+
+
+def test_bad_targets_write_nothing(tmp_path):
+    with pytest.raises(ExportError, match="does not exist"):
+        write_export(tmp_path / "missing" / "x.toml", SETTINGS)
+    with pytest.raises(ExportError, match="is a directory"):
+        write_export(tmp_path, SETTINGS, fmt="toml")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.geteuid() == 0:
+            pytest.skip("root ignores directory permissions")
+        with pytest.raises(ExportError, match="permission denied"):
+            write_export(locked / "x.toml", SETTINGS)
+    finally:
+        locked.chmod(0o700)
+    assert list(locked.iterdir()) == []
+
+
+def test_unwritable_directory_as_root_via_readonly_mount_is_reported(tmp_path):
+    # /proc is never writable, even for root: the error is one line and nothing is created
+    with pytest.raises(ExportError, match="cannot write"):
+        write_export("/proc/loaderdoc-test.toml", SETTINGS)
+
+
+def test_stdout(capsys):
+    assert write_export("-", SETTINGS, fmt="json") is None
+    assert json.loads(capsys.readouterr().out)["dataloader"]["num_workers"] == 2
+
+
+def test_header_names_machine_and_reasons():
+    facts = load_machine("k8s-4cpu-quota")
+    rec = recommend(facts, batch_size=16, sample_bytes=3 * 224 * 224)
+    header = export_header(facts, rec)
+    text = render(rec.settings, "toml", header)
+    assert "4 CPUs (cgroup quota)" in text
+    assert "num_workers: 3: CPU budget 4 (cgroup quota)" in text
+    assert tomllib.loads(text)["dataloader"]["num_workers"] == 3

@@ -1,0 +1,34 @@
+"""Small formatting helpers shared by the rules and the trade-off tables.
+
+Sizes are shown in binary units (MiB, GiB) because /dev/shm, cgroup limits and Docker's
+``--shm-size`` all count in powers of two.
+"""
+
+from __future__ import annotations
+
+import math
+
+MiB = 1024**2
+GiB = 1024**3
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """A byte count as people read it: ``19.1 MiB``, ``1.5 GiB``, ``512 KiB``."""
+    if n is None:
+        return "unknown"
+    n = float(n)
+    for unit, size in (("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value >= 100 or value == int(value) else f"{value:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_num(x: float) -> str:
+    """A count that may be fractional (a CPU quota of 2.5): no trailing ``.0``."""
+    return f"{x:g}" if x == int(x) else f"{x:.2g}" if x < 1 else f"{x:.1f}"
+
+
+def shm_size_flag(needed_bytes: float) -> str:
+    """A Docker ``--shm-size`` value with 2x head-room, rounded up to whole GiB (at least 1g)."""
+    return f"{max(1, math.ceil(2 * needed_bytes / GiB))}g"

@@ -1,0 +1,221 @@
+"""Rule-by-rule checks: each rule fires with its evidence where it should, and stays silent at the edge."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from loaderdoc.advice.findings import CRITICAL, WARNING
+from loaderdoc.advice.rules import RULES, TrainingContext, catalogue, evaluate
+from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.facts import MiB, Reading
+from loaderdoc.system.fixtures import load_machine
+
+IMAGE_F32 = 3 * 224 * 224 * 4
+
+
+def ids(findings):
+    return [f.rule_id for f in findings]
+
+
+def one(findings, rule_id):
+    hits = [f for f in findings if f.rule_id == rule_id]
+    assert len(hits) == 1, ids(findings)
+    return hits[0]
+
+
+# ---- catalogue --------------------------------------------------------------------------------
+def test_catalogue_ids_are_unique_and_every_rule_says_where_its_threshold_comes_from():
+    assert len({r.id for r in RULES}) == len(RULES)
+    for r in RULES:
+        assert r.severity in (WARNING, CRITICAL)
+        assert r.threshold and r.title
+        assert r.needs in ("machine", "settings", "probe", "context")
+    assert [c["id"] for c in catalogue()] == [r.id for r in RULES]
+
+
+def test_rules_import_neither_torch_nor_textual():
+    code = (
+        "import sys; import loaderdoc.advice.rules; "
+        "bad = [m for m in ('torch', 'textual') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---- settings torch rejects -------------------------------------------------------------------
+def test_rejected_settings_built_directly_are_critical_and_the_change_repairs_them():
+    bad = LoaderSettings(num_workers=0, prefetch_factor=4, persistent_workers=True)
+    f = one(evaluate(load_machine("ci-2core"), bad), "settings-rejected")
+    assert f.severity == CRITICAL
+    assert "prefetch_factor" in f.symptom and "persistent_workers" in f.symptom
+    assert f.settings_change == {"prefetch_factor": None, "persistent_workers": False}
+    assert bad.replace(**f.settings_change).problems() == []
+
+
+def test_prefetch_below_one_with_workers_goes_back_to_torch_default():
+    f = one(evaluate(load_machine("ci-2core"), LoaderSettings(num_workers=1, prefetch_factor=0)),
+            "settings-rejected")
+    assert f.settings_change == {"prefetch_factor": 2}
+
+
+# ---- CPU --------------------------------------------------------------------------------------
+def test_eight_workers_in_a_four_cpu_pod_names_the_quota():
+    facts = load_machine("k8s-4cpu-quota")
+    f = one(evaluate(facts, LoaderSettings(num_workers=8)), "cpu-oversubscribed")
+    assert f.settings_change == {"num_workers": 3}
+    text = " ".join(f.evidence)
+    assert "cgroup CPU quota: 4 CPUs" in text and "os.cpu_count() = 64" in text
+
+
+def test_workers_equal_to_the_budget_are_not_oversubscribed():
+    assert "cpu-oversubscribed" not in ids(evaluate(load_machine("laptop-rtx3050"), LoaderSettings(num_workers=8)))
+    assert "cpu-oversubscribed" in ids(evaluate(load_machine("laptop-rtx3050"), LoaderSettings(num_workers=9)))
+
+
+def test_oversubscription_is_per_rank_under_torchrun():
+    facts = load_machine("h100x8-node")
+    facts.distributed.launcher = Reading.of("torchrun", "environment")
+    facts.distributed.local_world_size = Reading.of(8, "LOCAL_WORLD_SIZE")
+    # 224 CPUs / 8 ranks = 28 per rank
+    assert "cpu-oversubscribed" not in ids(evaluate(facts, LoaderSettings(num_workers=28)))
+    f = one(evaluate(facts, LoaderSettings(num_workers=32)), "cpu-oversubscribed")
+    assert f.settings_change == {"num_workers": 27}
+    assert any("32 workers x 8 ranks = 256" in e for e in f.evidence)
+
+
+def test_quota_hidden_from_cpu_count_is_a_machine_level_warning():
+    f = one(evaluate(load_machine("k8s-4cpu-quota")), "cpu-quota-hidden")
+    assert "OMP_NUM_THREADS=4" in f.fix
+    assert "cpu-quota-hidden" not in ids(evaluate(load_machine("laptop-rtx3050")))
+
+
+# ---- /dev/shm ---------------------------------------------------------------------------------
+def test_docker_default_shm_without_batch_size_warns_with_the_docker_command():
+    f = one(evaluate(load_machine("docker-64m-shm")), "shm-too-small")
+    assert f.severity == WARNING
+    assert "--shm-size" in f.fix and "--ipc=host" in f.fix
+    assert "Docker's 64 MiB default" in " ".join(f.evidence)
+
+
+def test_shm_arithmetic_matches_the_issue_example():
+    # 6 workers x prefetch 4 x 19 MiB = 456 MiB against 64 MiB free: cannot fit
+    s = LoaderSettings(num_workers=6, prefetch_factor=4)
+    f = one(evaluate(load_machine("docker-64m-shm"), s, batch_bytes=19 * MiB), "shm-too-small")
+    assert f.severity == CRITICAL
+    assert f.evidence[0] == "6 workers x prefetch 4 x 19 MiB = 456 MiB"
+    assert "docker run --shm-size=1g" in f.fix
+    # half of 64 MiB holds one 19 MiB batch: one worker, one batch
+    assert f.settings_change == {"num_workers": 1, "prefetch_factor": 1}
+    assert s.replace(**f.settings_change).problems() == []
+
+
+def test_shm_in_kubernetes_suggests_a_memory_emptydir():
+    s = LoaderSettings(num_workers=3)
+    f = one(evaluate(load_machine("k8s-4cpu-quota"), s, batch_bytes=IMAGE_F32 * 64), "shm-too-small")
+    assert "emptyDir" in f.fix and "medium: Memory" in f.fix
+
+
+def test_small_batches_fit_in_docker_shm_and_stay_silent():
+    # 4 workers x 2 x 2 MiB = 16 MiB, a quarter of 64 MiB
+    s = LoaderSettings(num_workers=4)
+    assert "shm-too-small" not in ids(evaluate(load_machine("docker-64m-shm"), s, batch_bytes=2 * MiB))
+    # 4 workers x 2 x 5 MiB = 40 MiB: fits, but above half of free: warning
+    f = one(evaluate(load_machine("docker-64m-shm"), s, batch_bytes=5 * MiB), "shm-too-small")
+    assert f.severity == WARNING
+    assert f.settings_change == {"prefetch_factor": 1}
+
+
+def test_no_workers_means_no_shm_use():
+    s = LoaderSettings(num_workers=0)
+    assert "shm-too-small" not in ids(evaluate(load_machine("docker-64m-shm"), s, batch_bytes=500 * MiB))
+
+
+def test_ranks_share_one_dev_shm():
+    facts = load_machine("laptop-rtx3050")  # 7.7 GiB free
+    s = LoaderSettings(num_workers=4, prefetch_factor=2)
+    assert "shm-too-small" not in ids(evaluate(facts, s, batch_bytes=200 * MiB))  # 1.6 GiB
+    facts.distributed.local_world_size = Reading.of(4, "LOCAL_WORLD_SIZE")
+    f = one(evaluate(facts, s, batch_bytes=200 * MiB), "shm-too-small")  # 6.25 GiB > half of free
+    assert any("x 4 ranks" in e for e in f.evidence)
+
+
+def test_probe_shm_failure_surfaces_as_the_shm_finding_not_a_crash():
+    s = LoaderSettings(num_workers=4)
+    failed = ConfigResult(settings=s, status="failed",
+                          error="RuntimeError: unable to allocate shared memory(shm) for file </torch_1_2>: "
+                                "No space left on device (28)")
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=64, batch_bytes=48 * MiB), results=[failed])
+    found = evaluate(load_machine("docker-64m-shm"), s, probe=probe)
+    f = one(found, "shm-too-small")
+    assert f.severity == CRITICAL and "unable to allocate shared memory" in f.evidence[0]
+    assert "worker-crashed" not in ids(found)
+
+
+# ---- GPU / pinning ----------------------------------------------------------------------------
+def test_pin_memory_on_a_cpu_box_warns_and_turns_it_off():
+    f = one(evaluate(load_machine("ci-2core"), LoaderSettings(num_workers=1, pin_memory=True)),
+            "pin-memory-without-gpu")
+    assert f.settings_change == {"pin_memory": False}
+    assert "torch build: CPU-only" in f.evidence
+    assert "pin-memory-without-gpu" not in ids(evaluate(load_machine("laptop-rtx3050"),
+                                                        LoaderSettings(num_workers=4, pin_memory=True)))
+
+
+def test_gpus_with_a_cpu_only_torch_build():
+    facts = load_machine("h100x8-node")
+    facts.torch.cuda_build = Reading.of(None, "torch/version.py")
+    facts.torch.version = Reading.of("2.8.0+cpu", "importlib.metadata")
+    found = evaluate(facts)
+    f = one(found, "gpu-without-cuda-torch")
+    assert "8 x NVIDIA H100 80GB HBM3" in f.symptom
+    assert "gpu-without-cuda-torch" not in ids(evaluate(load_machine("h100x8-node")))
+
+
+def test_cuda_context_without_a_driver():
+    f = one(evaluate(load_machine("ci-2core"), context=TrainingContext(device="cuda")), "cuda-torch-without-driver")
+    assert "NVML Shared Library Not Found" in f.evidence[0]
+    assert "cuda-torch-without-driver" not in ids(evaluate(load_machine("ci-2core")))
+
+
+# ---- open files -------------------------------------------------------------------------------
+def test_open_file_limit_below_linux_default():
+    facts = load_machine("laptop-rtx3050")
+    assert "open-files-low" not in ids(evaluate(facts, LoaderSettings(num_workers=4)))  # 1024 is the default
+    facts.limits.nofile_soft = Reading.of(256, "resource.getrlimit(RLIMIT_NOFILE)")
+    f = one(evaluate(facts, LoaderSettings(num_workers=4)), "open-files-low")
+    assert "ulimit -n 65536" in f.fix and "file_system" in f.fix
+    assert "open-files-low" not in ids(evaluate(facts, LoaderSettings(num_workers=0)))
+    facts.limits.sharing_strategy = Reading.of("file_system", "torch.multiprocessing")
+    assert "open-files-low" not in ids(evaluate(facts, LoaderSettings(num_workers=4)))
+
+
+def test_open_files_counted_from_tensors_per_batch():
+    facts = load_machine("laptop-rtx3050")  # soft limit 1024
+    s = LoaderSettings(num_workers=8, prefetch_factor=4)  # 32 batches in flight
+    ctx = TrainingContext(tensors_per_batch=65)  # detection: images + 64 target tensors
+    f = one(evaluate(facts, s, context=ctx), "open-files-low")
+    assert f.severity == CRITICAL
+    assert "8 workers x prefetch 4 x 65 tensors = 2080 file descriptors" == f.evidence[0]
+    assert "open-files-low" not in ids(evaluate(facts, s, context=TrainingContext(tensors_per_batch=2)))
+
+
+def test_sorted_most_severe_first():
+    s = LoaderSettings(num_workers=8, prefetch_factor=4, pin_memory=True)
+    found = evaluate(load_machine("k8s-4cpu-quota"), s, batch_bytes=IMAGE_F32 * 64)
+    ranks = [f.rank for f in found]
+    assert ranks == sorted(ranks, reverse=True)
+    assert found[0].rule_id == "shm-too-small"
+    assert {"cpu-oversubscribed", "pin-memory-without-gpu", "cpu-quota-hidden"} <= set(ids(found))
+
+
+@pytest.mark.parametrize("spiky", [True, False])
+def test_spike_rule_needs_both_ratio_and_size(spiky):
+    s = LoaderSettings(num_workers=4)
+    wait = WaitStats(p50_ms=2.0, p95_ms=80.0 if spiky else 5.0)
+    r = ConfigResult(settings=s, batches_per_s=10, starvation_pct=5, wait=wait)
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=64, step_ms=40), results=[r])
+    assert ("spiky-batches" in ids(evaluate(load_machine("laptop-rtx3050"), s, probe=probe))) is spiky

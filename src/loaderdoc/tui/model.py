@@ -1,0 +1,487 @@
+"""What the interactive app shows, computed without a terminal.
+
+Everything the TUI renders passes through this module: machine facts become rows, probe
+results become table rows and chart series, the settings form becomes a validated
+:class:`LoaderSettings` (or a message per field). It imports neither textual nor torch, so every
+piece of it is testable headlessly; the widgets only place the strings it returns.
+
+The core modules the app relies on (detect, probe, rules, trade-offs, knobs, recommend, export)
+are looked up lazily through :func:`core`: a module that is missing or broken in this build
+is reported as "not available" with the reason, never replaced by made-up output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderdoc.errors import SettingsError
+from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
+from loaderdoc.system.facts import MachineFacts, Reading
+from loaderdoc.units import fmt_bytes, fmt_cpus
+
+# ---- lazy access to the core ------------------------------------------------------------
+
+
+class Unavailable(Exception):
+    """A core function this build does not have; ``str()`` says which and why."""
+
+
+def core(module: str, attr: str) -> Callable[..., Any]:
+    """``module.attr`` from loaderdoc's core, or raise :class:`Unavailable` saying why not."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise Unavailable(f"{module} is not available in this build ({exc})") from None
+    try:
+        return getattr(mod, attr)
+    except AttributeError:
+        raise Unavailable(f"{module}.{attr} is not available in this build") from None
+
+
+# ---- workload -----------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """What the probe will measure: a preset or the user's dataset, and the run's limits."""
+
+    preset: str | None = None
+    dataset: str | None = None  # "module:factory" from --dataset
+    batch_size: int = 32
+    step_ms: float = 20.0
+    budget_s: float = 30.0
+    sample_bytes: int | None = None  # from --sample-shape x --dtype, for memory sizing
+    batch_size_given: bool = False  # False: 32 is only the probe's default, not the user's size
+
+    @property
+    def source(self) -> str:
+        return f"--dataset {self.dataset}" if self.dataset else f"preset {self.preset or '(none)'}"
+
+    @property
+    def batch_bytes(self) -> int | None:
+        return None if self.sample_bytes is None else self.sample_bytes * self.batch_size
+
+
+DATASET_CHOICE = "__dataset__"
+
+
+def preset_names() -> tuple[list[tuple[str, str]], str | None]:
+    """[(name, one-line description)] of the probe presets, and why not, if unavailable."""
+    try:
+        presets = core("loaderdoc.probe.workloads", "PRESETS")
+    except Unavailable as exc:
+        return [], str(exc)
+    out: list[tuple[str, str]] = []
+    items = presets.items() if isinstance(presets, dict) else ((p, p) for p in presets)
+    for name, spec in items:
+        desc = getattr(spec, "description", None) or (spec if isinstance(spec, str) else "")
+        out.append((str(name), str(desc) if desc != name else ""))
+    return out, None
+
+
+def parse_workload_field(key: str, text: str) -> tuple[Any, str | None]:
+    """A workload form field's value, or an error message for it."""
+    text = text.strip()
+    try:
+        if key == "batch_size":
+            value: Any = int(text)
+            if value < 1:
+                return None, "batch size must be >= 1"
+            return value, None
+        value = float(text)
+    except ValueError:
+        return None, f"{key.replace('_', ' ')}: expected a number, got {text!r}"
+    if key == "step_ms" and not (0 <= value < 1e6):
+        return None, "step time must be >= 0 ms"
+    if key == "budget_s" and not (0 < value <= 3600):
+        return None, "budget must be between 0 and 3600 seconds"
+    return value, None
+
+
+# ---- machine facts ----------------------------------------------------------------------
+
+
+@dataclass
+class FactRow:
+    section: str
+    label: str
+    value: str
+    source: str = ""
+    note: str = ""  # "unknown", "slow fact pending", ...
+
+
+def reading_text(r: Reading, fmt: Callable[[Any], str] = str, unset: str = "not set") -> str:
+    if not r.known:
+        return f"unknown ({r.unknown})"
+    if r.value is None:
+        return unset
+    return fmt(r.value)
+
+
+def _cpu_list(cpus: list[int]) -> str:
+    """[0,1,2,3,8] -> '0-3,8'."""
+    cpus = sorted(cpus)
+    out: list[str] = []
+    start = prev = None
+    for c in cpus + [None]:  # type: ignore[list-item]
+        if start is None:
+            start = prev = c
+        elif c is not None and c == prev + 1:
+            prev = c
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = c
+    return ",".join(out)
+
+
+def machine_rows(facts: MachineFacts, *, pending: Iterable[str] = ()) -> list[FactRow]:
+    """The machine view, section by section. ``pending`` names slow facts still being read
+    ("cpu_model", "torch"): those rows say so instead of "unknown"."""
+    pending = set(pending)
+    rows: list[FactRow] = []
+    cpu = facts.cpu
+    limit = cpu.budget_source
+    rows.append(FactRow("CPU", "budget", f"{fmt_cpus(cpu.budget)} CPUs (set by {limit})",
+                        "least of logical, affinity and cgroup quota"))
+    rows.append(FactRow("CPU", "logical", reading_text(cpu.logical), cpu.logical.source))
+    rows.append(FactRow("CPU", "physical cores", reading_text(cpu.physical), cpu.physical.source))
+    aff = cpu.affinity
+    rows.append(FactRow("CPU", "affinity",
+                        reading_text(aff, lambda v: f"{len(v)} CPUs ({_cpu_list(v)})"), aff.source))
+    q = cpu.cgroup_quota
+    rows.append(FactRow("CPU", "cgroup quota", reading_text(q, lambda v: f"{fmt_cpus(v)} CPUs", "none"),
+                        q.source + (f" (cgroup v{cpu.cgroup_version.value})" if cpu.cgroup_version.get() else "")))
+    if "cpu_model" in pending and not cpu.model.get():
+        rows.append(FactRow("CPU", "model", "reading...", "py-cpuinfo", note="pending"))
+    else:
+        rows.append(FactRow("CPU", "model", reading_text(cpu.model, unset="not read"), cpu.model.source))
+
+    mem = facts.memory
+    rows.append(FactRow("Memory", "budget", fmt_bytes(mem.budget), "RAM available, capped by the cgroup limit"))
+    rows.append(FactRow("Memory", "total RAM", reading_text(mem.total, fmt_bytes), mem.total.source))
+    rows.append(FactRow("Memory", "available", reading_text(mem.available, fmt_bytes), mem.available.source))
+    rows.append(FactRow("Memory", "cgroup limit", reading_text(mem.cgroup_limit, fmt_bytes, "none"),
+                        mem.cgroup_limit.source))
+    rows.append(FactRow("Memory", "swap", reading_text(mem.swap_total, fmt_bytes), mem.swap_total.source))
+
+    shm = facts.shm
+    shm_note = " (Docker's default)" if shm.looks_like_docker_default else ""
+    rows.append(FactRow("/dev/shm", "size", reading_text(shm.total, fmt_bytes) + shm_note, shm.total.source or shm.path))
+    rows.append(FactRow("/dev/shm", "free", reading_text(shm.free, fmt_bytes), shm.free.source or shm.path))
+
+    gpu = facts.gpu
+    if not gpu.nvml.known:
+        rows.append(FactRow("GPU", "NVML", f"not available ({gpu.nvml.unknown})", gpu.nvml.source))
+    else:
+        rows.append(FactRow("GPU", "driver", reading_text(gpu.driver_version), gpu.driver_version.source))
+        rows.append(FactRow("GPU", "CUDA (driver)", reading_text(gpu.cuda_driver_version), gpu.cuda_driver_version.source))
+    if gpu.visible_devices.get() is not None:
+        rows.append(FactRow("GPU", "CUDA_VISIBLE_DEVICES", str(gpu.visible_devices.value), gpu.visible_devices.source))
+    if not gpu.devices:
+        rows.append(FactRow("GPU", "devices", "none visible", gpu.nvml.source))
+    for dev in gpu.devices:
+        mem_txt = reading_text(dev.memory_total, fmt_bytes)
+        pcie = ""
+        if dev.pcie_gen_current.get() is not None:
+            pcie = f", PCIe gen{dev.pcie_gen_current.value}x{dev.pcie_width_current.get('?')}"
+            if dev.pcie_gen_max.get() is not None:
+                pcie += f" (max gen{dev.pcie_gen_max.value}x{dev.pcie_width_max.get('?')})"
+        mig = ", MIG on" if dev.mig_mode.get() else ""
+        rows.append(FactRow("GPU", f"GPU {dev.index}", f"{reading_text(dev.name)}, {mem_txt}{pcie}{mig}",
+                            dev.name.source))
+    rows.append(FactRow("GPU", "usable for training", str(facts.usable_gpus),
+                        "NVML devices, and torch built with CUDA"))
+
+    t = facts.torch
+    if "torch" in pending and not t.installed.known:
+        rows.append(FactRow("torch", "version", "reading...", "import torch", note="pending"))
+    elif t.installed.get() is False:
+        rows.append(FactRow("torch", "installed", "no", t.installed.source))
+    else:
+        rows.append(FactRow("torch", "version", reading_text(t.version), t.version.source))
+        rows.append(FactRow("torch", "CUDA build", reading_text(t.cuda_build, unset="none (CPU build)"),
+                            t.cuda_build.source))
+        rows.append(FactRow("torch", "cuDNN", reading_text(t.cudnn, unset="none"), t.cudnn.source))
+
+    lim = facts.limits
+    rows.append(FactRow("Limits", "open files (soft/hard)",
+                        f"{reading_text(lim.nofile_soft, unset='unlimited')} / "
+                        f"{reading_text(lim.nofile_hard, unset='unlimited')}", lim.nofile_soft.source))
+    rows.append(FactRow("Limits", "sharing strategy", reading_text(lim.sharing_strategy), lim.sharing_strategy.source))
+    rows.append(FactRow("Environment", "container", reading_text(facts.container.kind, unset="none detected"),
+                        facts.container.kind.source))
+    d = facts.distributed
+    if d.launcher.get():
+        rows.append(FactRow("Environment", "launcher",
+                            f"{d.launcher.value}: local ranks {d.ranks_on_this_node}, "
+                            f"{fmt_cpus(facts.cpus_per_rank)} CPUs per rank", d.launcher.source))
+    else:
+        rows.append(FactRow("Environment", "launcher", reading_text(d.launcher, unset="none (single process)"),
+                            d.launcher.source))
+    p = facts.platform
+    rows.append(FactRow("Environment", "system",
+                        f"{p.system.get('?')} {p.kernel.get('')}, Python {p.python.get('?')}".strip(),
+                        p.system.source))
+    return rows
+
+
+def machine_summary(facts: MachineFacts | None) -> str:
+    """One line for the status bar."""
+    if facts is None:
+        return "reading machine facts..."
+    gpus = facts.gpu.devices
+    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
+    shm = facts.shm.free.get()
+    return (f"{fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}) | RAM {fmt_bytes(facts.memory.budget)}"
+            f" | /dev/shm {fmt_bytes(shm)} free | {gpu}")
+
+
+# ---- settings form ----------------------------------------------------------------------
+
+SETTING_KEYS = [f.name for f in dataclasses.fields(LoaderSettings)]
+BOOL_SETTINGS = ("shuffle", "pin_memory", "drop_last", "persistent_workers")
+TEXT_SETTINGS = ("batch_size", "num_workers", "prefetch_factor", "timeout")
+CONTEXT_CHOICES = ("default",) + MP_CONTEXTS
+
+
+def settings_form_values(settings: LoaderSettings) -> dict[str, Any]:
+    """The form's field values for ``settings``: text for numbers, bools for switches."""
+    out: dict[str, Any] = {}
+    for key in SETTING_KEYS:
+        value = getattr(settings, key)
+        if key in BOOL_SETTINGS:
+            out[key] = bool(value)
+        elif key == "multiprocessing_context":
+            out[key] = value or "default"
+        elif value is None:
+            out[key] = ""
+        elif key == "timeout":
+            out[key] = f"{value:g}"
+        else:
+            out[key] = str(value)
+    return out
+
+
+def parse_settings_form(values: dict[str, Any]) -> tuple[LoaderSettings | None, dict[str, str]]:
+    """Validate the form as typed: (settings, {}) when valid, else (None, {field: message}).
+
+    Types are checked per field first; then torch's cross-field rules
+    (:meth:`LoaderSettings.problems`) name the field they concern."""
+    data: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for key, raw in values.items():
+        if key in BOOL_SETTINGS:
+            data[key] = bool(raw)
+        elif key == "multiprocessing_context":
+            data[key] = None if raw in (None, "", "default") else raw
+        else:
+            text = str(raw).strip()
+            if text == "" and key in ("batch_size", "prefetch_factor"):
+                data[key] = None
+                continue
+            try:
+                data[key] = float(text) if key == "timeout" else int(text)
+            except ValueError:
+                kind = "a number of seconds" if key == "timeout" else "a whole number"
+                errors[key] = f"{key} must be {kind}, got {text!r}" if text else f"{key} needs a value"
+    if errors:
+        return None, errors
+    try:
+        settings = LoaderSettings.from_mapping(data)
+    except SettingsError as exc:
+        # from_mapping reports the first problem; problems() names every field that has one
+        probe = LoaderSettings(**data)
+        problems = probe.problems()
+        if problems:
+            return None, {key: msg for key, msg in problems}
+        return None, {_key_in(str(exc)): str(exc)}
+    return settings, {}
+
+
+def _key_in(message: str) -> str:
+    for key in SETTING_KEYS:
+        if key in message:
+            return key
+    return "batch_size"
+
+
+def apply_change(settings: LoaderSettings, change: dict[str, Any]) -> LoaderSettings:
+    """``settings`` with a finding's ``settings_change`` applied, validated like a config file.
+
+    Raises :class:`SettingsError` when the result is something torch would reject."""
+    merged = dataclasses.asdict(settings)
+    merged.update(change)
+    return LoaderSettings.from_mapping(merged, where="fix")
+
+
+def settings_line(settings: LoaderSettings) -> str:
+    """A compact one-line rendering of the chosen settings."""
+    s = settings
+    parts = [f"batch_size={s.batch_size}", f"num_workers={s.num_workers}"]
+    if s.num_workers:
+        parts.append(f"prefetch_factor={s.effective_prefetch_factor}")
+        parts.append(f"persistent_workers={s.persistent_workers}")
+    parts.append(f"pin_memory={s.pin_memory}")
+    if s.shuffle:
+        parts.append("shuffle=True")
+    if s.drop_last:
+        parts.append("drop_last=True")
+    if s.timeout:
+        parts.append(f"timeout={s.timeout:g}")
+    if s.multiprocessing_context:
+        parts.append(f"multiprocessing_context={s.multiprocessing_context!r}")
+    return ", ".join(parts)
+
+
+def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
+    changes = [f"{k}: {getattr(old, k)!r} -> {getattr(new, k)!r}" for k in SETTING_KEYS
+               if getattr(old, k) != getattr(new, k)]
+    return "; ".join(changes) or "no change"
+
+
+# ---- probe results ----------------------------------------------------------------------
+
+RESULT_COLUMNS = ("workers", "prefetch", "persist", "pin", "batches/s", "samples/s", "starved",
+                  "wait p95", "1st batch", "worker PSS", "status")
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def result_row(r: ConfigResult) -> tuple[str, ...]:
+    s = r.settings
+    status = r.status if r.ok else f"{r.status}: {r.error or ''}".strip().rstrip(":")
+    return (
+        str(s.num_workers),
+        str(s.effective_prefetch_factor) if s.num_workers else "-",
+        "yes" if s.persistent_workers else "no",
+        "yes" if s.pin_memory else "no",
+        _num(r.batches_per_s, ".1f"),
+        _num(r.samples_per_s, ",.0f"),
+        "-" if r.starvation_pct is None else f"{r.starvation_pct:.0f}%",
+        "-" if r.wait.p95_ms is None else f"{r.wait.p95_ms:.1f} ms",
+        "-" if r.first_batch_s is None else f"{r.first_batch_s:.2f} s",
+        "-" if r.worker_pss_bytes is None else fmt_bytes(r.worker_pss_bytes),
+        status,
+    )
+
+
+@dataclass
+class ChartSeries:
+    """Best measured throughput and its starvation at each num_workers, in order."""
+
+    workers: list[int] = field(default_factory=list)
+    batches_per_s: list[float] = field(default_factory=list)
+    starvation_pct: list[float] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)  # num_workers values with only failures
+
+
+def chart_series(results: Iterable[ConfigResult]) -> ChartSeries:
+    best: dict[int, ConfigResult] = {}
+    failed: set[int] = set()
+    for r in results:
+        n = r.settings.num_workers
+        if not r.ok or r.batches_per_s is None:
+            failed.add(n)
+            continue
+        if n not in best or r.batches_per_s > (best[n].batches_per_s or 0):
+            best[n] = r
+    out = ChartSeries()
+    for n in sorted(best):
+        out.workers.append(n)
+        out.batches_per_s.append(float(best[n].batches_per_s or 0.0))
+        out.starvation_pct.append(float(best[n].starvation_pct or 0.0) if best[n].starvation_pct is not None
+                                  else float("nan"))
+    out.failed = sorted(failed - set(best))
+    return out
+
+
+def report_summary(report: ProbeReport) -> list[str]:
+    """Lines saying how the probe ended and what it recommends."""
+    w = report.workload
+    lines = [
+        f"{w.name or 'workload'}: batch {w.batch_size}"
+        + (f" ({fmt_bytes(w.batch_bytes)})" if w.batch_bytes else "")
+        + f", step {w.step_ms:g} ms ({w.consumer}) on {report.device}",
+        f"{len(report.results)} configurations in {report.elapsed_s:.1f} s of {report.budget_s:g} s; "
+        f"stopped: {report.stopped or 'finished'}",
+    ]
+    best = report.best
+    if best is not None:
+        lines.append(f"best measured: {best.batches_per_s:.1f} batches/s with num_workers={best.settings.num_workers}"
+                     + (f", {best.starvation_pct:.0f}% starved" if best.starvation_pct is not None else ""))
+    if report.recommended is not None:
+        lines.append(f"recommended: {settings_line(report.recommended)}")
+        lines += [f"  {r}" for r in report.reasons]
+    elif report.results:
+        lines.append("no recommendation: no configuration was measured successfully")
+    return lines
+
+
+# ---- findings and trade-offs ------------------------------------------------------------
+
+SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "WARNING", "ok": "OK"}
+
+
+def finding_label(f: Any) -> str:
+    return f"{SEVERITY_LABEL.get(f.severity, f.severity.upper())}  {f.symptom}"
+
+
+def finding_detail(f: Any) -> list[tuple[str, str]]:
+    """(heading, text) blocks for one finding: symptom, evidence, cause, fix, threshold."""
+    out = [("Symptom", f"[{SEVERITY_LABEL.get(f.severity, f.severity)}] {f.symptom}  ({f.rule_id})")]
+    if f.evidence:
+        out.append(("Evidence on this machine", "\n".join(f"- {e}" for e in f.evidence)))
+    if f.cause:
+        out.append(("Cause", f.cause))
+    if f.fix:
+        out.append(("Fix", f.fix))
+    if f.settings_change:
+        out.append(("Applying the fix sets",
+                    ", ".join(f"{k}={v!r}" for k, v in f.settings_change.items())))
+    if f.threshold:
+        out.append(("Threshold", f.threshold))
+    return out
+
+
+def sort_findings(findings: Iterable[Any]) -> list[Any]:
+    return sorted(findings, key=lambda f: -f.rank)
+
+
+KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
+
+
+def describe(obj: Any, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """(field, text) for every non-empty field of a dataclass (or mapping), for rendering a
+    core object whose exact shape this module does not need to know."""
+    skip = set(skip)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        items = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+    elif isinstance(obj, dict):
+        items = list(obj.items())
+    else:
+        return [("", str(obj))]
+    out: list[tuple[str, str]] = []
+    for key, value in items:
+        if key in skip or value in (None, "", [], {}, ()):
+            continue
+        if isinstance(value, (list, tuple)):
+            text = "\n".join(f"- {_plain(v)}" for v in value)
+        elif isinstance(value, dict):
+            text = "\n".join(f"- {k}: {_plain(v)}" for k, v in value.items())
+        else:
+            text = _plain(value)
+        out.append((key.replace("_", " "), text))
+    return out
+
+
+def _plain(v: Any) -> str:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return "; ".join(f"{k}: {t}" for k, t in describe(v))
+    return str(v)

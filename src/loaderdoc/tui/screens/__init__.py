@@ -1,0 +1,1 @@
+"""Screens of the interactive app: the main tabbed screen and the modal dialogs."""

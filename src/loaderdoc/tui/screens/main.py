@@ -1,0 +1,49 @@
+"""The main screen: a status bar, one tab per view, and the footer with the key bindings."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+
+from loaderdoc.tui.widgets.diagnoses import DiagnosesPane
+from loaderdoc.tui.widgets.machine import MachinePane
+from loaderdoc.tui.widgets.probe import ProbePane
+from loaderdoc.tui.widgets.settings_editor import SettingsPane
+from loaderdoc.tui.widgets.status import StatusBar
+from loaderdoc.tui.widgets.tradeoffs import TradeoffsPane
+
+
+class MainScreen(Screen):
+    def compose(self) -> ComposeResult:
+        yield Header(icon="")
+        yield StatusBar(id="status")
+        with TabbedContent(initial="machine", id="tabs"):
+            with TabPane("1 Machine", id="machine"):
+                yield MachinePane(id="machine-pane")
+            with TabPane("2 Probe", id="probe"):
+                yield ProbePane(id="probe-pane")
+            with TabPane("3 Diagnoses", id="diagnoses"):
+                yield DiagnosesPane(id="diagnoses-pane")
+            with TabPane("4 Trade-offs", id="tradeoffs"):
+                yield TradeoffsPane(id="tradeoffs-pane")
+            with TabPane("5 Settings", id="settings"):
+                yield SettingsPane(id="settings-pane")
+        yield Footer()
+
+    @property
+    def probe_pane(self) -> ProbePane:
+        return self.query_one(ProbePane)
+
+    def on_mount(self) -> None:
+        self.refresh_state()
+
+    def refresh_state(self) -> None:
+        self.query_one(StatusBar).refresh_state()
+        for pane_type in (MachinePane, ProbePane, DiagnosesPane, TradeoffsPane, SettingsPane):
+            self.query_one(pane_type).refresh_state()
+        self.refresh_bindings()
+
+    def show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self.query_one(f"#{tab}-pane").focus_main()

@@ -1,0 +1,97 @@
+"""Diagnoses view: what this machine and the chosen settings show, the evidence, and the fix."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, OptionList, Static
+from textual.widgets.option_list import Option
+
+from loaderdoc.tui import model
+
+SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "ok": "bold green"}
+
+
+class DiagnosesPane(Vertical):
+    BINDINGS = [Binding("a", "apply_fix", "Apply fix")]
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="diagnoses-note", classes="pane-note")
+        with Horizontal():
+            yield OptionList(id="findings")
+            with Vertical(id="finding-side"):
+                with VerticalScroll(id="finding-scroll"):
+                    yield Static("", id="finding-detail")
+                yield Button("Apply fix (a)", id="apply-fix", variant="primary", compact=True, disabled=True)
+
+    def focus_main(self) -> None:
+        self.query_one(OptionList).focus()
+
+    def refresh_state(self) -> None:
+        app = self.app
+        note = self.query_one("#diagnoses-note", Static)
+        options = self.query_one(OptionList)
+        highlighted = options.highlighted
+        previous = options.get_option_at_index(highlighted).id if highlighted is not None and options.option_count else None
+        options.clear_options()
+        if app.facts is None:
+            note.update("Waiting for machine facts...")
+        elif app.findings_error:
+            note.update(Text(f"Diagnoses unavailable: {app.findings_error}", style="bold red"))
+        elif not app.findings:
+            note.update("No problems found for the chosen settings on this machine"
+                        + (" and the probe's measurements." if app.report else " (no probe yet)."))
+        else:
+            crit = sum(f.severity == "critical" for f in app.findings)
+            warn = sum(f.severity == "warning" for f in app.findings)
+            basis = "machine facts and the probe's measurements" if app.report else "machine facts (no probe yet)"
+            note.update(f"{crit} critical, {warn} warnings for the chosen settings, from {basis}.")
+        for i, f in enumerate(app.findings):
+            label = Text()
+            label.append(model.SEVERITY_LABEL.get(f.severity, f.severity.upper()), style=SEVERITY_STYLE.get(f.severity, ""))
+            label.append(f"  {f.symptom}")
+            options.add_option(Option(label, id=f"{f.rule_id}#{i}"))
+        if app.findings:
+            ids = [f"{f.rule_id}#{i}" for i, f in enumerate(app.findings)]
+            index = next((i for i, oid in enumerate(ids) if previous and oid.split("#")[0] == previous.split("#")[0]), 0)
+            options.highlighted = index
+        self._show_detail()
+
+    def _current(self):
+        options = self.query_one(OptionList)
+        idx = options.highlighted
+        findings = self.app.findings
+        return findings[idx] if idx is not None and 0 <= idx < len(findings) else None
+
+    def _show_detail(self) -> None:
+        f = self._current()
+        detail = self.query_one("#finding-detail", Static)
+        button = self.query_one("#apply-fix", Button)
+        if f is None:
+            detail.update("")
+            button.disabled = True
+            return
+        text = Text()
+        for heading, body in model.finding_detail(f):
+            text.append(f"{heading}\n", style="bold underline")
+            text.append(f"{body}\n\n")
+        detail.update(text)
+        button.disabled = not f.settings_change
+        button.label = "Apply fix (a)" if f.settings_change else "No settings change (fix is outside the loader)"
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        self._show_detail()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.action_apply_fix()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "apply-fix":
+            self.action_apply_fix()
+
+    def action_apply_fix(self) -> None:
+        f = self._current()
+        if f is not None:
+            self.app.apply_fix(f)

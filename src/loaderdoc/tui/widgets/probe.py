@@ -1,0 +1,132 @@
+"""Probe view: choose the workload, run the live probe, watch results arrive, stop it."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
+
+from loaderdoc.probe.result import ConfigResult
+from loaderdoc.tui import model
+from loaderdoc.tui.widgets.chart import SeriesPlot
+
+
+class ProbePane(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        app = self.app
+        w: model.Workload = app.workload
+        names, why_not = model.preset_names()
+        options = [(f"{name}: {desc}" if desc else name, name) for name, desc in names]
+        if app.dataset_arg:
+            options.insert(0, (f"your dataset: {app.dataset_arg}", model.DATASET_CHOICE))
+        value = model.DATASET_CHOICE if w.dataset else (w.preset if w.preset in dict(names) else Select.NULL)
+        with Horizontal(classes="form-row"):
+            yield Label("Workload", classes="form-label")
+            yield Select(options, value=value, allow_blank=not options, compact=True, id="workload",
+                         prompt="no workload available")
+            yield Button("Run (^r)", id="run", variant="primary", compact=True)
+            yield Button("Stop (Esc)", id="stop", variant="error", compact=True, disabled=True)
+        with Horizontal(classes="form-row"):
+            yield Label("batch size", classes="form-label")
+            yield Input(str(w.batch_size), id="batch_size", compact=True, classes="num")
+            yield Label("step ms", classes="form-label-short")
+            yield Input(f"{w.step_ms:g}", id="step_ms", compact=True, classes="num")
+            yield Label("budget s", classes="form-label-short")
+            yield Input(f"{w.budget_s:g}", id="budget_s", compact=True, classes="num")
+        yield Static(why_not or "", id="workload-error", classes="field-error")
+        with Horizontal(classes="form-row"):
+            yield ProgressBar(total=1.0, show_eta=False, id="progress")
+            yield Static("", id="progress-text")
+        with Horizontal(id="charts"):
+            yield SeriesPlot("throughput", "batches/s", id="chart-throughput")
+            yield SeriesPlot("starvation", "% of time waiting", percent=True, id="chart-starvation")
+        table = DataTable(id="results", cursor_type="row", zebra_stripes=True)
+        table.add_columns(*model.RESULT_COLUMNS)
+        yield table
+        yield Static("", id="probe-summary")
+        yield Button("Use recommendation", id="adopt", compact=True, disabled=True)
+
+    def focus_main(self) -> None:
+        self.query_one("#workload", Select).focus()
+
+    # ---- state -> widgets ------------------------------------------------------------------
+    def refresh_state(self) -> None:
+        app = self.app
+        running = app.probe_running
+        self.query_one("#run", Button).disabled = running
+        self.query_one("#stop", Button).disabled = not running or app.probe_state == "stopping"
+        for wid in ("#workload", "#batch_size", "#step_ms", "#budget_s"):
+            self.query_one(wid).disabled = running
+        self.show_progress()
+        results = app.report.results if app.report is not None else app.live_results
+        table = self.query_one("#results", DataTable)
+        if table.row_count != len(results):
+            table.clear()
+            for r in results:
+                table.add_row(*model.result_row(r))
+        self._redraw_chart(results)
+        summary = self.query_one("#probe-summary", Static)
+        adopt = self.query_one("#adopt", Button)
+        if app.probe_error:
+            summary.update(Text(f"Probe failed: {app.probe_error}", style="bold red"))
+        elif app.report is not None:
+            summary.update("\n".join(model.report_summary(app.report)))
+        elif not results and not running:
+            summary.update("No probe run yet: choose a workload and press ctrl+r. "
+                           "The probe runs real DataLoaders on this machine.")
+        else:
+            summary.update("")
+        adopt.disabled = not (app.report is not None and app.report.recommended is not None
+                              and app.recommendation is not None
+                              and app.recommendation.settings != app.settings)
+
+    def show_progress(self) -> None:
+        app = self.app
+        fraction, text = app.probe_progress
+        bar = self.query_one("#progress", ProgressBar)
+        bar.update(progress=max(0.0, min(1.0, fraction)))
+        state = {"idle": "idle", "running": "running", "stopping": "stopping",
+                 "done": "done", "cancelled": "cancelled", "failed": "failed"}[app.probe_state]
+        self.query_one("#progress-text", Static).update(f"{state}: {text}" if text else state)
+
+    def add_result(self, result: ConfigResult) -> None:
+        self.query_one("#results", DataTable).add_row(*model.result_row(result))
+        self._redraw_chart(self.app.live_results)
+
+    def _redraw_chart(self, results: list[ConfigResult]) -> None:
+        series = model.chart_series(results)
+        self.query_one("#chart-throughput", SeriesPlot).show(series)
+        self.query_one("#chart-starvation", SeriesPlot).show(series)
+
+    # ---- widgets -> state ------------------------------------------------------------------
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id != "workload" or event.value is Select.NULL:
+            return
+        w = self.app.workload
+        if event.value == model.DATASET_CHOICE:
+            w.dataset = self.app.dataset_arg
+        else:
+            w.preset, w.dataset = str(event.value), None
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        key = event.input.id
+        if key not in ("batch_size", "step_ms", "budget_s"):
+            return
+        value, error = model.parse_workload_field(key, event.value)
+        event.input.set_class(error is not None, "-invalid-value")
+        self.query_one("#workload-error", Static).update(
+            Text(f"{error} (the probe keeps the last valid value)", style="bold red") if error else "")
+        if error is None and getattr(self.app.workload, key) != value:
+            setattr(self.app.workload, key, value)
+            if key == "batch_size":
+                self.app.workload.batch_size_given = True
+                self.app.workload_changed()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "run":
+            self.app.action_run_probe()
+        elif event.button.id == "stop":
+            self.app.action_stop_probe()
+        elif event.button.id == "adopt":
+            self.app.adopt_recommendation()

@@ -1,0 +1,120 @@
+"""Settings editor: every DataLoader knob, validated by torch's rules as you type."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from loaderdoc.tui import model
+
+HINTS = {
+    "batch_size": "samples per batch (empty = None)",
+    "num_workers": "0 = load in the training process",
+    "prefetch_factor": "batches per worker (empty = torch's 2)",
+    "timeout": "seconds to wait for a batch (0 = forever)",
+    "multiprocessing_context": "how workers start",
+}
+
+
+class SettingsPane(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        yield Static("", id="settings-note", classes="pane-note")
+        values = model.settings_form_values(self.app.settings)
+        for key in model.SETTING_KEYS:
+            with Horizontal(classes="form-row setting-row", id=f"row-{key}"):
+                if key in model.BOOL_SETTINGS:
+                    yield Checkbox(key, values[key], id=f"set-{key}", compact=True)
+                elif key == "multiprocessing_context":
+                    yield Label(key, classes="setting-label")
+                    yield Select([(c, c) for c in model.CONTEXT_CHOICES], value=values[key], allow_blank=False,
+                                 compact=True, id=f"set-{key}")
+                else:
+                    yield Label(key, classes="setting-label")
+                    yield Input(values[key], id=f"set-{key}", compact=True, classes="num")
+                yield Static(HINTS.get(key, ""), id=f"msg-{key}", classes="setting-msg")
+        with Horizontal(classes="form-row"):
+            yield Button("Use recommendation", id="settings-adopt", compact=True)
+            yield Button("Export... (^e)", id="settings-export", variant="primary", compact=True)
+        yield Static("", id="settings-why")
+
+    def focus_main(self) -> None:
+        self.query_one("#set-num_workers", Input).focus()
+
+    # ---- state -> widgets ------------------------------------------------------------------
+    def refresh_state(self) -> None:
+        app = self.app
+        if app.settings != getattr(self, "_shown", None):
+            # the chosen settings changed elsewhere (a fix, the probe, the recommendation)
+            self._load(app.settings)
+            self._show_errors({})
+        note = self.query_one("#settings-note", Static)
+        note.update(Text.assemble(("Chosen settings", "bold"), f" ({app.settings_origin}). ",
+                                  "Edits apply as soon as they are valid."))
+        rec = app.recommendation
+        self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == app.settings
+        why = Text()
+        if rec is not None:
+            why.append("Why the recommendation chose its values\n", style="bold underline")
+            for key, reason in rec.reasons.items():
+                why.append(f"{key}: ", style="bold")
+                why.append(f"{reason}\n")
+        elif app.recommend_error:
+            why.append(f"No recommendation: {app.recommend_error}\n", style="italic")
+        self.query_one("#settings-why", Static).update(why)
+
+    def _load(self, settings) -> None:
+        self._shown = settings
+        values = model.settings_form_values(settings)
+        with self.prevent(Input.Changed, Checkbox.Changed, Select.Changed):
+            for key, value in values.items():
+                widget = self.query_one(f"#set-{key}")
+                widget.value = value
+
+    def _form_values(self) -> dict:
+        return {key: self.query_one(f"#set-{key}").value for key in model.SETTING_KEYS}
+
+    def _show_errors(self, errors: dict[str, str]) -> None:
+        for key in model.SETTING_KEYS:
+            widget = self.query_one(f"#set-{key}")
+            msg = self.query_one(f"#msg-{key}", Static)
+            widget.set_class(key in errors, "-invalid-value")
+            if key in errors:
+                msg.update(Text(errors[key], style="bold red"))
+                msg.add_class("-error")
+            else:
+                msg.update(HINTS.get(key, ""))
+                msg.remove_class("-error")
+
+    # ---- widgets -> state ------------------------------------------------------------------
+    def _edited(self) -> None:
+        settings, errors = model.parse_settings_form(self._form_values())
+        self._show_errors(errors)
+        if settings is not None:
+            self._shown = settings
+            self.app.set_settings(settings, "edited")
+        else:
+            note = self.query_one("#settings-note", Static)
+            note.update(Text.assemble(("Not applied: ", "bold red"),
+                                      f"fix the field marked below; the chosen settings stay "
+                                      f"{model.settings_line(self.app.settings)}"))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id and event.input.id.startswith("set-"):
+            event.stop()
+            self._edited()
+
+    def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
+        event.stop()
+        self._edited()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        self._edited()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "settings-adopt":
+            self.app.adopt_recommendation()
+        elif event.button.id == "settings-export":
+            self.app.action_export()

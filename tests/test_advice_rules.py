@@ -199,7 +199,7 @@ def test_open_files_counted_from_tensors_per_batch():
     ctx = TrainingContext(tensors_per_batch=65)  # detection: images + 64 target tensors
     f = one(evaluate(facts, s, context=ctx), "open-files-low")
     assert f.severity == CRITICAL
-    assert "8 workers x prefetch 4 x 65 tensors = 2080 file descriptors" == f.evidence[0]
+    assert f.evidence[0] == "8 workers x prefetch 4 x 65 tensors = 2080 file descriptors"
     assert "open-files-low" not in ids(evaluate(facts, s, context=TrainingContext(tensors_per_batch=2)))
 
 

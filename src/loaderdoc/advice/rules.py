@@ -297,8 +297,11 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
 
 @rule("cpu-quota-hidden", WARNING, "A cgroup CPU quota far below os.cpu_count()", "machine",
       f"cgroup quota below {QUOTA_HIDDEN_RATIO:.0%} of os.cpu_count(): torch sizes its thread pool and most "
-      "scripts size num_workers from the host count, which the quota does not change")
+      "scripts size num_workers from the host count, which the quota does not change (machine-level: with "
+      "a config, cpu-oversubscribed judges its num_workers instead)")
 def _cpu_quota_hidden(i: Inputs) -> Finding | None:
+    if i.settings is not None:
+        return None
     quota = i.facts.cpu.cgroup_quota.get()
     logical = i.facts.cpu.logical.get()
     if quota is None or logical is None or float(quota) >= QUOTA_HIDDEN_RATIO * float(logical):

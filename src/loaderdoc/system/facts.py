@@ -154,6 +154,7 @@ class GpuFacts:
     cuda_driver_version: Reading = field(default_factory=Reading)  # e.g. "13.0"
     visible_devices: Reading = field(default_factory=Reading)  # CUDA_VISIBLE_DEVICES as set
     devices: list[GpuDevice] = field(default_factory=list)  # only the visible ones
+    total_count: Reading = field(default_factory=Reading)  # GPUs NVML sees, before CUDA_VISIBLE_DEVICES
 
     @property
     def count(self) -> int:
@@ -175,10 +176,24 @@ class DistributedFacts:
     local_world_size: Reading = field(default_factory=Reading)
     rank: Reading = field(default_factory=Reading)
     local_rank: Reading = field(default_factory=Reading)
+    # SLURM_CPUS_PER_TASK: CPUs Slurm gave each task (None when not set)
+    cpus_per_task: Reading = field(default_factory=Reading)
 
     @property
     def ranks_on_this_node(self) -> int:
         return int(self.local_world_size.get(1) or 1)
+
+    @property
+    def ranks_sharing_budget(self) -> int:
+        """How many local ranks split this process's CPU budget.
+
+        Ranks started by torchrun share the affinity of the torchrun process, so the budget is
+        divided among them. Ranks that are Slurm tasks with ``--cpus-per-task`` each own their
+        CPUs already (that number is the per-rank share), so nothing is divided.
+        """
+        if self.launcher.get() == "slurm" and self.cpus_per_task.get():
+            return 1
+        return self.ranks_on_this_node
 
 
 @dataclass
@@ -205,8 +220,16 @@ class MachineFacts:
 
     @property
     def cpus_per_rank(self) -> float:
-        """The CPU budget each local rank (process feeding one GPU) can give its workers."""
-        return self.cpu.budget / max(1, self.distributed.ranks_on_this_node)
+        """The CPU budget each local rank (process feeding one GPU) can give its workers.
+
+        The effective CPU budget, capped by ``SLURM_CPUS_PER_TASK`` when set, divided by the
+        local ranks that share it (see :attr:`DistributedFacts.ranks_sharing_budget`).
+        """
+        budget = self.cpu.budget
+        per_task = self.distributed.cpus_per_task.get()
+        if per_task:
+            budget = min(budget, float(per_task))
+        return budget / max(1, self.distributed.ranks_sharing_budget)
 
     @property
     def usable_gpus(self) -> int:

@@ -33,7 +33,8 @@ SPIKE_RATIO = 3.0  # p95 wait at least 3x the median wait ...
 PERSISTENT_SHARE = 0.10  # worker start-up >= 10% of an epoch
 H2D_MIN_SAVING = 0.3  # pinned copies at least 30% faster ...
 NO_WORKERS_MARGIN = 0.95  # 0 workers reaches >= 95% of the best throughput with workers
-QUOTA_HIDDEN_RATIO = 0.5  # cgroup quota below half of os.cpu_count()
+QUOTA_HIDDEN_RATIO = 0.5
+BN_SMALL_BATCH = 8  # cgroup quota below half of os.cpu_count()
 
 SHM_ERROR_MARKERS = ("shared memory", "bus error", "no space left on device", "shm")
 NOFILE_ERROR_MARKERS = ("too many open files", "received 0 items of ancdata")
@@ -131,6 +132,10 @@ def describe(s: LoaderSettings) -> str:
         parts.append(f"persistent_workers={s.persistent_workers}")
     parts.append(f"pin_memory={s.pin_memory}")
     return ", ".join(parts)
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker" + ("" if n == 1 else "s")
 
 
 def fewer_workers(n: int) -> dict[str, Any]:
@@ -286,7 +291,7 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
         cause += " The cgroup quota throttles the container when it is exceeded; os.cpu_count() does not see it."
     return get_rule("cpu-oversubscribed").finding(
         WARNING,
-        f"{n} workers per rank on {fmt_num(per_rank)} CPUs: the loader is oversubscribed",
+        f"{n} workers{' per rank' if i.ranks > 1 else ''} on {fmt_num(per_rank)} CPUs: the loader is oversubscribed",
         evidence,
         cause,
         f"Use at most {target} worker{'s' if target != 1 else ''} per rank (one CPU left for the training "
@@ -495,7 +500,8 @@ def _cuda_without_driver(i: Inputs) -> Finding | None:
     if i.context.device != "cuda" or i.facts.gpu.count > 0:
         return None
     t = i.facts.torch
-    evidence = [f"NVML: {i.facts.gpu.nvml.unknown or 'no GPUs listed'}"]
+    evidence = ["context: device = 'cuda'", f"NVIDIA GPUs visible: {i.facts.gpu.count}",
+                f"NVML: {i.facts.gpu.nvml.unknown or 'no GPUs listed'}"]
     if t.cuda_build.known:
         evidence.append(f"torch build: CUDA {t.cuda_build.value}" if t.cuda_build.value else "torch build: CPU-only")
     return get_rule("cuda-torch-without-driver").finding(
@@ -582,7 +588,7 @@ def _data_starved(i: Inputs) -> Finding | None:
         severity,
         f"The {who} sits idle {mine.starvation_pct:.0f}% of the time waiting for batches",
         evidence,
-        f"With {mine.settings.num_workers} worker(s) the loader produces batches more slowly than the step "
+        f"With {_workers(mine.settings.num_workers)} the loader produces batches more slowly than the step "
         "consumes them; the probe measured a configuration that keeps up better.",
         f"Switch to {describe(best.settings)} (measured on this machine).",
         change,
@@ -735,13 +741,13 @@ def _workers_only_ipc(i: Inputs) -> Finding | None:
     evidence = [f"{describe(z.settings)}: {z.batches_per_s:.1f} batches/s, waited {z.starvation_pct:.0f}%",
                 f"best with workers, {describe(w.settings)}: {w.batches_per_s:.1f} batches/s"]
     if w.worker_pss_bytes:
-        evidence.append(f"those {w.settings.num_workers} workers held {fmt_bytes(w.worker_pss_bytes)} (PSS)")
+        evidence.append(f"{_workers(w.settings.num_workers)} held {fmt_bytes(w.worker_pss_bytes)} (PSS)")
     change = dict(ZERO_WORKERS)
     if z.settings.pin_memory != i.settings.pin_memory:
         change["pin_memory"] = z.settings.pin_memory
     return get_rule("workers-only-add-ipc").finding(
         WARNING,
-        f"{i.settings.num_workers} workers give no speed-up: loading in the main process is as fast",
+        f"{_workers(i.settings.num_workers)} give no speed-up: loading in the main process is as fast",
         evidence,
         "Fetching a sample is cheaper than sending it between processes (pickling, shared memory, queues); "
         "typical for tensors already in RAM with light transforms.",
@@ -902,9 +908,11 @@ def _worker_crashed(i: Inputs) -> Finding | None:
 # =====================================================================================
 # Training context: BatchNorm, DDP, cuDNN
 # =====================================================================================
-@rule("drop-last-batchnorm", WARNING, "drop_last=False with BatchNorm and an incomplete last batch", "context",
-      "the model uses BatchNorm and the dataset length (per rank under DDP, as DistributedSampler pads it) "
-      "leaves a last batch smaller than batch_size; 1 sample is the case BatchNorm rejects in training")
+@rule("drop-last-batchnorm", WARNING, "drop_last=False with BatchNorm and a tiny last batch", "context",
+      f"the model uses BatchNorm and the dataset length (per rank under DDP, as DistributedSampler splits "
+      f"it) leaves a last batch of 1 to {BN_SMALL_BATCH - 1} samples: BatchNorm's batch statistics degrade "
+      "sharply below 8 samples (Wu & He, Group Normalization, 2018), and a single sample is what "
+      "BatchNorm1d rejects in training")
 def _drop_last_batchnorm(i: Inputs) -> Finding | None:
     s, c = i.settings, i.context
     if s is None or s.drop_last or c.uses_batchnorm is not True or not s.batch_size:
@@ -915,23 +923,27 @@ def _drop_last_batchnorm(i: Inputs) -> Finding | None:
     evidence = [f"dataset: {n} samples, batch_size {s.batch_size}"]
     per_rank = n
     ws = i.world_size if c.distributed else None
-    if ws and ws > 1:
+    ddp = bool(ws and ws > 1)
+    if ddp:
         per_rank = math.ceil(n / ws)
         evidence.append(f"DDP: {ws} ranks, DistributedSampler gives each ceil({n} / {ws}) = {per_rank} samples")
     last = per_rank % s.batch_size
-    if last == 0:
+    if last == 0 or last >= BN_SMALL_BATCH:
         return None
-    evidence.append(f"last batch per epoch: {last} sample{'s' if last != 1 else ''}")
-    symptom = (f"Every epoch ends with a {last}-sample batch: BatchNorm raises 'Expected more than 1 value per "
-               "channel when training' when a channel sees one value" if last == 1 else
-               f"Every epoch ends with a {last}-sample batch (of {s.batch_size}): BatchNorm statistics from it "
-               "are noisy and update the running averages")
+    plural = "s" if last != 1 else ""
+    evidence.append(f"last batch of every epoch{' on each rank' if ddp else ''}: {last} sample{plural}")
+    if last == 1:
+        symptom = ("Every epoch ends with a 1-sample batch: BatchNorm1d raises 'Expected more than 1 value per "
+                   "channel when training', other BatchNorm layers normalise that sample by itself")
+    else:
+        symptom = (f"Every epoch ends with a {last}-sample batch: BatchNorm's statistics from it are noisy and "
+                   "leak into the running averages")
     return get_rule("drop-last-batchnorm").finding(
         WARNING, symptom, evidence,
-        "BatchNorm normalises with the statistics of the current batch"
-        + (" on each rank" if ws and ws > 1 else "") + "; a tiny last batch gives poor estimates.",
-        f"Set drop_last=True (drops {last} sample{'s' if last != 1 else ''} per epoch"
-        + (" per rank" if ws and ws > 1 else "") + ", a different subset each epoch when shuffling).",
+        "In training, BatchNorm normalises with the mean and variance of the current batch"
+        + (" on each rank" if ddp else "") + f"; {last} sample{plural} give a poor estimate.",
+        f"Set drop_last=True (skips {last} sample{plural} per epoch" + (" per rank" if ddp else "")
+        + ", a different subset each epoch when shuffling).",
         {"drop_last": True},
     )
 

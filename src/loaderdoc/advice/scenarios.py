@@ -1,0 +1,444 @@
+"""Recorded scenarios: a machine, a config, probe measurements and training context, and the rules
+that must fire for them (an empty set for a healthy scenario).
+
+The same list drives the scenario tests (``tests/test_advice_scenarios.py``) and the rule x
+scenario matrix in ``docs/diagnoses.md`` (``python -m loaderdoc.advice.matrix``), so the published
+matrix is what the tests assert. Machines are the recorded fixtures shipped in
+``loaderdoc/system/machines``; a scenario may override a few facts (``machine_overrides``, dotted
+paths to readings, e.g. ``{"distributed.local_world_size": 8}``), which the matrix lists.
+Probe measurements are written out here as the probe would record them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderdoc.advice.findings import Finding
+from loaderdoc.advice.rules import TrainingContext, evaluate
+from loaderdoc.advice.units import MiB
+from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.facts import MachineFacts, Reading
+from loaderdoc.system.fixtures import load_machine
+
+IMAGE_U8 = 3 * 224 * 224  # one 224x224 RGB sample, uint8
+IMAGE_F32 = IMAGE_U8 * 4
+CIFAR_U8 = 3 * 32 * 32
+MNIST_F32 = 28 * 28 * 4
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    machine: str  # a recorded machine fixture
+    settings: LoaderSettings | None = None
+    batch_bytes: int | None = None
+    probe: ProbeReport | None = None
+    context: TrainingContext | None = None
+    machine_overrides: dict[str, Any] = field(default_factory=dict)
+    expect: frozenset[str] = frozenset()  # exactly the rules that must fire; empty = healthy
+
+    @property
+    def healthy(self) -> bool:
+        return not self.expect
+
+    def facts(self) -> MachineFacts:
+        facts = load_machine(self.machine)
+        for path, value in self.machine_overrides.items():
+            *parents, leaf = path.split(".")
+            obj: Any = facts
+            for p in parents:
+                obj = getattr(obj, p)
+            setattr(obj, leaf, Reading.of(value, "scenario override"))
+        return facts
+
+    def run(self) -> list[Finding]:
+        return evaluate(self.facts(), self.settings, batch_bytes=self.batch_bytes, probe=self.probe,
+                        context=self.context)
+
+    def inputs_summary(self) -> str:
+        """One line saying what the rules were given, for the matrix legend."""
+        parts = []
+        if self.settings is None:
+            parts.append("no config")
+        else:
+            kw = self.settings.as_kwargs()
+            keys = ("batch_size", "num_workers", "prefetch_factor", "pin_memory", "persistent_workers",
+                    "drop_last", "shuffle")
+            parts.append(", ".join(f"{k}={kw[k]}" for k in keys if k in kw))
+        if self.batch_bytes:
+            parts.append(f"batch {self.batch_bytes / MiB:.1f} MiB")
+        if self.probe is not None:
+            parts.append(f"probe ({len(self.probe.results)} configs, {self.probe.device})")
+        if self.context is not None:
+            set_fields = {k: v for k, v in self.context.to_dict().items() if v is not None}
+            parts.append("context " + ", ".join(f"{k}={v}" for k, v in set_fields.items()))
+        if self.machine_overrides:
+            parts.append("machine " + ", ".join(f"{k}={v}" for k, v in self.machine_overrides.items()))
+        return "; ".join(parts)
+
+
+def measured(num_workers: int, *, bps: float | None = None, starved: float | None = None,
+             prefetch: int | None = None, pin: bool = False, persistent: bool | None = None,
+             p50: float | None = None, p95: float | None = None, pss_mib: float | None = None,
+             uss_mib: float | None = None, first_batch_s: float | None = None,
+             restart_s: float | None = None, cpu_pct: float | None = None,
+             h2d: tuple[float, float] | None = None, status: str = "ok", error: str | None = None,
+             traceback: str | None = None, batch_size: int = 64) -> ConfigResult:
+    """A probe measurement as the runner would record it (unmeasured fields stay None)."""
+    if persistent is None:
+        persistent = num_workers > 0
+    settings = LoaderSettings(batch_size=batch_size, num_workers=num_workers, pin_memory=pin,
+                              prefetch_factor=prefetch if num_workers else None,
+                              persistent_workers=persistent if num_workers else False)
+    return ConfigResult(
+        settings=settings, status=status, error=error, traceback=traceback,
+        batches=200 if status == "ok" else 0, batches_per_s=bps,
+        samples_per_s=bps * batch_size if bps else None,
+        wait=WaitStats(p50_ms=p50, p95_ms=p95), starvation_pct=starved,
+        first_batch_s=first_batch_s, epoch_restart_s=restart_s,
+        worker_pss_bytes=int(pss_mib * MiB) if pss_mib is not None else None,
+        worker_uss_bytes=int(uss_mib * MiB) if uss_mib is not None else None,
+        cpu_util_pct=cpu_pct,
+        h2d_pageable_ms=h2d[0] if h2d else None, h2d_pinned_ms=h2d[1] if h2d else None,
+    )
+
+
+def report(results: list[ConfigResult], *, batch_size: int = 64, batch_bytes: int | None = None,
+           step_ms: float = 50.0, device: str = "cpu", dataset_len: int | None = 10_000,
+           name: str = "scenario") -> ProbeReport:
+    return ProbeReport(
+        workload=WorkloadInfo(name=name, batch_size=batch_size, batch_bytes=batch_bytes, step_ms=step_ms,
+                              dataset_len=dataset_len,
+                              consumer="cuda-kernel" if device.startswith("cuda") else "cpu-sleep"),
+        results=results, device=device,
+    )
+
+
+TORCHRUN_8 = {"distributed.launcher": "torchrun", "distributed.world_size": 8, "distributed.local_world_size": 8}
+GOOD_DDP = TrainingContext(device="cuda", uses_batchnorm=True, distributed=True, uses_distributed_sampler=True,
+                           calls_set_epoch=True, fixed_input_size=True, uses_convolutions=True,
+                           cudnn_benchmark=True, dataset_len=1_281_167, tensors_per_batch=2)
+H100_BATCH = 256 * IMAGE_U8  # 36.8 MiB per rank-batch of uint8 224px images
+
+
+def _scenarios() -> list[Scenario]:
+    s: list[Scenario] = []
+
+    # ---- healthy: nothing may fire ------------------------------------------------------------
+    s.append(Scenario(
+        "healthy-h100-ddp",
+        "8x H100 under torchrun: 8 workers per rank, pinned, persistent, drop_last with BatchNorm, "
+        "DistributedSampler; the probe shows the GPU fed",
+        "h100x8-node",
+        LoaderSettings(batch_size=256, num_workers=8, pin_memory=True, persistent_workers=True,
+                       prefetch_factor=2, drop_last=True),
+        batch_bytes=H100_BATCH,
+        probe=report([
+            measured(4, bps=9.1, starved=27, prefetch=2, pin=True, p50=9.0, p95=31, pss_mib=410, cpu_pct=9,
+                     h2d=(14.2, 3.1), batch_size=256),
+            measured(8, bps=12.4, starved=1.5, prefetch=2, pin=True, p50=0.1, p95=1.2, pss_mib=820, cpu_pct=17,
+                     h2d=(14.0, 3.0), first_batch_s=2.1, batch_size=256),
+            measured(12, bps=12.5, starved=0.9, prefetch=2, pin=True, p50=0.1, p95=0.9, pss_mib=1230,
+                     cpu_pct=24, h2d=(14.1, 3.0), batch_size=256),
+        ], batch_size=256, batch_bytes=H100_BATCH, step_ms=80, device="cuda:0", dataset_len=1_281_167),
+        context=GOOD_DDP,
+        machine_overrides=TORCHRUN_8,
+    ))
+    s.append(Scenario(
+        "healthy-ci-one-worker",
+        "2-core CI box: 1 worker, no pin_memory, CIFAR-sized batches",
+        "ci-2core",
+        LoaderSettings(batch_size=128, num_workers=1),
+        batch_bytes=128 * CIFAR_U8,
+    ))
+    s.append(Scenario(
+        "healthy-ci-no-config",
+        "2-core CI box, machine-level check only",
+        "ci-2core",
+    ))
+    s.append(Scenario(
+        "healthy-laptop",
+        "RTX 3050 laptop: 4 workers on 4 physical cores, pinned, float32 224px batches of 32; probe fed",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True),
+        batch_bytes=32 * IMAGE_F32,
+        probe=report([
+            measured(2, bps=14.0, starved=31, pin=True, p50=8, p95=20, pss_mib=300, batch_size=32),
+            measured(4, bps=19.6, starved=2, pin=True, p50=0.2, p95=3, pss_mib=600, first_batch_s=0.9,
+                     restart_s=0.9, h2d=(6.0, 2.5), batch_size=32),
+        ], batch_size=32, batch_bytes=32 * IMAGE_F32, step_ms=50, device="cuda:0", dataset_len=50_000),
+        context=TrainingContext(device="cuda", fixed_input_size=True, uses_convolutions=True, cudnn_benchmark=True),
+    ))
+    s.append(Scenario(
+        "healthy-docker-small-batches",
+        "Docker's 64 MiB /dev/shm is enough for MNIST-sized batches: 4 workers x 2 x 196 KiB",
+        "docker-64m-shm",
+        LoaderSettings(batch_size=64, num_workers=4),
+        batch_bytes=64 * MNIST_F32,
+    ))
+    s.append(Scenario(
+        "healthy-k8s-within-quota",
+        "4-CPU pod: 3 workers, small batches that fit its 64 MiB /dev/shm",
+        "k8s-4cpu-quota",
+        LoaderSettings(batch_size=64, num_workers=3),
+        batch_bytes=64 * CIFAR_U8,
+    ))
+
+    # ---- one scenario (at least) per rule --------------------------------------------------
+    s.append(Scenario(
+        "rejected-worker-settings",
+        "prefetch_factor and persistent_workers with num_workers=0 (a settings object built in code)",
+        "ci-2core",
+        LoaderSettings(batch_size=32, num_workers=0, prefetch_factor=2, persistent_workers=True),
+        expect=frozenset({"settings-rejected"}),
+    ))
+    s.append(Scenario(
+        "pod-8-workers-on-4-cpus",
+        "8 workers in a pod whose cgroup quota is 4 CPUs (os.cpu_count() says 64)",
+        "k8s-4cpu-quota",
+        LoaderSettings(batch_size=64, num_workers=8),
+        batch_bytes=64 * CIFAR_U8,
+        expect=frozenset({"cpu-oversubscribed"}),
+    ))
+    s.append(Scenario(
+        "torchrun-32-workers-per-rank",
+        "H100 node, 8 ranks: 32 workers each is 256 processes on 224 CPUs",
+        "h100x8-node",
+        LoaderSettings(batch_size=256, num_workers=32, pin_memory=True, persistent_workers=True),
+        batch_bytes=H100_BATCH,
+        machine_overrides=TORCHRUN_8,
+        expect=frozenset({"cpu-oversubscribed"}),
+    ))
+    s.append(Scenario(
+        "pod-no-config",
+        "the 4-CPU pod, machine-level check only: quota hidden from os.cpu_count(), 64 MiB /dev/shm",
+        "k8s-4cpu-quota",
+        expect=frozenset({"cpu-quota-hidden", "shm-too-small"}),
+    ))
+    s.append(Scenario(
+        "docker-shm-456m-in-64m",
+        "6 workers x prefetch 4 x 19 MiB batches in Docker's 64 MiB /dev/shm",
+        "docker-64m-shm",
+        LoaderSettings(batch_size=64, num_workers=6, prefetch_factor=4),
+        batch_bytes=19 * MiB,
+        expect=frozenset({"shm-too-small"}),
+    ))
+    s.append(Scenario(
+        "docker-probe-bus-error",
+        "the probe's 4-worker run died: 'unable to allocate shared memory ... No space left on device'",
+        "docker-64m-shm",
+        LoaderSettings(batch_size=64, num_workers=4),
+        probe=report([
+            measured(0, bps=3.1, starved=58),
+            measured(4, status="failed",
+                     error="RuntimeError: unable to allocate shared memory(shm) for file </torch_812_3390_0>: "
+                           "No space left on device (28)"),
+        ], batch_bytes=64 * IMAGE_F32, name="image"),
+        expect=frozenset({"shm-too-small"}),
+    ))
+    s.append(Scenario(
+        "ci-pin-memory",
+        "pin_memory=True on the CPU-only CI box",
+        "ci-2core",
+        LoaderSettings(batch_size=128, num_workers=1, pin_memory=True),
+        batch_bytes=128 * CIFAR_U8,
+        expect=frozenset({"pin-memory-without-gpu"}),
+    ))
+    s.append(Scenario(
+        "h100-cpu-only-torch",
+        "8 H100s visible, but a CPU-only torch wheel is installed",
+        "h100x8-node",
+        machine_overrides={"torch.cuda_build": None, "torch.version": "2.8.0+cpu"},
+        expect=frozenset({"gpu-without-cuda-torch"}),
+    ))
+    s.append(Scenario(
+        "cuda-training-on-ci",
+        "the training script says device='cuda' on the CI box without an NVIDIA driver",
+        "ci-2core",
+        LoaderSettings(batch_size=128, num_workers=1),
+        context=TrainingContext(device="cuda"),
+        expect=frozenset({"cuda-torch-without-driver"}),
+    ))
+    s.append(Scenario(
+        "laptop-pageable-copies",
+        "pin_memory=False on the laptop; the probe measured pageable copies 3x slower than pinned",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, persistent_workers=True),
+        batch_bytes=32 * IMAGE_F32,
+        probe=report([
+            measured(4, bps=17.0, starved=4, p50=0.3, p95=4, h2d=(12.4, 4.1), batch_size=32),
+            measured(4, bps=19.1, starved=3, pin=True, p50=0.3, p95=4, h2d=(12.5, 4.0), batch_size=32),
+        ], batch_size=32, batch_bytes=32 * IMAGE_F32, step_ms=40, device="cuda:0"),
+        expect=frozenset({"pin-memory-off-slow-copy"}),
+    ))
+    s.append(Scenario(
+        "h100-two-workers-starving",
+        "2 workers per GPU on the H100 node: the GPU waits 62% of the time; 8 workers feed it",
+        "h100x8-node",
+        LoaderSettings(batch_size=256, num_workers=2, pin_memory=True, persistent_workers=True),
+        batch_bytes=H100_BATCH,
+        probe=report([
+            measured(2, bps=4.8, starved=62, pin=True, p50=120, p95=150, batch_size=256),
+            measured(4, bps=9.1, starved=27, pin=True, p50=9.0, p95=31, batch_size=256),
+            measured(8, bps=12.4, starved=1.5, pin=True, p50=0.1, p95=1.2, batch_size=256),
+        ], batch_size=256, batch_bytes=H100_BATCH, step_ms=80, device="cuda:0"),
+        expect=frozenset({"data-starved"}),
+    ))
+    s.append(Scenario(
+        "ci-cpu-step-starved",
+        "CPU training on the CI box with num_workers=0: the step waits 45% of the time; 1 worker feeds it",
+        "ci-2core",
+        LoaderSettings(batch_size=128, num_workers=0),
+        batch_bytes=128 * CIFAR_U8,
+        probe=report([
+            measured(0, bps=11.0, starved=45, p50=40, p95=48, batch_size=128),
+            measured(1, bps=18.2, starved=9, p50=0.5, p95=9, batch_size=128),
+        ], batch_size=128, batch_bytes=128 * CIFAR_U8, step_ms=50),
+        expect=frozenset({"data-starved"}),
+    ))
+    s.append(Scenario(
+        "laptop-transform-bound",
+        "heavy CPU augmentations on the laptop: 4 workers is the best and the GPU still waits 40%",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True),
+        batch_bytes=32 * IMAGE_F32,
+        probe=report([
+            measured(2, bps=7.5, starved=62, pin=True, p50=75, p95=90, cpu_pct=30, batch_size=32),
+            measured(4, bps=12.0, starved=40, pin=True, p50=32, p95=45, cpu_pct=62, batch_size=32),
+            measured(6, bps=11.8, starved=41, pin=True, p50=33, p95=47, cpu_pct=96, batch_size=32),
+        ], batch_size=32, batch_bytes=32 * IMAGE_F32, step_ms=50, device="cuda:0"),
+        expect=frozenset({"transform-bound"}),
+    ))
+    s.append(Scenario(
+        "h100-network-stalls",
+        "data read over the network: most batches are ready, 1 in 20 waits ~120 ms",
+        "h100x8-node",
+        LoaderSettings(batch_size=256, num_workers=8, pin_memory=True, persistent_workers=True),
+        batch_bytes=H100_BATCH,
+        probe=report([
+            measured(8, bps=11.1, starved=9, pin=True, p50=0.4, p95=118, batch_size=256),
+        ], batch_size=256, batch_bytes=H100_BATCH, step_ms=80, device="cuda:0"),
+        expect=frozenset({"spiky-batches"}),
+    ))
+    s.append(Scenario(
+        "laptop-short-epochs-restart",
+        "a 2,000-sample dataset: each 2.5 s epoch starts with 1.2 s of worker start-up",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True),
+        batch_bytes=32 * IMAGE_F32,
+        probe=report([
+            measured(4, bps=25.0, starved=3, pin=True, persistent=False, p50=0.2, p95=3, first_batch_s=1.2,
+                     restart_s=1.2, batch_size=32),
+        ], batch_size=32, batch_bytes=32 * IMAGE_F32, step_ms=35, device="cuda:0", dataset_len=2_000),
+        expect=frozenset({"persistent-workers-off"}),
+    ))
+    s.append(Scenario(
+        "ci-in-memory-tensors",
+        "a TensorDataset already in RAM: the main process alone is faster than a worker",
+        "ci-2core",
+        LoaderSettings(batch_size=256, num_workers=1, persistent_workers=True),
+        batch_bytes=256 * 64 * 4,
+        probe=report([
+            measured(0, bps=480.0, starved=1.0, p50=0.0, p95=0.1, batch_size=256),
+            measured(1, bps=410.0, starved=15.0, pss_mib=95, p50=0.3, p95=0.6, batch_size=256),
+        ], batch_size=256, batch_bytes=256 * 64 * 4, step_ms=2),
+        expect=frozenset({"workers-only-add-ipc"}),
+    ))
+    s.append(Scenario(
+        "pod-workers-copy-dataset",
+        "a dataset of Python objects: each worker's memory grows to ~4.5 GiB in a 16 GiB pod",
+        "k8s-4cpu-quota",
+        LoaderSettings(batch_size=64, num_workers=3, persistent_workers=True),
+        batch_bytes=64 * CIFAR_U8,
+        probe=report([
+            measured(1, bps=20, starved=30, pss_mib=4600, uss_mib=4300, batch_size=64),
+            measured(2, bps=36, starved=5, pss_mib=9200, uss_mib=8600, batch_size=64),
+        ], batch_bytes=64 * CIFAR_U8, step_ms=25),
+        expect=frozenset({"ram-pressure"}),
+    ))
+    s.append(Scenario(
+        "laptop-detection-fd-limit",
+        "detection targets as one tensor per image: 8 workers x 4 batches x 65 tensors vs ulimit -n 1024",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=64, num_workers=8, prefetch_factor=4, pin_memory=True, persistent_workers=True),
+        batch_bytes=64 * IMAGE_U8,
+        context=TrainingContext(tensors_per_batch=65),
+        expect=frozenset({"open-files-low"}),
+    ))
+    s.append(Scenario(
+        "laptop-worker-keyerror",
+        "the dataset raises KeyError in a worker during the probe",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True),
+        probe=report([
+            measured(4, status="failed", pin=True, batch_size=32,
+                     error="KeyError: Caught KeyError in DataLoader worker process 2.",
+                     traceback="Traceback (most recent call last):\n  File \"data.py\", line 41, in __getitem__\n"
+                               "    label = self.labels[name]\nKeyError: 'n01440764_10026'\n"),
+        ], batch_size=32, device="cuda:0"),
+        expect=frozenset({"worker-crashed"}),
+    ))
+    s.append(Scenario(
+        "ddp-batchnorm-ragged-last-batch",
+        "ResNet with BatchNorm under DDP: 49,704 samples over 8 ranks leave a 5-sample last batch per rank",
+        "h100x8-node",
+        LoaderSettings(batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True),
+        batch_bytes=64 * IMAGE_U8,
+        context=TrainingContext(device="cuda", uses_batchnorm=True, distributed=True, uses_distributed_sampler=True,
+                                calls_set_epoch=True, dataset_len=49_704),
+        machine_overrides=TORCHRUN_8,
+        expect=frozenset({"drop-last-batchnorm"}),
+    ))
+    s.append(Scenario(
+        "ddp-without-sampler",
+        "DDP on 8 GPUs with shuffle=True and no DistributedSampler",
+        "h100x8-node",
+        LoaderSettings(batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True, shuffle=True),
+        batch_bytes=64 * IMAGE_U8,
+        context=TrainingContext(device="cuda", distributed=True, uses_distributed_sampler=False),
+        machine_overrides=TORCHRUN_8,
+        expect=frozenset({"distributed-sampler-missing"}),
+    ))
+    s.append(Scenario(
+        "ddp-sampler-and-shuffle",
+        "a DistributedSampler and shuffle=True on the DataLoader",
+        "h100x8-node",
+        LoaderSettings(batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True, shuffle=True),
+        batch_bytes=64 * IMAGE_U8,
+        context=TrainingContext(device="cuda", distributed=True, uses_distributed_sampler=True, calls_set_epoch=True),
+        machine_overrides=TORCHRUN_8,
+        expect=frozenset({"shuffle-with-sampler"}),
+    ))
+    s.append(Scenario(
+        "ddp-no-set-epoch",
+        "a DistributedSampler whose set_epoch() is never called",
+        "h100x8-node",
+        LoaderSettings(batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True),
+        batch_bytes=64 * IMAGE_U8,
+        context=TrainingContext(device="cuda", distributed=True, uses_distributed_sampler=True, calls_set_epoch=False),
+        machine_overrides=TORCHRUN_8,
+        expect=frozenset({"set-epoch-missing"}),
+    ))
+    s.append(Scenario(
+        "laptop-cnn-without-benchmark",
+        "a CNN on fixed 224x224 inputs with cudnn.benchmark left off",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True),
+        batch_bytes=32 * IMAGE_F32,
+        context=TrainingContext(device="cuda", fixed_input_size=True, uses_convolutions=True, cudnn_benchmark=False),
+        expect=frozenset({"cudnn-benchmark"}),
+    ))
+    return s
+
+
+SCENARIOS: list[Scenario] = _scenarios()
+
+
+def get_scenario(name: str) -> Scenario:
+    for sc in SCENARIOS:
+        if sc.name == name:
+            return sc
+    raise KeyError(f"no scenario {name!r}")

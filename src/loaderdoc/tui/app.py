@@ -92,7 +92,7 @@ class LoaderDocApp(App[int]):
         self.workload = workload or Workload()
         self.dataset_arg = self.workload.dataset  # --dataset, kept while a preset is chosen
         self.settings = settings or LoaderSettings(batch_size=self.workload.batch_size)
-        self.settings_origin = "torch defaults (machine facts not read yet)" if settings is None else "given"
+        self.settings_origin = "torch defaults: machine facts not read yet" if settings is None else "given"
         self._user_touched = settings is not None
         self.recommendation: Any = None
         self.recommend_error: str | None = None
@@ -201,11 +201,11 @@ class LoaderDocApp(App[int]):
             self.settings = self.recommendation.settings
             self.settings_origin = self._recommendation_origin()
         elif self.recommendation is None and not self._user_touched:
-            self.settings_origin = "torch defaults (no recommendation available)"
+            self.settings_origin = "torch defaults: no recommendation available"
 
     def _recommendation_origin(self) -> str:
         src = getattr(self.recommendation, "source", "facts")
-        return "recommended from the probe's measurements" if src == "probe" else "recommended from machine facts (no probe yet)"
+        return "recommended from the probe" if src == "probe" else "recommended from machine facts"
 
     def _sample_bytes(self) -> int | None:
         if self.workload.sample_bytes is not None:

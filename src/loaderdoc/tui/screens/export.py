@@ -39,11 +39,11 @@ class ExportScreen(ModalScreen[Path | None]):
             with Horizontal(id="previews"):
                 with Vertical(classes="preview"):
                     yield Label("TOML (.toml)", classes="preview-label")
-                    yield TextArea(self._render("toml"), read_only=True, show_line_numbers=False,
+                    yield TextArea(self._preview("toml"), read_only=True, show_line_numbers=False,
                                    soft_wrap=True, id="preview-toml")
                 with Vertical(classes="preview"):
                     yield Label("Python (.py)", classes="preview-label")
-                    yield TextArea(self._render("py"), read_only=True, show_line_numbers=False,
+                    yield TextArea(self._preview("py"), read_only=True, show_line_numbers=False,
                                    soft_wrap=True, id="preview-py")
             with Horizontal(classes="form-row"):
                 yield Label("Write to", classes="form-label")
@@ -59,7 +59,7 @@ class ExportScreen(ModalScreen[Path | None]):
     def on_mount(self) -> None:
         self.query_one("#export-path", Input).focus()
 
-    def _render(self, fmt: str) -> str:
+    def _preview(self, fmt: str) -> str:
         try:
             render = model.core("loaderdoc.export", "render")
             return render(self.settings, fmt, self.header)

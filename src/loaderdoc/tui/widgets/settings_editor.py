@@ -11,6 +11,10 @@ from loaderdoc.tui import model
 
 HINTS = {
     "batch_size": "samples per batch (empty = None)",
+    "shuffle": "reshuffle every epoch (training)",
+    "pin_memory": "page-locked batches: faster copies to a GPU",
+    "drop_last": "drop the last, incomplete batch",
+    "persistent_workers": "keep workers alive between epochs",
     "num_workers": "0 = load in the training process",
     "prefetch_factor": "batches per worker (empty = torch's 2)",
     "timeout": "seconds to wait for a batch (0 = forever)",
@@ -24,14 +28,13 @@ class SettingsPane(VerticalScroll):
         values = model.settings_form_values(self.app.settings)
         for key in model.SETTING_KEYS:
             with Horizontal(classes="form-row setting-row", id=f"row-{key}"):
+                yield Label(key, classes="setting-label")
                 if key in model.BOOL_SETTINGS:
-                    yield Checkbox(key, values[key], id=f"set-{key}", compact=True)
+                    yield Checkbox("", values[key], id=f"set-{key}", compact=True)
                 elif key == "multiprocessing_context":
-                    yield Label(key, classes="setting-label")
                     yield Select([(c, c) for c in model.CONTEXT_CHOICES], value=values[key], allow_blank=False,
                                  compact=True, id=f"set-{key}")
                 else:
-                    yield Label(key, classes="setting-label")
                     yield Input(values[key], id=f"set-{key}", compact=True, classes="num")
                 yield Static(HINTS.get(key, ""), id=f"msg-{key}", classes="setting-msg")
         with Horizontal(classes="form-row"):
@@ -50,8 +53,8 @@ class SettingsPane(VerticalScroll):
             self._load(app.settings)
             self._show_errors({})
         note = self.query_one("#settings-note", Static)
-        note.update(Text.assemble(("Chosen settings", "bold"), f" ({app.settings_origin}). ",
-                                  "Edits apply as soon as they are valid."))
+        note.update(Text.assemble(("Chosen settings", "bold"), f" [{app.settings_origin}]. ",
+                                  "Edits apply as soon as they are valid; space toggles a box."))
         rec = app.recommendation
         self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == app.settings
         why = Text()

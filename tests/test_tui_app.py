@@ -1,0 +1,445 @@
+"""Pilot tests of the interactive app: each screen's main action, probing, fixes, export.
+
+The machine is a recorded fixture (no live values). Probes are either a scripted stand-in for
+UI logic (its results are test data, not measurements) or, in test_real_probe_*, the real probe
+with a tiny budget.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import Checkbox, DataTable, Input, OptionList, Static, TabbedContent
+
+from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.fixtures import load_machine
+from loaderdoc.tui.app import make_app
+from loaderdoc.tui.model import Workload
+
+SIZE = (120, 40)
+
+
+def fixed_header(facts, recommendation=None, findings=()):
+    """An export header without a clock, so previews and snapshots are stable."""
+    return ["DataLoader settings by loaderdoc (test header)", f"for {facts.label}"]
+
+
+def scripted_results(batch_size: int = 32) -> list[ConfigResult]:
+    """Test data shaped like a probe's results (not measurements)."""
+    rows = [(0, 0, 9.0, 62.0, 48.0), (1, 2, 21.0, 18.0, 12.0), (2, 2, 24.0, 4.0, 3.0), (3, 2, 24.5, 2.0, 2.0)]
+    out = []
+    for workers, prefetch, bps, starved, p95 in rows:
+        out.append(ConfigResult(
+            settings=LoaderSettings(batch_size=batch_size, num_workers=workers,
+                                    prefetch_factor=prefetch or None, persistent_workers=workers > 0),
+            batches=40, duration_s=1.0, first_batch_s=0.05 * (workers + 1), batches_per_s=bps,
+            samples_per_s=bps * batch_size, wait=WaitStats(p50_ms=p95 / 2, p95_ms=p95, max_ms=p95 * 2),
+            starvation_pct=starved, worker_pss_bytes=workers * 90 * 2**20 or None,
+        ))
+    return out
+
+
+def scripted_probe(dataset=None, *, preset=None, collate_fn=None, batch_size=32, step_ms=20.0, budget_s=30.0,
+                   facts=None, on_result=None, on_progress=None, cancel=None, delay=0.0):
+    """Stands in for loaderdoc.probe.api.probe: same keywords, scripted results."""
+    results = []
+    for i, r in enumerate(scripted_results(batch_size)):
+        if cancel is not None and cancel.is_set():
+            break
+        time.sleep(delay)
+        results.append(r)
+        on_result(r)
+        on_progress((i + 1) / 4, f"num_workers={r.settings.num_workers}")
+    cancelled = cancel is not None and cancel.is_set()
+    best = results[2].settings if len(results) > 2 and not cancelled else None
+    return ProbeReport(
+        workload=WorkloadInfo(name=preset or "dataset", batch_size=batch_size, batch_bytes=batch_size * 150528,
+                              sample_bytes=150528, step_ms=step_ms),
+        results=results, recommended=best,
+        reasons=["num_workers: 2 is within 3% of the best measured (3)"] if best else [],
+        budget_s=budget_s, elapsed_s=1.5, stopped="cancelled" if cancelled else "not starved",
+    )
+
+
+def blocking_probe(started: threading.Event):
+    """A probe that runs until cancelled, reporting one result first."""
+
+    def probe(dataset=None, *, cancel, on_result, on_progress, preset=None, batch_size=32, **_):
+        on_result(scripted_results(batch_size)[0])
+        on_progress(0.25, "num_workers=0")
+        started.set()
+        assert cancel.wait(10), "the app never set the cancel event"
+        return ProbeReport(workload=WorkloadInfo(name=preset, batch_size=batch_size),
+                           results=scripted_results(batch_size)[:1], stopped="cancelled")
+
+    return probe
+
+
+def app_for(machine="ci-2core", **kwargs):
+    kwargs.setdefault("header_fn", fixed_header)
+    kwargs.setdefault("workload", Workload(preset="image", batch_size=32, budget_s=5))
+    return make_app(facts=load_machine(machine), **kwargs)
+
+
+# ---- machine view -----------------------------------------------------------------------
+async def test_machine_view_shows_recorded_machine():
+    app = app_for("k8s-4cpu-quota")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#machine-table", DataTable)
+        values = [str(table.get_row_at(i)[2]) for i in range(table.row_count)]
+        assert "4 CPUs (set by cgroup quota)" in values
+        status = str(app.screen.query_one("#status", Static).render())
+        assert "4 CPUs (cgroup quota)" in status
+
+
+async def test_real_detection_paints_within_a_second_and_fills_slow_facts_later():
+    slow_started = threading.Event()
+
+    def detect(cpu_info=False):
+        from loaderdoc.system.detect import detect as real
+
+        if cpu_info:
+            slow_started.set()
+            time.sleep(0.5)  # py-cpuinfo can take this long; the view must not wait for it
+        return real(cpu_info=cpu_info)
+
+    app = make_app(detect_fn=detect)
+    async with app.run_test(size=SIZE) as pilot:
+        start = time.monotonic()
+        while app.facts is None and time.monotonic() - start < 1.0:
+            await pilot.pause(0.02)
+        assert app.facts is not None, "machine facts not shown within 1 s"
+        assert "cpu_model" in app.pending_facts
+        note = str(app.screen.query_one("#machine-note", Static).render())
+        assert "still reading" in note
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.pending_facts == frozenset()
+        assert app.facts.cpu.model.known
+
+
+async def test_detection_failure_is_shown_not_hidden():
+    def broken(cpu_info=False):
+        raise RuntimeError("sysfs exploded")
+
+    app = make_app(detect_fn=broken)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.facts is None
+        assert "sysfs exploded" in str(app.screen.query_one("#machine-note", Static).render())
+
+
+# ---- settings editor ----------------------------------------------------------------------
+async def test_settings_editor_validates_as_you_type():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        assert app.screen.query_one(TabbedContent).active == "settings"
+        workers = app.screen.query_one("#set-num_workers", Input)
+        assert workers.has_focus
+        before = app.settings
+        workers.value = ""
+        await pilot.press("x")
+        await pilot.pause()
+        assert app.settings == before  # invalid: not applied
+        assert "whole number" in str(app.screen.query_one("#msg-num_workers", Static).render())
+        assert workers.has_class("-invalid-value")
+        await pilot.press("backspace", "4")
+        await pilot.pause()
+        assert app.settings.num_workers == 4
+        assert app.settings_origin == "edited"
+        assert not workers.has_class("-invalid-value")
+
+
+async def test_settings_editor_names_torch_cross_field_rules():
+    app = app_for(settings=LoaderSettings(batch_size=32, num_workers=2, prefetch_factor=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#set-num_workers", Input).value = "0"
+        await pilot.pause()
+        assert app.settings.num_workers == 2
+        assert "prefetch_factor needs num_workers > 0" in str(app.screen.query_one("#msg-prefetch_factor", Static).render())
+        app.screen.query_one("#set-prefetch_factor", Input).value = ""
+        await pilot.pause()
+        assert app.settings.num_workers == 0 and app.settings.prefetch_factor is None
+
+
+async def test_settings_checkbox_toggles_from_keyboard():
+    app = app_for(settings=LoaderSettings(batch_size=32, num_workers=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#set-persistent_workers", Checkbox).focus()
+        await pilot.press("space")
+        await pilot.pause()
+        assert app.settings.persistent_workers is True
+
+
+# ---- diagnoses ----------------------------------------------------------------------------
+async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
+    app = app_for("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
+                  workload=Workload(preset="image", batch_size=64, sample_bytes=3 * 224 * 224))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("3")
+        options = app.screen.query_one("#findings", OptionList)
+        assert options.has_focus
+        ids = [f.rule_id for f in app.findings]
+        assert ids[0] == "shm-too-small"
+        finding = app.findings[0]
+        assert finding.severity == "critical" and finding.settings_change
+        detail = str(app.screen.query_one("#finding-detail", Static).render())
+        assert "Evidence on this machine" in detail and "Fix" in detail
+        await pilot.press("a")
+        await pilot.pause()
+        for key, value in finding.settings_change.items():
+            assert getattr(app.settings, key) == value
+        assert app.settings_origin == "fix applied: shm-too-small"
+        assert "shm-too-small" not in [f.rule_id for f in app.findings if f.severity == "critical"]
+
+
+async def test_healthy_machine_says_so():
+    app = app_for("h100x8-node")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        note = str(app.screen.query_one("#diagnoses-note", Static).render())
+        if not app.findings:
+            assert note.startswith("No problems found")
+
+
+# ---- trade-offs ---------------------------------------------------------------------------
+async def test_tradeoffs_view_follows_the_chosen_knob():
+    app = app_for("laptop-rtx3050")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        knobs = app.screen.query_one("#knobs", OptionList)
+        assert knobs.has_focus
+        await pilot.press("down")
+        await pilot.pause()
+        here = str(app.screen.query_one("#knob-here", Static).render())
+        assert here.startswith("prefetch_factor = ")
+        about = str(app.screen.query_one("#knob-about", Static).render())
+        assert "About prefetch_factor" in about
+
+
+# ---- export -------------------------------------------------------------------------------
+async def test_export_writes_toml(tmp_path: Path):
+    app = app_for(export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+e")
+        path_input = app.screen.query_one("#export-path", Input)
+        assert path_input.value == str(tmp_path / "loaderdoc.toml")
+        toml_preview = app.screen.query_one("#preview-toml").text
+        py_preview = app.screen.query_one("#preview-py").text
+        assert "[dataloader]" in toml_preview and "DataLoader(dataset, **kwargs)" in py_preview
+        await pilot.press("enter")
+        await pilot.pause()
+        written = (tmp_path / "loaderdoc.toml").read_text()
+        assert written == toml_preview
+        assert f"num_workers = {app.settings.num_workers}" in written
+        assert app.screen is app.main_screen
+
+
+async def test_export_asks_before_overwriting(tmp_path: Path):
+    target = tmp_path / "loader.py"
+    target.write_text("# mine\n")
+    app = app_for(export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+e")
+        app.screen.query_one("#export-path", Input).value = str(target)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "Overwrite" in str(app.screen.query_one("#confirm-question", Static).render())
+        await pilot.press("n")
+        await pilot.pause()
+        assert target.read_text() == "# mine\n"
+        assert "not overwritten" in str(app.screen.query_one("#export-error", Static).render())
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert "def make_loader(dataset" in target.read_text()
+        assert app.screen is app.main_screen
+
+
+async def test_export_error_stays_in_dialog_and_writes_nothing(tmp_path: Path):
+    app = app_for(export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+e")
+        app.screen.query_one("#export-path", Input).value = str(tmp_path / "missing" / "x.toml")
+        await pilot.press("enter")
+        await pilot.pause()
+        error = str(app.screen.query_one("#export-error", Static).render())
+        assert "does not exist" in error
+        app.screen.query_one("#export-path", Input).value = str(tmp_path / "x.yaml")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "suffix" in str(app.screen.query_one("#export-error", Static).render())
+        assert list(tmp_path.iterdir()) == []
+        await pilot.press("escape")
+        assert app.screen is app.main_screen
+
+
+async def test_export_header_says_when_settings_differ_from_the_recommendation():
+    app = app_for("ci-2core")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.set_settings(app.settings.replace(num_workers=0, prefetch_factor=None, persistent_workers=False), "edited")
+        header = app.export_header()
+        assert "settings: edited" in header
+        assert any(line.startswith("differs from the recommendation: num_workers") for line in header)
+
+
+# ---- probe --------------------------------------------------------------------------------
+async def test_probe_run_fills_table_chart_and_recommendation():
+    app = app_for(probe_fn=scripted_probe)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "done"
+        table = app.screen.query_one("#results", DataTable)
+        assert table.row_count == 4
+        chart = app.screen.query_one("#chart-throughput")
+        assert chart._series.workers == [0, 1, 2, 3]
+        assert app.recommendation.source == "probe"
+        assert app.settings.num_workers == 2  # untouched settings follow the probe
+        assert "recommended from the probe" in app.settings_origin
+        summary = str(app.screen.query_one("#probe-summary", Static).render())
+        assert "stopped: not starved" in summary
+
+
+async def test_probe_passes_the_workload_and_dataset():
+    seen = {}
+
+    def probe(dataset=None, **kwargs):
+        seen.update(kwargs, dataset=dataset)
+        return scripted_probe(**{k: v for k, v in kwargs.items()})
+
+    app = app_for(probe_fn=probe, load_dataset_fn=lambda spec: (f"dataset from {spec}", "collate"),
+                  workload=Workload(dataset="mymod:make", batch_size=8, step_ms=5.0, budget_s=3.0))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert seen["dataset"] == "dataset from mymod:make" and seen["collate_fn"] == "collate"
+    assert (seen["batch_size"], seen["step_ms"], seen["budget_s"]) == (8, 5.0, 3.0)
+    assert seen["facts"].label == load_machine("ci-2core").label
+
+
+async def test_probe_workload_form_edits_apply():
+    seen = {}
+
+    def probe(dataset=None, **kwargs):
+        seen.update(kwargs)
+        return scripted_probe(**kwargs)
+
+    app = app_for(probe_fn=probe)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        app.screen.query_one("#batch_size", Input).value = "abc"
+        await pilot.pause()
+        assert "expected a number" in str(app.screen.query_one("#workload-error", Static).render())
+        app.screen.query_one("#batch_size", Input).value = "16"
+        app.screen.query_one("#budget_s", Input).value = "2"
+        await pilot.pause()
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+    assert seen["batch_size"] == 16 and seen["budget_s"] == 2.0 and seen["preset"] == "image"
+
+
+async def test_probe_cancel_with_escape():
+    started = threading.Event()
+    app = app_for(probe_fn=blocking_probe(started))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        assert await _wait_for(pilot, started.is_set)
+        await pilot.pause()
+        assert app.probe_state == "running"
+        assert app.screen.query_one("#results", DataTable).row_count == 1
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "cancelled"
+        assert app.screen.query_one("#results", DataTable).row_count == 1
+
+
+async def test_probe_failure_is_shown():
+    def failing(dataset=None, **kwargs):
+        from loaderdoc.errors import UserError
+
+        raise UserError("cannot import module 'nope' (check --dataset)")
+
+    app = app_for(probe_fn=failing)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "failed"
+        assert "cannot import module 'nope'" in str(app.screen.query_one("#probe-summary", Static).render())
+
+
+async def test_quit_while_probing_cancels_the_probe_first():
+    started = threading.Event()
+    app = app_for(probe_fn=blocking_probe(started))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        assert await _wait_for(pilot, started.is_set)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    assert app._cancel.is_set()
+    assert app.return_value == 0
+
+
+# ---- keyboard, themes, small terminals ------------------------------------------------------
+async def test_number_keys_switch_views_and_theme_toggles():
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        tabs = app.screen.query_one(TabbedContent)
+        for key, tab in zip("12345", ("machine", "probe", "diagnoses", "tradeoffs", "settings"), strict=True):
+            app.screen.set_focus(None)
+            await pilot.press(key)
+            assert tabs.active == tab
+        assert app.theme == "textual-dark"
+        await pilot.press("ctrl+t")
+        assert app.theme == "textual-light"
+
+
+async def test_command_palette_lists_the_app_commands():
+    app = app_for()
+    async with app.run_test(size=SIZE):
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+    for title in ("Run probe", "Stop probe", "Export settings", "Toggle light/dark theme", "Show Diagnoses"):
+        assert title in titles
+
+
+@pytest.mark.parametrize("tab", ["machine", "probe", "diagnoses", "tradeoffs", "settings"])
+async def test_every_view_fits_80x24(tab):
+    app = app_for("k8s-4cpu-quota")
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.action_show_tab(tab)
+        await pilot.pause()
+        pane = app.screen.query_one(f"#{tab}-pane")
+        assert pane.region.width > 0 and pane.region.height >= 10
+        assert pane.region.right <= 80 and pane.region.bottom <= 24
+
+
+def test_no_color_is_honoured(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert app_for().no_color is True
+    monkeypatch.delenv("NO_COLOR")
+    assert app_for().no_color is False
+
+
+async def _wait_for(pilot, predicate, timeout=5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await pilot.pause(0.02)
+    return predicate()

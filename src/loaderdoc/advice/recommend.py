@@ -102,6 +102,8 @@ def recommend(
         reasons["persistent_workers"] = "false: there are no workers to keep (torch rejects it with 0 workers)"
         reasons["prefetch_factor"] = "unset: only valid with workers"
     reasons["shuffle"] = "true: a training loader reshuffles every epoch (set false for evaluation)"
+    reasons["drop_last"] = "false: torch's default; set true with BatchNorm or DDP so every step sees a full batch"
+    reasons["timeout"] = "0 (wait forever): torch's default; a few minutes turns a hung worker into an error"
 
     settings = LoaderSettings(
         batch_size=batch_size,

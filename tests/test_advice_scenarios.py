@@ -66,6 +66,12 @@ def test_docs_matrix_is_current():
     )
 
 
+def test_docs_tradeoffs_is_current():
+    assert matrix.TRADEOFFS_PATH.read_text(encoding="utf-8") == matrix.render_tradeoffs(), (
+        "docs/tradeoffs.md is stale: run python -m loaderdoc.advice.matrix"
+    )
+
+
 def test_findings_serialise_for_check_json():
     from loaderdoc._serde import to_dict
 

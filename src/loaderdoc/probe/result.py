@@ -46,6 +46,9 @@ class ConfigResult:
     cpu_util_pct: float | None = None  # whole-machine CPU use while measuring
     h2d_pinned_ms: float | None = None  # host-to-device copy per batch, CUDA only
     h2d_pageable_ms: float | None = None
+    batch_bytes: int | None = None  # tensor bytes of one collated batch, as measured
+    fetch_cpu_pct: float | None = None  # 0 workers only: share of fetch time that was CPU, not I/O wait
+    purpose: str = ""  # why the search tried this configuration (evidence for the reasons)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,224 @@
+"""``loaderdoc.probe()``: measure real DataLoaders on this machine and recommend settings.
+
+    >>> import loaderdoc
+    >>> report = loaderdoc.probe(my_dataset, batch_size=64, step_ms=35, budget_s=30)
+    >>> loader = DataLoader(my_dataset, **report.recommended.as_kwargs())
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from loaderdoc.errors import UserError
+from loaderdoc.probe.result import ConfigResult, ProbeReport, WorkloadInfo
+from loaderdoc.system.facts import MachineFacts
+
+DEFAULT_BATCH_SIZE = 32
+
+
+class ProbeInterrupted(KeyboardInterrupt):
+    """Ctrl+C during a probe. Every worker is already gone; ``report`` holds what was measured."""
+
+    def __init__(self, report: ProbeReport) -> None:
+        super().__init__("probe interrupted")
+        self.report = report
+
+
+def plan_for_budget(budget_s: float):
+    """Measurement windows sized so that about a dozen configurations fit in the budget."""
+    from loaderdoc.probe.runner import RunPlan
+
+    window = min(2.5, max(0.25, budget_s / 16.0))
+    loader_timeout = min(30.0, max(2.0, budget_s / 3.0))
+    return RunPlan(window_s=window, loader_timeout_s=loader_timeout)
+
+
+def _facts_or_detect(facts: MachineFacts | None) -> MachineFacts:
+    if facts is not None:
+        return facts
+    try:
+        from loaderdoc.system.detect import detect
+    except ImportError:  # the fact readers are optional for the probe
+        return MachineFacts()
+    try:
+        return detect()
+    except Exception:  # a fact reader failing must not stop a measurement
+        return MachineFacts()
+
+
+def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
+    import os
+
+    from loaderdoc.probe.runner import shm_used_bytes
+    from loaderdoc.probe.search import SearchLimits
+
+    cpu = facts.cpu.budget if facts.cpu._limits() else float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    shm_free = facts.shm.free.get()
+    if shm_free is None and shm_used_bytes() is not None:
+        st = os.statvfs("/dev/shm")
+        shm_free = st.f_bavail * st.f_frsize
+    memory = facts.memory.budget
+    if memory is None:
+        try:
+            import psutil
+
+            memory = psutil.virtual_memory().available
+        except Exception:
+            memory = None
+    return SearchLimits(
+        budget_s=budget_s,
+        cpu_budget=cpu,
+        memory_budget_bytes=memory,
+        shm_free_bytes=shm_free,
+        cuda=device.startswith("cuda"),
+        expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5,
+    )
+
+
+def _device(facts: MachineFacts) -> str:
+    """"cuda" when torch was built with CUDA and a GPU is visible; decided without initialising
+    CUDA in this process (the measuring processes are forked, and CUDA does not survive fork)."""
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        return "cpu"
+    if facts.gpu.devices:
+        return "cuda" if facts.usable_gpus > 0 else "cpu"
+    try:
+        return "cuda" if torch.cuda.device_count() > 0 else "cpu"
+    except Exception:
+        return "cpu"
+
+
+def build_workload(
+    dataset: Any = None,
+    *,
+    preset: str | None = None,
+    collate_fn: Callable | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[Any, Callable | None, WorkloadInfo, int | None, float | None]:
+    """(dataset, collate_fn, info, preset batch size, preset step) from a Dataset or a preset name."""
+    from loaderdoc.probe.workloads import get_preset
+
+    if dataset is not None and preset is not None:
+        raise UserError("give either a dataset or a preset, not both")
+    if dataset is None:
+        spec = get_preset(preset or "image")
+        if overrides:
+            spec = spec.with_overrides(**overrides)
+        dataset, preset_collate = spec.build()
+        info = WorkloadInfo(name=spec.name, description=f"{spec.description} ({spec.describe_costs()})")
+        return dataset, collate_fn or preset_collate, info, spec.batch_size, spec.step_ms
+    info = WorkloadInfo(name=getattr(dataset, "__loaderdoc_name__", type(dataset).__name__),
+                        description=f"user dataset {type(dataset).__module__}.{type(dataset).__qualname__}")
+    return dataset, collate_fn, info, None, None
+
+
+def probe(
+    dataset: Any = None,
+    *,
+    preset: str | None = None,
+    collate_fn: Callable | None = None,
+    batch_size: int | None = None,
+    step_ms: float | None = 20.0,
+    budget_s: float = 30.0,
+    facts: MachineFacts | None = None,
+    on_result: Callable[[ConfigResult], None] | None = None,
+    on_progress: Callable[[float, str], None] | None = None,
+    cancel: threading.Event | None = None,
+    overrides: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> ProbeReport:
+    """Measure DataLoader configurations for ``dataset`` (or a synthetic ``preset``) and recommend one.
+
+    ``batch_size`` None means the preset's own (32 for a user dataset); ``step_ms`` None means the
+    preset's typical step. ``on_result`` is called as each configuration finishes, ``on_progress``
+    with (fraction of the budget used, message). Setting ``cancel`` stops within ~0.1 s: the
+    report then holds what was measured and ``stopped == "cancelled"``. Ctrl+C raises
+    :class:`ProbeInterrupted` (a KeyboardInterrupt) carrying the partial report. Either way no
+    worker process is left running.
+    """
+    from loaderdoc.probe.consumer import SleepConsumer
+    from loaderdoc.probe.runner import Workload, run_config
+    from loaderdoc.probe.search import Search
+    from loaderdoc.settings import LoaderSettings
+
+    if budget_s <= 0:
+        raise UserError(f"the probe budget must be > 0 seconds, got {budget_s:g}")
+    started = time.monotonic()
+    facts = _facts_or_detect(facts)
+    dataset, collate_fn, info, preset_batch, preset_step = build_workload(
+        dataset, preset=preset, collate_fn=collate_fn, overrides=overrides)
+    if name:
+        info.name = name
+    batch_size = batch_size or preset_batch or DEFAULT_BATCH_SIZE
+    if batch_size < 1:
+        raise UserError(f"batch_size must be >= 1, got {batch_size}")
+    step = step_ms if step_ms is not None else (preset_step if preset_step is not None else 20.0)
+    if step < 0:
+        raise UserError(f"step_ms must be >= 0, got {step:g}")
+    device = _device(facts)
+    info.batch_size = batch_size
+    info.step_ms = step
+    info.consumer = "cuda-kernel" if device.startswith("cuda") else SleepConsumer.kind
+    try:
+        info.dataset_len = len(dataset)
+    except TypeError:
+        info.dataset_len = None
+
+    plan = plan_for_budget(budget_s)
+    remaining = budget_s - (time.monotonic() - started)
+    limits = _limits(facts, max(remaining, 0.1), device, plan)
+    workload = Workload(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
+    report = ProbeReport(workload=info, budget_s=budget_s, device=device)
+
+    def measure(settings: LoaderSettings, purpose: str, restart: bool) -> ConfigResult:
+        run_plan = plan if restart else _without_restart(plan)
+        return run_config(workload, settings, run_plan, cancel=cancel, purpose=purpose)
+
+    def record(result: ConfigResult) -> None:
+        report.results.append(result)
+        if info.batch_bytes is None and result.batch_bytes:
+            info.batch_bytes = result.batch_bytes
+            info.sample_bytes = result.batch_bytes // batch_size
+        if on_result is not None:
+            on_result(result)
+
+    search = Search(
+        measure,
+        LoaderSettings(batch_size=batch_size, shuffle=True),
+        limits,
+        cancel=cancel,
+        on_result=record,
+        on_progress=on_progress,
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's "suggested max workers" warning
+            outcome = search.run()
+    except KeyboardInterrupt:
+        outcome = search._outcome()
+        outcome.stopped = "interrupted"
+        _fill(report, outcome, started)
+        raise ProbeInterrupted(report) from None
+    _fill(report, outcome, started)
+    if on_progress is not None:
+        on_progress(1.0, f"done: {report.stopped}")
+    return report
+
+
+def _without_restart(plan: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(plan, measure_restart=False)
+
+
+def _fill(report: ProbeReport, outcome: Any, started: float) -> None:
+    report.recommended = outcome.recommended
+    report.reasons = outcome.reasons
+    report.stopped = outcome.stopped
+    report.elapsed_s = time.monotonic() - started

@@ -1,0 +1,147 @@
+"""The simulated training step that consumes batches.
+
+With CUDA each batch goes ``.to(device, non_blocking=True)`` and a GPU spin kernel of calibrated
+length runs, so the time the training loop waits for data is real GPU idle time. Without CUDA
+the step is a sleep. Either way the step time actually achieved is measured and reported.
+
+The CUDA path cannot be exercised on a CPU-only machine; its calibration arithmetic is a pure
+function (:func:`fit_cycles_per_ms`) tested with a fake kernel.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+def iter_tensors(batch: Any) -> Iterator[Any]:
+    """Every tensor/array in a batch made of tensors, tuples, lists and dicts."""
+    if hasattr(batch, "nbytes") and hasattr(batch, "shape"):
+        yield batch
+    elif isinstance(batch, dict):
+        for value in batch.values():
+            yield from iter_tensors(value)
+    elif isinstance(batch, (list, tuple)):
+        for value in batch:
+            yield from iter_tensors(value)
+
+
+def batch_nbytes(batch: Any) -> int:
+    return int(sum(int(t.nbytes) for t in iter_tensors(batch)))
+
+
+def move_to(batch: Any, device: Any, non_blocking: bool = True) -> Any:
+    """Send every tensor of ``batch`` to ``device``, keeping the structure."""
+    if hasattr(batch, "to") and hasattr(batch, "shape"):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: move_to(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [move_to(v, device, non_blocking) for v in batch]
+        return type(batch)(moved) if isinstance(batch, list) else tuple(moved)
+    return batch
+
+
+class SleepConsumer:
+    """CPU stand-in for a training step: sleeps ``step_ms`` (the GPU would be busy meanwhile)."""
+
+    kind = "cpu-sleep"
+
+    def __init__(self, step_ms: float) -> None:
+        self.step_s = step_ms / 1000.0
+
+    def step(self, batch: Any) -> None:
+        if self.step_s > 0:
+            time.sleep(self.step_s)
+
+    def h2d_times_ms(self, batch: Any) -> tuple[float | None, float | None]:
+        return None, None  # no device: nothing to copy to, never invented
+
+
+def fit_cycles_per_ms(samples: list[tuple[int, float]]) -> float:
+    """Least-squares slope through the origin of (cycles, elapsed ms) spin-kernel timings.
+
+    ``torch.cuda._sleep(cycles)`` spins for a number of GPU clock cycles; the clock differs per
+    GPU and boost state, so the probe times a few lengths and fits cycles per millisecond.
+    """
+    usable = [(c, ms) for c, ms in samples if c > 0 and ms > 0]
+    if not usable:
+        raise ValueError("no usable calibration samples")
+    num = sum(c * ms for c, ms in usable)
+    den = sum(ms * ms for _, ms in usable)
+    return num / den
+
+
+def calibrate_spin(run_kernel_ms: Callable[[int], float], start_cycles: int = 1_000_000, rounds: int = 4) -> float:
+    """Cycles per millisecond of a spin kernel; ``run_kernel_ms(cycles)`` times one run in ms."""
+    run_kernel_ms(start_cycles)  # warm-up: first launch pays module loading
+    samples = []
+    cycles = start_cycles
+    for _ in range(rounds):
+        samples.append((cycles, run_kernel_ms(cycles)))
+        cycles *= 2
+    return fit_cycles_per_ms(samples)
+
+
+class CudaConsumer:  # pragma: no cover - needs a GPU; not available in CI
+    """Copies each batch to the GPU and runs a spin kernel of ``step_ms``; syncs every step."""
+
+    kind = "cuda-kernel"
+
+    def __init__(self, step_ms: float, device: str = "cuda") -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        torch.cuda.init()
+        self.cycles_per_ms = calibrate_spin(self._time_kernel_ms)
+        self.cycles = int(self.cycles_per_ms * step_ms)
+
+    def _time_kernel_ms(self, cycles: int) -> float:
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def step(self, batch: Any) -> None:
+        move_to(batch, self.device, non_blocking=True)
+        if self.cycles > 0:
+            self.torch.cuda._sleep(self.cycles)
+        # a real loop syncs at least once per step (loss.item(), optimizer bookkeeping)
+        self.torch.cuda.current_stream(self.device).synchronize()
+
+    def h2d_times_ms(self, batch: Any) -> tuple[float | None, float | None]:
+        """Copy time of this batch from pinned and from pageable host memory."""
+        torch = self.torch
+        tensors = [t for t in iter_tensors(batch) if hasattr(t, "pin_memory")]
+        if not tensors:
+            return None, None
+        pageable = [t.clone() for t in tensors]
+        pinned = [t.pin_memory() for t in tensors]
+
+        def timed(group: list[Any]) -> float:
+            torch.cuda.synchronize(self.device)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for t in group:
+                t.to(self.device, non_blocking=True)
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end))
+
+        timed(pinned)  # warm-up
+        return timed(pinned), timed(pageable)
+
+
+def make_consumer(step_ms: float, device: str) -> SleepConsumer | CudaConsumer:
+    """The consumer for ``device`` ("cuda" or "cpu"); falls back to sleeping if CUDA won't start."""
+    if device.startswith("cuda"):
+        try:
+            return CudaConsumer(step_ms, device)
+        except Exception:  # pragma: no cover - GPU only
+            return SleepConsumer(step_ms)
+    return SleepConsumer(step_ms)

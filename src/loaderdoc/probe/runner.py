@@ -1,0 +1,454 @@
+"""One DataLoader configuration -> one measured :class:`ConfigResult`.
+
+Each configuration runs in a forked *measuring process* in its own process group; the
+DataLoader's workers are forked from it and share the group. The parent only waits on a pipe,
+so it can always stop a configuration: on a watchdog deadline, on ``cancel`` or on Ctrl+C it
+kills the whole group, and no worker process is left behind whatever the dataset did (hung
+in ``__getitem__`` with 0 workers, killed a worker, deadlocked). Forking also means the user's
+dataset is never pickled.
+
+Inside the measuring process torch runs single-threaded (``torch.set_num_threads(1)``), as
+DataLoader workers do: torch's OpenMP pool does not survive a fork, and using it after one hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import statistics
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from loaderdoc._serde import from_dict, to_dict
+from loaderdoc.probe.result import ConfigResult, WaitStats
+from loaderdoc.settings import LoaderSettings
+
+SHM_PATH = "/dev/shm"
+
+
+@dataclass
+class Workload:
+    """What every configuration loads: built once in the parent, inherited by fork."""
+
+    dataset: Any
+    collate_fn: Callable[..., Any] | None = None
+    step_ms: float = 20.0
+    device: str = "cpu"  # "cuda" runs the GPU consumer in the measuring process
+    seed: int = 0
+
+
+@dataclass
+class RunPlan:
+    """How long to measure one configuration, and when to give up on it."""
+
+    window_s: float = 2.0  # steady-state measurement window
+    min_batches: int = 3  # measure at least this many steady batches ...
+    max_window_s: float | None = None  # ... unless that takes longer than this (default 2.5x window)
+    warmup_cap_s: float | None = None  # longest warm-up (default 0.5x window)
+    loader_timeout_s: float = 10.0  # DataLoader(timeout=...): a worker batch slower than this fails
+    measure_restart: bool = True  # time the gap between this epoch's last batch and the next's first
+
+    @property
+    def steady_cap_s(self) -> float:
+        return self.max_window_s if self.max_window_s is not None else 2.5 * self.window_s
+
+    @property
+    def warmup_s(self) -> float:
+        return self.warmup_cap_s if self.warmup_cap_s is not None else 0.5 * self.window_s
+
+    @property
+    def watchdog_s(self) -> float:
+        """Wall time after which the parent kills the configuration (start-up, drain, restart)."""
+        return self.steady_cap_s + self.warmup_s + 3 * self.loader_timeout_s + 5.0
+
+
+# ---- parent side ------------------------------------------------------------------------------
+def run_config(
+    workload: Workload,
+    settings: LoaderSettings,
+    plan: RunPlan,
+    *,
+    cancel: threading.Event | None = None,
+    purpose: str = "",
+) -> ConfigResult:
+    """Measure one configuration in a forked process; never hangs, never leaves a worker behind.
+
+    KeyboardInterrupt propagates after the process group was killed.
+    """
+    read_fd, write_fd = os.pipe()
+    started = time.perf_counter()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+        _child_main(read_fd, write_fd, workload, settings, plan)
+    os.close(write_fd)
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
+    chunks: list[bytes] = []
+    stopped = ""
+    deadline = started + plan.watchdog_s
+    try:
+        while True:
+            if cancel is not None and cancel.is_set():
+                stopped = "cancelled"
+                break
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                stopped = "timeout"
+                break
+            ready, _, _ = select.select([read_fd], [], [], min(0.1, remaining))
+            if ready:
+                data = os.read(read_fd, 1 << 16)
+                if not data:
+                    break
+                chunks.append(data)
+    finally:
+        os.close(read_fd)
+        kill_process_group(pid)
+        wait_status = _reap(pid)
+    duration = time.perf_counter() - started
+    if stopped == "cancelled":
+        result = ConfigResult(settings=settings, status="cancelled", error="cancelled before it finished")
+    elif stopped == "timeout":
+        result = ConfigResult(
+            settings=settings,
+            status="timeout",
+            error=f"no result within {plan.watchdog_s:.0f} s, stopped by the watchdog: "
+            "the dataset or a worker probably hangs",
+        )
+    else:
+        try:
+            result = from_dict(ConfigResult, json.loads(b"".join(chunks).decode()))
+        except (ValueError, TypeError):
+            result = ConfigResult(
+                settings=settings,
+                status="failed",
+                error=f"the measuring process died ({_describe_wait_status(wait_status)}) before reporting",
+            )
+    result.settings = settings
+    result.duration_s = duration
+    result.purpose = purpose
+    return result
+
+
+def kill_process_group(pgid: int) -> None:
+    """SIGKILL every process in the group (the measuring process and its DataLoader workers)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _reap(pid: int) -> int | None:
+    try:
+        _, status = os.waitpid(pid, 0)
+        return status
+    except ChildProcessError:
+        return None
+
+
+def _describe_wait_status(status: int | None) -> str:
+    if status is None:
+        return "status unknown"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {name}"
+    return f"exit code {os.WEXITSTATUS(status)}"
+
+
+# ---- child side -------------------------------------------------------------------------------
+def _child_main(read_fd: int, write_fd: int, workload: Workload, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
+    code = 0
+    try:
+        os.close(read_fd)
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+        _die_with_parent()
+        # Ctrl+C reaches the parent, which kills this whole group; the child must not race it
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            import torch
+
+            torch.set_num_threads(1)  # OpenMP does not survive fork (see module docstring)
+            # keep the loader alive: a graceful worker shutdown can take seconds, and the parent
+            # kills this process group the moment the result is read
+            result = measure_in_process(workload, settings, plan, keep_alive=[])
+        except BaseException as exc:
+            result = failure_result(settings, exc)
+        payload = json.dumps(to_dict(result)).encode()
+        view = memoryview(payload)
+        while view:
+            written = os.write(write_fd, view)
+            view = view[written:]
+        os.close(write_fd)
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - child
+    """Linux: SIGKILL this process if the probe itself dies (prctl PR_SET_PDEATHSIG)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)
+
+
+def failure_result(settings: LoaderSettings, exc: BaseException) -> ConfigResult:
+    """A failed configuration, keeping the worker's traceback and a one-line cause."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    message = str(exc).strip()
+    lines = [line for line in message.splitlines() if line.strip()]
+    status = "failed"
+    if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
+        # torch re-raises a worker's exception with the original traceback in the message
+        error = f"{lines[0].removeprefix('Caught ').rstrip('.')}: {lines[-1].strip()}"
+    elif "timed out after" in message and "DataLoader" in message:
+        status = "timeout"
+        error = f"{lines[0]} (a worker did not deliver a batch in time: it hangs or is far too slow)"
+    else:
+        error = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return ConfigResult(settings=settings, status=status, error=error, traceback=text)
+
+
+class _StoppableSampler:
+    """Random indices, epoch after epoch, until ``stop`` is set: then the epoch ends for real.
+
+    Ending the epoch through the sampler lets the in-flight batches drain and the iterator hit
+    StopIteration as at a true epoch boundary, so the restart cost measured is the real one.
+    """
+
+    def __init__(self, size: int, seed: int) -> None:
+        import torch
+
+        self.size = size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stop = False
+
+    def __iter__(self):
+        import torch
+
+        while not self.stop:
+            for index in torch.randperm(self.size, generator=self.generator).tolist():
+                if self.stop:
+                    return
+                yield index
+
+
+class _Monitor(threading.Thread):
+    """Samples /dev/shm use and the workers' memory while a configuration runs."""
+
+    def __init__(self, shm_baseline: int | None, interval_s: float = 0.05, memory_every: int = 5) -> None:
+        super().__init__(daemon=True, name="loaderdoc-monitor")
+        self.shm_baseline = shm_baseline
+        self.interval_s = interval_s
+        self.memory_every = memory_every
+        self.shm_peak: int | None = None
+        self.pss: int | None = None
+        self.uss: int | None = None
+        self.rss: int | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        tick = 0
+        while not self._halt.is_set():
+            self.sample_shm()
+            if tick % self.memory_every == 0:
+                self.sample_memory()
+            tick += 1
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2.0)
+        self.sample_shm()
+        self.sample_memory()
+
+    def sample_shm(self) -> None:
+        used = shm_used_bytes()
+        if used is None or self.shm_baseline is None:
+            return
+        above = max(0, used - self.shm_baseline)
+        self.shm_peak = above if self.shm_peak is None else max(self.shm_peak, above)
+
+    def sample_memory(self) -> None:
+        import psutil
+
+        pss = uss = rss = 0
+        complete = True
+        for child in psutil.Process().children(recursive=True):
+            try:
+                info = child.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+            except psutil.AccessDenied:
+                complete = False
+                continue
+            pss += getattr(info, "pss", 0)
+            uss += info.uss
+            rss += info.rss
+        if not complete:
+            return
+        # the peak of the sums: workers hold the most while their prefetch queues are full
+        self.pss = pss if self.pss is None else max(self.pss, pss)
+        self.uss = uss if self.uss is None else max(self.uss, uss)
+        self.rss = rss if self.rss is None else max(self.rss, rss)
+
+
+def shm_used_bytes(path: str = SHM_PATH) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = (len(sorted_values) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+
+
+def measure_in_process(
+    workload: Workload, settings: LoaderSettings, plan: RunPlan, *, keep_alive: list[Any] | None = None
+) -> ConfigResult:
+    """The measurement itself, in the current process (the measuring child in normal use).
+
+    With ``keep_alive`` the loader and its iterators are parked there instead of being shut
+    down, for a caller that is about to kill the process group anyway.
+    """
+    import psutil
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from loaderdoc.probe.consumer import batch_nbytes, make_consumer
+
+    consumer = make_consumer(workload.step_ms, workload.device)
+    dataset = workload.dataset
+    sampler = None if isinstance(dataset, IterableDataset) else _StoppableSampler(len(dataset), workload.seed)
+    kwargs = settings.as_kwargs()
+    kwargs.pop("shuffle", None)  # the sampler shuffles
+    kwargs["timeout"] = plan.loader_timeout_s if settings.num_workers > 0 else 0
+    loader = DataLoader(dataset, sampler=sampler, collate_fn=workload.collate_fn, **kwargs)
+    result = ConfigResult(settings=settings)
+    clock = time.perf_counter
+
+    shm_baseline = shm_used_bytes()
+    started = clock()
+    iterator = iter(loader)
+    batch = next(iterator)
+    result.first_batch_s = clock() - started
+    result.batch_bytes = batch_nbytes(batch)
+    result.h2d_pinned_ms, result.h2d_pageable_ms = consumer.h2d_times_ms(batch)
+    consumer.step(batch)
+    monitor = _Monitor(shm_baseline)
+    monitor.start()
+    epoch_over = False
+    try:
+        # warm-up: the batches workers prepared during start-up would flatter the throughput
+        warm_started = clock()
+        for _ in range(max(1, settings.batches_in_flight)):
+            if clock() - warm_started > plan.warmup_s:
+                break
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                epoch_over = True
+                break
+            consumer.step(batch)
+
+        waits: list[float] = []
+        steps: list[float] = []
+        fetch_cpu = 0.0
+        psutil.cpu_percent(None)
+        steady_started = clock()
+        while not epoch_over:
+            elapsed = clock() - steady_started
+            if (elapsed >= plan.window_s and len(waits) >= plan.min_batches) or elapsed >= plan.steady_cap_s:
+                break
+            asked, cpu_before = clock(), time.thread_time()
+            try:
+                batch = next(iterator)
+            except StopIteration:  # an IterableDataset (or a tiny one) ran out
+                epoch_over = True
+                break
+            got = clock()
+            fetch_cpu += time.thread_time() - cpu_before
+            consumer.step(batch)
+            waits.append(got - asked)
+            steps.append(clock() - got)
+        steady = clock() - steady_started
+        result.cpu_util_pct = psutil.cpu_percent(None)
+    finally:
+        monitor.stop()
+
+    result.batches = len(waits)
+    if waits:
+        ordered = sorted(waits)
+        result.batches_per_s = len(waits) / steady
+        batch_size = kwargs.get("batch_size") or 1
+        result.samples_per_s = result.batches_per_s * batch_size
+        result.wait = WaitStats(
+            p50_ms=_percentile(ordered, 0.50) * 1000,
+            p95_ms=_percentile(ordered, 0.95) * 1000,
+            max_ms=ordered[-1] * 1000,
+            mean_ms=statistics.fmean(ordered) * 1000,
+        )
+        result.starvation_pct = 100.0 * sum(waits) / steady
+        result.step_ms_achieved = statistics.fmean(steps) * 1000
+        if settings.num_workers == 0 and sum(waits) > 0:
+            result.fetch_cpu_pct = min(100.0, 100.0 * fetch_cpu / sum(waits))
+    if settings.num_workers == 0:
+        result.worker_pss_bytes = result.worker_uss_bytes = result.worker_rss_bytes = 0
+        result.shm_peak_bytes = 0
+    else:
+        result.worker_pss_bytes, result.worker_uss_bytes = monitor.pss, monitor.uss
+        result.worker_rss_bytes, result.shm_peak_bytes = monitor.rss, monitor.shm_peak
+
+    if plan.measure_restart and sampler is not None:
+        result.epoch_restart_s, iterator = _epoch_restart(loader, iterator, sampler, clock)
+    if keep_alive is not None:
+        keep_alive.extend([loader, iterator])
+    else:
+        del iterator
+        _shutdown(loader)
+    return result
+
+
+def _epoch_restart(
+    loader: Any, iterator: Any, sampler: _StoppableSampler, clock: Callable[[], float]
+) -> tuple[float, Any]:
+    """End the epoch for real, then time from its last batch to the next epoch's first batch."""
+    sampler.stop = True
+    last = clock()
+    for _ in iterator:  # drain the batches already in flight
+        last = clock()
+    sampler.stop = False
+    iterator = iter(loader)  # persistent workers resume; otherwise new workers are forked
+    next(iterator)
+    return clock() - last, iterator
+
+
+def _shutdown(loader: Any) -> None:
+    """Stop persistent workers now rather than at interpreter exit (the group is killed anyway)."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        with contextlib.suppress(Exception):
+            iterator._shutdown_workers()

@@ -1,0 +1,418 @@
+"""Which configurations to measure within a time budget, and which one to recommend.
+
+Pure logic: :class:`Search` calls a ``measure(settings, purpose, restart)`` function (the real
+runner, or a fake in tests) and never imports torch.
+
+The strategy, in order, each step only while the budget lasts:
+
+1. ``num_workers=0``. If the training step is not starved, workers cannot help: stop.
+2. Guess the workers needed from that run: one batch took ``fetch`` seconds to load serially and
+   the step takes ``step``, so about ``fetch / step`` workers keep up -- unless loading is CPU
+   work, in which case no more than the CPU budget divided by the CPU share of loading can run
+   at once. Not capped at the core count: waiting on I/O uses no CPU.
+3. Climb from that guess while the step is starved and throughput still rises by 5 %.
+4. Bisect down to the fewest workers within the tolerance of the best throughput.
+5. ``prefetch_factor=4`` if the step is still starved or the waits are bursty.
+6. Measure the close contenders again (short windows on a small machine are noisy).
+7. ``persistent_workers`` on/off at the chosen size, timing the restart between epochs.
+8. ``pin_memory`` only with CUDA (without it pinning does nothing).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loaderdoc.probe.result import ConfigResult
+from loaderdoc.settings import LoaderSettings
+
+TOLERANCE = 0.03  # "as fast as the best" means within 3 % of its steps/s
+NOT_STARVED_PCT = 5.0  # the step waits for data less than 5 % of the time
+MIN_GAIN = 0.05  # climbing stops when more workers add less than 5 %
+BURSTY_P95_OVER_P50 = 3.0
+RAM_SHARE = 0.8  # leave 20 % of the RAM budget and of /dev/shm for everything else
+MAX_CONSECUTIVE_FAILURES = 3
+
+MiB = 1024**2
+
+Measure = Callable[[LoaderSettings, str, bool], ConfigResult]
+
+
+@dataclass
+class SearchLimits:
+    budget_s: float = 30.0
+    cpu_budget: float = 1.0  # CPUs this process may use (affinity, cgroup quota)
+    memory_budget_bytes: int | None = None  # RAM available to the process tree
+    shm_free_bytes: int | None = None  # free /dev/shm
+    cuda: bool = False
+    max_workers: int = 64
+    expected_cost_s: float = 3.0  # guess for one configuration before any was measured
+
+
+@dataclass
+class SearchOutcome:
+    results: list[ConfigResult] = field(default_factory=list)
+    recommended: LoaderSettings | None = None
+    reasons: list[str] = field(default_factory=list)
+    stopped: str = ""
+
+
+def group_key(settings: LoaderSettings) -> tuple[int, int]:
+    """Configurations whose steady throughput should match: same workers and prefetch depth."""
+    return settings.num_workers, settings.effective_prefetch_factor
+
+
+def describe(settings: LoaderSettings) -> str:
+    if settings.num_workers == 0:
+        return "num_workers=0"
+    return f"num_workers={settings.num_workers}, prefetch_factor={settings.effective_prefetch_factor}"
+
+
+class Search:
+    def __init__(
+        self,
+        measure: Measure,
+        base: LoaderSettings,
+        limits: SearchLimits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        cancel: threading.Event | None = None,
+        on_result: Callable[[ConfigResult], None] | None = None,
+        on_progress: Callable[[float, str], None] | None = None,
+    ) -> None:
+        self.measure = measure
+        self.base = base.replace(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
+        self.limits = limits
+        self.clock = clock
+        self.cancel = cancel
+        self.on_result = on_result
+        self.on_progress = on_progress
+        self.results: list[ConfigResult] = []
+        self.stopped = ""
+        self.notes: list[str] = []  # evidence gathered on the way, for the reasons
+        self._started = clock()
+        self._failures_in_a_row = 0
+
+    # ---- bookkeeping ------------------------------------------------------------------------
+    @property
+    def elapsed(self) -> float:
+        return self.clock() - self._started
+
+    def _expected_cost(self, restart: bool) -> float:
+        durations = [r.duration_s for r in self.results if r.duration_s > 0]
+        if not durations:
+            return self.limits.expected_cost_s
+        guess = statistics.fmean(durations[-3:])
+        return guess * (1.5 if restart else 1.0)
+
+    def _halted(self) -> bool:
+        return bool(self.stopped) and self.stopped not in ("not starved",)
+
+    def settings_for(self, workers: int, prefetch: int | None = None, **changes) -> LoaderSettings:
+        if workers == 0:
+            return self.base.replace(**changes)
+        return self.base.replace(num_workers=workers, prefetch_factor=prefetch or 2, **changes)
+
+    def try_config(
+        self, settings: LoaderSettings, purpose: str, *, restart: bool = False, reserve: bool = True
+    ) -> ConfigResult | None:
+        """Measure one configuration if the budget allows; None when it did not run.
+
+        ``reserve`` keeps time back for the two epoch-restart measurements at the end.
+        """
+        if self.cancel is not None and self.cancel.is_set():
+            self.stopped = "cancelled"
+            return None
+        if self._failures_in_a_row >= MAX_CONSECUTIVE_FAILURES:
+            self.stopped = "failures"
+            return None
+        held_back = 2 * self._expected_cost(True) if reserve else 0.0
+        if self.results and self.elapsed + self._expected_cost(restart) + held_back > self.limits.budget_s:
+            if not self.stopped or self.stopped == "not starved":
+                self.stopped = "budget" if not self.stopped else self.stopped
+            return None
+        if self.on_progress is not None:
+            self.on_progress(min(1.0, self.elapsed / self.limits.budget_s), f"measuring {describe(settings)}")
+        result = self.measure(settings, purpose, restart)
+        result.purpose = result.purpose or purpose
+        self.results.append(result)
+        if result.status == "cancelled":
+            self.stopped = "cancelled"
+        self._failures_in_a_row = 0 if result.ok else self._failures_in_a_row + 1
+        if self.on_result is not None:
+            self.on_result(result)
+        return result
+
+    def measured(self, workers: int, prefetch: int | None = None) -> list[ConfigResult]:
+        pf = 0 if workers == 0 else (prefetch or 2)
+        return [r for r in self.results if r.ok and r.batches_per_s and group_key(r.settings) == (workers, pf)]
+
+    def throughput(self, key: tuple[int, int]) -> float | None:
+        values = [r.batches_per_s for r in self.results if r.ok and r.batches_per_s and group_key(r.settings) == key]
+        return statistics.fmean(values) if values else None
+
+    def throughputs(self) -> dict[tuple[int, int], float]:
+        keys = {group_key(r.settings) for r in self.results if r.ok and r.batches_per_s}
+        return {k: self.throughput(k) for k in sorted(keys)}  # type: ignore[misc]
+
+    # ---- memory fit -------------------------------------------------------------------------
+    def misfit(self, key: tuple[int, int]) -> str | None:
+        """Why a measured configuration does not fit this machine's RAM or /dev/shm, if it doesn't."""
+        rows = [r for r in self.results if r.ok and group_key(r.settings) == key]
+        pss = max((r.worker_pss_bytes or 0 for r in rows), default=0)
+        shm = max((r.shm_peak_bytes or 0 for r in rows), default=0)
+        ram = self.limits.memory_budget_bytes
+        free_shm = self.limits.shm_free_bytes
+        if ram is not None and pss > RAM_SHARE * ram:
+            return f"its workers use {pss / MiB:.0f} MiB (PSS), over 80 % of the {ram / MiB:.0f} MiB RAM budget"
+        if free_shm is not None and shm > RAM_SHARE * free_shm:
+            return f"it used {shm / MiB:.0f} MiB of /dev/shm, over 80 % of the {free_shm / MiB:.0f} MiB free"
+        return None
+
+    def fitting_throughputs(self) -> dict[tuple[int, int], float]:
+        return {k: v for k, v in self.throughputs().items() if self.misfit(k) is None}
+
+    def memory_of(self, key: tuple[int, int]) -> int:
+        rows = [r for r in self.results if r.ok and group_key(r.settings) == key]
+        return max(((r.worker_pss_bytes or 0) + (r.shm_peak_bytes or 0) for r in rows), default=0)
+
+    def cheapest_near_best(self, within: float = TOLERANCE) -> tuple[int, int] | None:
+        table = self.fitting_throughputs()
+        if not table:
+            return None
+        best = max(table.values())
+        near = [k for k, v in table.items() if v >= best * (1 - within)]
+        return min(near, key=lambda k: (k[0], self.memory_of(k), k[1]))
+
+    def shm_cap_workers(self, batch_bytes: int | None, prefetch: int = 2) -> int:
+        """Most workers whose in-flight batches fit in 80 % of free /dev/shm."""
+        free = self.limits.shm_free_bytes
+        if not free or not batch_bytes:
+            return self.limits.max_workers
+        return max(1, min(self.limits.max_workers, int(RAM_SHARE * free // (batch_bytes * prefetch))))
+
+    # ---- the search -------------------------------------------------------------------------
+    def run(self) -> SearchOutcome:
+        base0 = self.try_config(self.settings_for(0), "baseline: load in the training process", reserve=False)
+        if base0 is not None and base0.ok and (base0.starvation_pct or 0) < NOT_STARVED_PCT:
+            self.stopped = "not starved"
+            self.notes.append(
+                f"with num_workers=0 the step waited for data only {base0.starvation_pct:.1f} % of the time: "
+                "workers cannot speed this up, they would only add memory and start-up time"
+            )
+        elif not self._halted():
+            self._climb(base0)
+            self._refine()
+            self._prefetch()
+            self._repeat_contenders()
+        if self.stopped not in ("cancelled", "failures"):
+            self._persistence()
+        return self._outcome()
+
+    def _first_guess(self, base0: ConfigResult | None) -> int:
+        if base0 is None or not base0.ok or not base0.wait.mean_ms:
+            return 2
+        step_ms = max(base0.step_ms_achieved or 0.0, 1.0)
+        fetch_ms = base0.wait.mean_ms
+        needed = math.ceil(fetch_ms / step_ms)
+        reason = f"num_workers=0: loading one batch took {fetch_ms:.0f} ms against a {step_ms:.0f} ms step, so about {needed} workers keep up"
+        cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0
+        guess = needed
+        if cpu_share > 0.2:
+            cpu_cap = math.ceil(self.limits.cpu_budget / cpu_share)
+            if cpu_cap < needed:
+                reason += (f"; but loading is {cpu_share * 100:.0f} % CPU and the CPU budget is "
+                           f"{self.limits.cpu_budget:g}, so no more than ~{cpu_cap} can run at once")
+                guess = cpu_cap
+        elif cpu_share:
+            reason += f" (loading is only {cpu_share * 100:.0f} % CPU, mostly waiting: more workers than cores can help)"
+        self.notes.append(reason)
+        cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes))
+        return max(1, min(guess, cap))
+
+    def _climb(self, base0: ConfigResult | None) -> None:
+        workers = self._first_guess(base0)
+        best = base0.batches_per_s if base0 is not None and base0.ok and base0.batches_per_s else 0.0
+        cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
+        best_workers = 0
+        tried: set[int] = set()
+        while True:
+            tried.add(workers)
+            result = self.try_config(self.settings_for(workers), "climb: more workers while the step is starved")
+            if result is None:
+                return
+            if not result.ok:
+                self.notes.append(f"num_workers={workers} failed ({result.error}); not trying more")
+                return
+            rate = result.batches_per_s or 0.0
+            if (result.starvation_pct or 0) < NOT_STARVED_PCT:
+                self.notes.append(
+                    f"num_workers={workers}: the step waited for data only {result.starvation_pct:.1f} % of the time"
+                )
+                return
+            if rate < best * (1 + MIN_GAIN):
+                self.notes.append(
+                    f"num_workers={workers} gave {rate:.1f} steps/s against {best:.1f} before: "
+                    "more workers do not help any more (CPU or I/O saturated)"
+                )
+                # the step may have overshot into contention: look once between it and the last gain
+                fewer = (best_workers + workers) // 2
+                if fewer > best_workers and fewer not in tried:
+                    self.try_config(self.settings_for(fewer), "climb overshot? fewer workers")
+                return
+            best, best_workers = rate, workers
+            if workers >= cap:
+                return
+            step_rate = 1000.0 / max(result.step_ms_achieved or 1.0, 1.0)
+            scale = step_rate / rate if rate else 2.0
+            workers = min(cap, max(workers + 1, min(2 * workers, math.ceil(workers * scale * 1.1))))
+
+    def _refine(self) -> None:
+        """Bisect down to the fewest workers within tolerance of the best (default prefetch)."""
+        while not self._halted():
+            candidate = self.cheapest_near_best()
+            if candidate is None or candidate[0] <= 1:
+                return
+            below = [k[0] for k in self.throughputs() if k[0] < candidate[0] and k[1] in (0, 2)]
+            lower = max(below, default=0)
+            if candidate[0] - lower <= 1:
+                return
+            middle = (lower + candidate[0]) // 2
+            if self.try_config(self.settings_for(middle), "bisect: fewer workers, as fast?") is None:
+                return
+
+    def _prefetch(self) -> None:
+        candidate = self.cheapest_near_best()
+        if candidate is None or candidate[0] == 0 or self._halted():
+            return
+        rows = self.measured(*candidate)
+        last = rows[-1]
+        starved = (last.starvation_pct or 0) >= NOT_STARVED_PCT
+        p50, p95 = last.wait.p50_ms or 0.0, last.wait.p95_ms or 0.0
+        bursty = p95 > BURSTY_P95_OVER_P50 * max(p50, 1.0)
+        if not (starved or bursty):
+            self.notes.append(f"{describe(last.settings)} keeps the step fed; prefetch_factor stays at 2")
+            return
+        if candidate[0] > self.shm_cap_workers(last.batch_bytes, prefetch=4):
+            self.notes.append("prefetch_factor=4 would not fit in /dev/shm; not tried")
+            return
+        why = "still starved" if starved else f"bursty waits (p95 {p95:.0f} ms vs p50 {p50:.0f} ms)"
+        self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
+
+    def _repeat_contenders(self) -> None:
+        """Measure the best and the cheapest-near-best again: one short window can mislead."""
+        table = self.fitting_throughputs()
+        if len(table) < 2 or self._halted():
+            return
+        best = max(table, key=table.get)
+        candidate = self.cheapest_near_best()
+        contenders = {best, candidate} if candidate else {best}
+        # also anything within 10 % that is cheaper than the best: it may be the real winner
+        contenders |= {k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < best[0]}
+        for key in sorted(contenders):
+            if len(self.measured(*key)) >= 2:
+                continue
+            if self.try_config(self.settings_for(key[0], key[1] or None), "repeat: confirm a close contender") is None:
+                return
+        # bisecting again can matter when the repeat moved the best
+        self._refine()
+
+    def _persistence(self) -> None:
+        candidate = self.cheapest_near_best()
+        if candidate is None or candidate[0] == 0:
+            return
+        workers, prefetch = candidate
+        for persistent in (False, True):
+            settings = self.settings_for(workers, prefetch, persistent_workers=persistent)
+            done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
+            if done:
+                continue
+            label = "on" if persistent else "off"
+            if self.try_config(settings, f"epoch restart with persistent_workers {label}", restart=True,
+                               reserve=False) is None:
+                return
+        if self.limits.cuda:
+            self.try_config(self.settings_for(workers, prefetch, pin_memory=True), "pin_memory on (CUDA)",
+                            reserve=False)
+
+    # ---- the recommendation -----------------------------------------------------------------
+    def _outcome(self) -> SearchOutcome:
+        outcome = SearchOutcome(results=self.results, stopped=self.stopped or "done")
+        table = self.throughputs()
+        if not table:
+            outcome.reasons = ["no configuration could be measured"] + self.notes
+            return outcome
+        reasons: list[str] = []
+        for key in table:
+            misfit = self.misfit(key)
+            if misfit:
+                reasons.append(f"excluded num_workers={key[0]}, prefetch_factor={key[1]}: {misfit}")
+        candidate = self.cheapest_near_best()
+        if candidate is None:
+            outcome.reasons = reasons + ["no measured configuration fits this machine's memory"] + self.notes
+            return outcome
+        fitting = self.fitting_throughputs()
+        best_key = max(fitting, key=fitting.get)
+        best_rate, rate = fitting[best_key], fitting[candidate]
+        workers, prefetch = candidate
+        settings = self.base.replace(num_workers=workers)
+        if workers == 0:
+            reasons.insert(0, f"num_workers=0: {rate:.1f} steps/s" + (
+                " is the best measured" if best_key == candidate else
+                f", within {TOLERANCE * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]})"))
+        else:
+            count = len(self.measured(*candidate))
+            where = "the best measured" if best_key == candidate else (
+                f"within {TOLERANCE * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]}, "
+                f"prefetch_factor={best_key[1]})")
+            reasons.insert(0, f"num_workers={workers}: {rate:.1f} steps/s (mean of {count} run{'s' * (count > 1)}), {where}; "
+                              "the fewest workers that fast")
+            fewer = [k for k in fitting if k[0] < workers]
+            if fewer:
+                k = max(fewer)
+                reasons.append(f"num_workers={k[0]} reached only {fitting[k]:.1f} steps/s")
+            settings = settings.replace(prefetch_factor=prefetch)
+            alt = [k for k in fitting if k[0] == workers and k[1] != prefetch]
+            if alt:
+                k = alt[0]
+                reasons.append(f"prefetch_factor={prefetch}: {rate:.1f} steps/s vs {fitting[k]:.1f} with prefetch_factor={k[1]}")
+            settings = settings.replace(persistent_workers=self._choose_persistent(candidate, reasons))
+        if self.limits.cuda:
+            pinned = [r for r in self.results if r.ok and r.settings.pin_memory]
+            settings = settings.replace(pin_memory=True)
+            if pinned and pinned[-1].h2d_pinned_ms is not None:
+                r = pinned[-1]
+                reasons.append(f"pin_memory=True: a batch copies to the GPU in {r.h2d_pinned_ms:.2f} ms pinned "
+                               f"vs {r.h2d_pageable_ms:.2f} ms pageable")
+            else:
+                reasons.append("pin_memory=True: CUDA is present and pinned copies can overlap the step (not measured)")
+        else:
+            reasons.append("pin_memory=False: no CUDA device, pinning would only cost RAM (torch warns and ignores it)")
+        outcome.recommended = settings
+        outcome.reasons = reasons + self.notes
+        return outcome
+
+    def _choose_persistent(self, key: tuple[int, int], reasons: list[str]) -> bool:
+        rows = [r for r in self.results if r.ok and group_key(r.settings) == key and r.epoch_restart_s is not None]
+        on = [r.epoch_restart_s for r in rows if r.settings.persistent_workers]
+        off = [r.epoch_restart_s for r in rows if not r.settings.persistent_workers]
+        if on and off:
+            saved = min(off) - min(on)
+            if saved > 0.01:
+                reasons.append(f"persistent_workers=True: the gap between epochs fell from {min(off):.2f} s to "
+                               f"{min(on):.2f} s (workers are not forked again each epoch)")
+                return True
+            reasons.append(f"persistent_workers=False: keeping workers alive saved nothing measurable "
+                           f"({min(off):.2f} s vs {min(on):.2f} s between epochs)")
+            return False
+        first = [r.first_batch_s for r in rows or self.measured(*key) if r.first_batch_s is not None]
+        if first:
+            reasons.append(f"persistent_workers=True: starting the workers took {min(first):.2f} s, paid again "
+                           "every epoch without it (restart not measured within the budget)")
+            return True
+        reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
+        return True

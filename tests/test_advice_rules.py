@@ -223,3 +223,107 @@ def test_spike_rule_needs_both_ratio_and_size(spiky):
     r = ConfigResult(settings=s, batches_per_s=10, starvation_pct=5, wait=wait)
     probe = ProbeReport(workload=WorkloadInfo(batch_size=64, step_ms=40), results=[r])
     assert ("spiky-batches" in ids(evaluate(load_machine("laptop-rtx3050"), s, probe=probe))) is spiky
+
+
+def test_oversubscription_that_measurably_pays_off_is_not_flagged():
+    # I/O-bound workers: 8 workers on 4 CPUs measured clearly faster than 3 -> silent
+    facts = load_machine("k8s-4cpu-quota")
+    s = LoaderSettings(batch_size=64, num_workers=8, persistent_workers=True)
+    fast = ProbeReport(results=[
+        ConfigResult(settings=LoaderSettings(batch_size=64, num_workers=3, persistent_workers=True),
+                     batches_per_s=10.0, starvation_pct=40),
+        ConfigResult(settings=s, batches_per_s=17.0, starvation_pct=5),
+    ])
+    assert "cpu-oversubscribed" not in ids(evaluate(facts, s, probe=fast))
+    # measured no faster: fires, and says so
+    fast.results[1].batches_per_s = 10.2
+    f = one(evaluate(facts, s, probe=fast), "cpu-oversubscribed")
+    assert "measured: 8 workers 10.2 batches/s, 3 workers 10.0 batches/s" in f.evidence
+
+
+def test_starved_config_is_pointed_at_the_cheapest_measured_one_that_feeds_the_step():
+    facts = load_machine("laptop-rtx3050")  # 8 CPUs
+    s = LoaderSettings(batch_size=32, num_workers=1, persistent_workers=True)
+    probe = ProbeReport(results=[
+        ConfigResult(settings=s, batches_per_s=4, starvation_pct=70),
+        ConfigResult(settings=s.replace(num_workers=4), batches_per_s=11.5, starvation_pct=6),
+        ConfigResult(settings=s.replace(num_workers=6), batches_per_s=11.8, starvation_pct=3),
+        ConfigResult(settings=s.replace(num_workers=12), batches_per_s=12.0, starvation_pct=1),
+    ])
+    f = one(evaluate(facts, s, probe=probe), "data-starved")
+    assert f.severity == CRITICAL
+    assert f.settings_change == {"num_workers": 4}
+    # nothing measured waits less than half as much: silent (transform-bound's territory)
+    probe.results = probe.results[:1] + [ConfigResult(settings=s.replace(num_workers=4), batches_per_s=5,
+                                                      starvation_pct=50)]
+    assert "data-starved" not in ids(evaluate(facts, s, probe=probe))
+
+
+def test_unprobed_settings_get_no_probe_verdict():
+    # the probe measured other configurations only: nothing is said about the user's own
+    sc_facts = load_machine("laptop-rtx3050")
+    s = LoaderSettings(batch_size=32, num_workers=3)
+    probe = ProbeReport(results=[ConfigResult(settings=LoaderSettings(batch_size=32, num_workers=2),
+                                              batches_per_s=3, starvation_pct=80,
+                                              wait=WaitStats(p50_ms=1, p95_ms=500))])
+    assert not {"data-starved", "spiky-batches", "persistent-workers-off"} & set(ids(evaluate(sc_facts, s, probe=probe)))
+
+
+def _starved_probe(cpu_pct=None, fetch_cpu_pct=None):
+    s = LoaderSettings(batch_size=32, num_workers=4, persistent_workers=True)
+    results = [ConfigResult(settings=s.replace(num_workers=2), batches_per_s=6, starvation_pct=60, cpu_util_pct=cpu_pct),
+               ConfigResult(settings=s, batches_per_s=10, starvation_pct=45, cpu_util_pct=cpu_pct),
+               ConfigResult(settings=s.replace(num_workers=6), batches_per_s=9.9, starvation_pct=46,
+                            cpu_util_pct=cpu_pct)]
+    if fetch_cpu_pct is not None:
+        results.append(ConfigResult(settings=LoaderSettings(batch_size=32), batches_per_s=2, starvation_pct=85,
+                                    fetch_cpu_pct=fetch_cpu_pct))
+    return s, ProbeReport(workload=WorkloadInfo(batch_size=32, step_ms=50), results=results)
+
+
+def test_transform_bound_tells_cpu_work_from_waiting_on_storage():
+    laptop = load_machine("laptop-rtx3050")  # 8 CPUs, no container: psutil's CPU figure is ours
+    s, busy = _starved_probe(cpu_pct=90)
+    f = one(evaluate(laptop, s, probe=busy), "transform-bound")
+    assert "DALI" in f.fix and "WebDataset" not in f.fix
+    assert "CPUs busy while measuring: 7.2 of 8 available" in f.evidence
+    s, idle = _starved_probe(cpu_pct=10)
+    f = one(evaluate(laptop, s, probe=idle), "transform-bound")
+    assert "WebDataset" in f.fix and "DALI" not in f.fix
+    # in a container the machine-wide CPU figure includes other tenants: use the 0-worker split, or say both
+    docker = load_machine("docker-64m-shm")
+    s, idle = _starved_probe(cpu_pct=10)
+    f = one(evaluate(docker, s, probe=idle), "transform-bound")
+    assert "DALI" in f.fix and "WebDataset" in f.fix
+    s, waits = _starved_probe(cpu_pct=10, fetch_cpu_pct=12)
+    f = one(evaluate(docker, s, probe=waits), "transform-bound")
+    assert "num_workers=0: 12% of the fetch time was CPU work, the rest waiting" in f.evidence
+    assert "WebDataset" in f.fix and "DALI" not in f.fix
+
+
+def test_transform_bound_stays_silent_when_the_probe_did_not_look_far_enough():
+    # best is the largest worker count tried and it is below the CPU budget: more workers might help
+    s = LoaderSettings(batch_size=32, num_workers=2, persistent_workers=True)
+    probe = ProbeReport(results=[ConfigResult(settings=s.replace(num_workers=1), batches_per_s=3, starvation_pct=70),
+                                 ConfigResult(settings=s, batches_per_s=5, starvation_pct=45)])
+    assert "transform-bound" not in ids(evaluate(load_machine("laptop-rtx3050"), s, probe=probe))
+
+
+def test_sigbus_in_the_probe_is_a_shm_finding_and_sigkill_an_oom_crash():
+    s = LoaderSettings(batch_size=64, num_workers=4)
+    bus = ConfigResult(settings=s, status="failed",
+                       error="the measuring process died (killed by signal SIGBUS) before reporting")
+    found = evaluate(load_machine("docker-64m-shm"), s, probe=ProbeReport(results=[bus]))
+    assert ids(found) == ["shm-too-small"]
+    kill = ConfigResult(settings=s, status="failed",
+                        error="the measuring process died (killed by signal SIGKILL) before reporting")
+    f = one(evaluate(load_machine("laptop-rtx3050"), s, probe=ProbeReport(results=[kill])), "worker-crashed")
+    assert "OOM killer" in f.cause
+
+
+def test_too_many_open_files_in_the_probe():
+    s = LoaderSettings(batch_size=64, num_workers=8)
+    failed = ConfigResult(settings=s, status="failed",
+                          error="RuntimeError: Too many open files. Communication with the workers is no longer possible.")
+    found = evaluate(load_machine("laptop-rtx3050"), s, probe=ProbeReport(results=[failed]))
+    assert ids(found) == ["open-files-low"] and found[0].severity == CRITICAL

@@ -34,9 +34,12 @@ PERSISTENT_SHARE = 0.10  # worker start-up >= 10% of an epoch
 H2D_MIN_SAVING = 0.3  # pinned copies at least 30% faster ...
 NO_WORKERS_MARGIN = 0.95  # 0 workers reaches >= 95% of the best throughput with workers
 QUOTA_HIDDEN_RATIO = 0.5
-BN_SMALL_BATCH = 8  # cgroup quota below half of os.cpu_count()
+BN_SMALL_BATCH = 8
+OVERSUB_PAYS = 1.05  # more workers than CPUs measured > 5% faster than any count within the budget  # cgroup quota below half of os.cpu_count()
 
-SHM_ERROR_MARKERS = ("shared memory", "bus error", "no space left on device", "shm")
+# torch's words for an exhausted /dev/shm; SIGBUS is how a worker dies when a shm page can't be backed
+SHM_ERROR_MARKERS = ("shared memory", "bus error", "sigbus", "no space left on device", "/dev/shm")
+OOM_MARKERS = ("sigkill", "signal: killed", "out of memory", "memoryerror")
 NOFILE_ERROR_MARKERS = ("too many open files", "received 0 items of ancdata")
 ZERO_WORKERS = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
 
@@ -270,7 +273,8 @@ def worker_target(cpus_per_rank: float) -> int:
 
 @rule("cpu-oversubscribed", WARNING, "More workers than CPUs", "settings",
       "num_workers above the CPUs one rank may use: the least of os.cpu_count(), the affinity set and "
-      "the cgroup quota, divided by the ranks on this node")
+      "the cgroup quota, divided by the ranks on this node; silent when the probe measured these settings "
+      "more than 5% faster than any worker count within that budget (I/O-bound workers)")
 def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     if i.settings is None or i.settings.num_workers <= 0:
         return None
@@ -282,6 +286,15 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     evidence = [f"num_workers = {n}"] + _cpu_evidence(i)
     if i.ranks > 1:
         evidence.append(f"{n} workers x {i.ranks} ranks = {n * i.ranks} worker processes on this node")
+    mine = i.subject
+    within = [r for r in (i.probe.ok_results if i.probe else []) if r.batches_per_s
+              and 0 < r.settings.num_workers <= per_rank]
+    if mine is not None and mine.ok and mine.batches_per_s and within:
+        fastest = max(within, key=lambda r: r.batches_per_s)
+        if mine.batches_per_s > OVERSUB_PAYS * fastest.batches_per_s:
+            return None  # measured: the extra workers pay off (workers waiting on I/O, not CPU)
+        evidence.append(f"measured: {n} workers {mine.batches_per_s:.1f} batches/s, "
+                        f"{fastest.settings.num_workers} workers {fastest.batches_per_s:.1f} batches/s")
     quota = i.facts.cpu.cgroup_quota.get()
     cause = (
         f"{n} workers (plus the training process) compete for {fmt_num(per_rank)} CPUs; they take turns, "
@@ -383,9 +396,10 @@ def _shm_too_small(i: Inputs) -> Finding | None:
         shm_line += " (Docker's 64 MiB default)"
     if failed is not None:
         evidence = [f"the probe's {describe(failed.settings)} failed: {failed.error or 'worker died'}", shm_line]
-        needed = (i.batch_bytes or 0) * max(1, failed.settings.batches_in_flight) * i.ranks
-        if i.batch_bytes:
-            evidence.append(f"{failed.settings.batches_in_flight} batches in flight x {fmt_bytes(i.batch_bytes)}"
+        batch = i.batch_bytes or getattr(failed, "batch_bytes", None)
+        needed = (batch or 0) * max(1, failed.settings.batches_in_flight) * i.ranks
+        if batch:
+            evidence.append(f"{failed.settings.batches_in_flight} batches in flight x {fmt_bytes(batch)}"
                             f" = {fmt_bytes(needed / i.ranks)}")
         return r.finding(
             CRITICAL,
@@ -569,7 +583,15 @@ def _data_starved(i: Inputs) -> Finding | None:
               and r.starvation_pct <= mine.starvation_pct / 2 and r is not mine]
     if not better:
         return None  # nothing measured feeds it better: see transform-bound
-    best = min(better, key=lambda r: (r.starvation_pct, r.settings.num_workers))
+    # the cheapest measured configuration that feeds the step (fewest workers, within the CPU budget
+    # when possible), else the one that waits least
+    fed = [r for r in better if r.starvation_pct < STARVED_WARN_PCT]
+    in_budget = [r for r in fed if r.settings.num_workers <= i.facts.cpus_per_rank]
+    pool = in_budget or fed
+    if pool:
+        best = min(pool, key=lambda r: (r.settings.num_workers, r.starvation_pct))
+    else:
+        best = min(better, key=lambda r: (r.starvation_pct, r.settings.num_workers))
     who = _consumer(i)
     evidence = [f"{describe(mine.settings)}: the {who} waited {mine.starvation_pct:.0f}% of the time"
                 + (f", {mine.batches_per_s:.1f} batches/s" if mine.batches_per_s else "")]
@@ -619,23 +641,37 @@ def _transform_bound(i: Inputs) -> Finding | None:
         evidence.append(f"{describe(top.settings)}: {top.batches_per_s:.1f} batches/s (no faster)")
     if reached_budget:
         evidence.append(f"workers tried up to {max_workers}; CPU budget per rank {fmt_num(i.facts.cpus_per_rank)}")
-    cpu_busy = None
-    if best.cpu_util_pct is not None and i.facts.cpu.logical.get():
+    # Is the work CPU or waiting? psutil's whole-machine CPU figure is only ours outside containers
+    # and quotas (inside, /proc/stat counts the host's other tenants too); without workers the probe
+    # can split a fetch into CPU time and waiting instead.
+    io_bound: bool | None = None
+    own_machine = i.facts.container.kind.get() is None and i.facts.cpu.cgroup_quota.get() is None
+    zero = [r for r in ok if r.settings.num_workers == 0 and getattr(r, "fetch_cpu_pct", None) is not None]
+    if best.cpu_util_pct is not None and i.facts.cpu.logical.get() and own_machine:
         cpu_busy = best.cpu_util_pct / 100 * float(i.facts.cpu.logical.value)
         evidence.append(f"CPUs busy while measuring: {cpu_busy:.1f} of {fmt_num(i.facts.cpu.budget)} available")
-    io_bound = cpu_busy is not None and cpu_busy < 0.5 * i.facts.cpu.budget
+        io_bound = cpu_busy < 0.5 * i.facts.cpu.budget
+    elif zero:
+        cpu_share = zero[0].fetch_cpu_pct
+        evidence.append(f"num_workers=0: {cpu_share:.0f}% of the fetch time was CPU work, the rest waiting")
+        io_bound = cpu_share < 50
+    cpu_fix = ("run augmentations on the GPU (NVIDIA DALI, Kornia), pre-compute deterministic transforms "
+               "(decode/resize once and store the result), use cheaper transforms or faster decoders "
+               "(Pillow-SIMD, libjpeg-turbo, nvJPEG)")
+    io_fix = ("copy the data to local SSD or RAM, use sequential shard formats (WebDataset tar shards, FFCV "
+              ".beton, LMDB) instead of many small files; a deeper prefetch hides only short stalls")
     if io_bound:
         cause = ("Producing a batch takes longer than the step even in parallel, yet the CPUs are mostly idle: "
                  "the workers wait on storage or the network, not on computation.")
-        fix = ("Make reads cheaper: copy the data to local SSD or RAM, use sequential shard formats "
-               "(WebDataset tar shards, FFCV .beton, LMDB) instead of many small files; a deeper prefetch "
-               "hides only short stalls.")
-    else:
+        fix = f"Make reads cheaper: {io_fix}."
+    elif io_bound is False:
         cause = ("Producing a batch (decode + transforms) costs more CPU time than the step, and the CPUs "
                  "available can't do it faster in parallel.")
-        fix = ("Take work off the CPU: run augmentations on the GPU (NVIDIA DALI, Kornia), pre-compute "
-               "deterministic transforms (decode/resize once and store the result), use cheaper transforms "
-               "or faster decoders (Pillow-SIMD, libjpeg-turbo, nvJPEG).")
+        fix = f"Take work off the CPU: {cpu_fix}."
+    else:
+        cause = ("Producing a batch (reading, decoding, transforming) takes longer than the step even with "
+                 "the most parallel configuration measured.")
+        fix = f"If the CPUs are busy: {cpu_fix}. If they are idle (waiting on storage): {io_fix}."
     return get_rule("transform-bound").finding(
         WARNING,
         f"Even the best configuration measured leaves the {who} waiting {best.starvation_pct:.0f}% of the time",
@@ -892,16 +928,19 @@ def _worker_crashed(i: Inputs) -> Finding | None:
         if res.traceback:
             last = [ln for ln in res.traceback.strip().splitlines() if ln.strip()][-1:]
             evidence += [f"last traceback line: {ln.strip()}" for ln in last]
+        cause = ("An exception (or a signal) in the dataset, a transform or collate_fn, raised inside a worker "
+                 "process; torch re-raises it in the main process with the worker's traceback flattened into "
+                 "text.")
+        fix = ("Re-run with num_workers=0: the same code then runs in the main process and fails with a plain "
+               "traceback (and a debugger can stop at it). Fix the dataset, then restore the workers.")
+        if any(m in text for m in OOM_MARKERS):
+            cause = ("The process was killed (SIGKILL) or ran out of memory: usually the kernel's OOM killer, "
+                     "when the workers' memory exceeds RAM or the cgroup limit (check `dmesg` or the pod's "
+                     "OOMKilled status).")
+            fix = ("Use fewer workers or a smaller prefetch_factor, and keep the dataset in numpy arrays or "
+                   "tensors rather than Python objects; `loaderdoc probe` measures the memory per worker.")
         return get_rule("worker-crashed").finding(
-            CRITICAL,
-            "A DataLoader worker crashed while loading",
-            evidence,
-            "An exception (or a signal) in the dataset, a transform or collate_fn, raised inside a worker "
-            "process; torch re-raises it in the main process with the worker's traceback flattened into text.",
-            "Re-run with num_workers=0: the same code then runs in the main process and fails with a plain "
-            "traceback (and a debugger can stop at it). Fix the dataset, then restore the workers.",
-            {},
-        )
+            CRITICAL, "A DataLoader worker crashed while loading", evidence, cause, fix, {})
     return None
 
 

@@ -313,6 +313,19 @@ def _scenarios() -> list[Scenario]:
         expect=frozenset({"transform-bound"}),
     ))
     s.append(Scenario(
+        "laptop-slow-disk",
+        "many small files on a slow disk: 6 workers are no faster than 4 and the CPUs stay mostly idle",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True),
+        batch_bytes=32 * IMAGE_F32,
+        probe=report([
+            measured(2, bps=6.1, starved=70, pin=True, p50=110, p95=180, cpu_pct=9, batch_size=32),
+            measured(4, bps=10.2, starved=49, pin=True, p50=45, p95=85, cpu_pct=14, batch_size=32),
+            measured(6, bps=10.0, starved=50, pin=True, p50=47, p95=88, cpu_pct=15, batch_size=32),
+        ], batch_size=32, batch_bytes=32 * IMAGE_F32, step_ms=50, device="cuda:0"),
+        expect=frozenset({"transform-bound"}),
+    ))
+    s.append(Scenario(
         "h100-network-stalls",
         "data read over the network: most batches are ready, 1 in 20 waits ~120 ms",
         "h100x8-node",
@@ -380,6 +393,27 @@ def _scenarios() -> list[Scenario]:
                                "    label = self.labels[name]\nKeyError: 'n01440764_10026'\n"),
         ], batch_size=32, device="cuda:0"),
         expect=frozenset({"worker-crashed"}),
+    ))
+    s.append(Scenario(
+        "docker-probe-oom-kill",
+        "the probe's 16-worker run was killed by SIGKILL (the OOM killer) before it reported",
+        "docker-64m-shm",
+        LoaderSettings(batch_size=64, num_workers=16, persistent_workers=True),
+        batch_bytes=64 * MNIST_F32,
+        probe=report([
+            measured(4, bps=40.0, starved=2, p50=0.1, p95=1, pss_mib=2900),
+            measured(16, status="failed",
+                     error="the measuring process died (killed by signal SIGKILL) before reporting"),
+        ], batch_bytes=64 * MNIST_F32, step_ms=20),
+        expect=frozenset({"worker-crashed"}),
+    ))
+    s.append(Scenario(
+        "pod-workstation-config",
+        "a workstation config copied into the 4-CPU pod: 16 workers, prefetch 4, pinned, float32 224px batches",
+        "k8s-4cpu-quota",
+        LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4, pin_memory=True, persistent_workers=True),
+        batch_bytes=64 * IMAGE_F32,
+        expect=frozenset({"shm-too-small", "cpu-oversubscribed", "pin-memory-without-gpu"}),
     ))
     s.append(Scenario(
         "ddp-batchnorm-ragged-last-batch",

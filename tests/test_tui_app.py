@@ -443,3 +443,66 @@ async def _wait_for(pilot, predicate, timeout=5.0) -> bool:
             return True
         await pilot.pause(0.02)
     return predicate()
+
+
+async def test_settings_follow_the_recommendation_when_facts_arrive_late():
+    def slow_detect(cpu_info=False):
+        time.sleep(0.3)
+        return load_machine("k8s-4cpu-quota")
+
+    app = make_app(detect_fn=slow_detect, header_fn=fixed_header)
+    async with app.run_test(size=SIZE) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.settings_origin == "recommended from machine facts"
+        assert app.settings == app.recommendation.settings
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.screen.query_one("#set-num_workers", Input).value == str(app.settings.num_workers)
+
+
+# ---- the real probe, briefly --------------------------------------------------------------
+def _worker_children() -> list:
+    import psutil
+
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+async def test_real_probe_short_run_fills_the_view():
+    app = app_for("ci-2core", workload=Workload(preset="tensor", batch_size=16, step_ms=2.0, budget_s=2.0))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "done", app.probe_error
+        assert app.report is not None and app.report.results
+        assert app.screen.query_one("#results", DataTable).row_count == len(app.report.results)
+        assert app.report.elapsed_s < 10
+    assert not _worker_children()
+
+
+async def test_real_probe_cancel_leaves_no_worker_processes():
+    app = app_for("ci-2core", workload=Workload(preset="image", batch_size=32, step_ms=20.0, budget_s=30.0))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        # wait until DataLoader workers exist, then cancel while they run
+        assert await _wait_for(pilot, lambda: len(_worker_children()) > 0, timeout=20)
+        start = time.monotonic()
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert time.monotonic() - start < 10
+        assert app.probe_state == "cancelled"
+        assert app.report is not None and app.report.stopped == "cancelled"
+    assert await _no_children_soon()
+
+
+async def _no_children_soon(timeout=5.0) -> bool:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _worker_children():
+            return True
+        await asyncio.sleep(0.05)
+    return not _worker_children()

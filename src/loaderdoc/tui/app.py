@@ -51,6 +51,10 @@ class LoaderDocApp(App[int]):
     TITLE = "loaderdoc"
     SUB_TITLE = "DataLoader settings for this machine"
 
+    # classes on the screen: small terminals (80x24 over SSH) get smaller charts
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
+
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+r", "run_probe", "Run probe", priority=True),

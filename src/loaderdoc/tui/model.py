@@ -455,6 +455,43 @@ def sort_findings(findings: Iterable[Any]) -> list[Any]:
 
 
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
+BOOLEAN_KNOBS = ("pin_memory", "persistent_workers")
+
+
+def tradeoff_blocks(t: Any) -> list[tuple[str, str]]:
+    """(heading, text) for one KnobTradeoff: what raising and lowering it does here, evidence."""
+    up, down = ("Turning it on", "Turning it off") if t.knob in BOOLEAN_KNOBS else ("Raising it", "Lowering it")
+    out: list[tuple[str, str]] = []
+    if getattr(t, "note", ""):
+        out.append(("Note", t.note))
+    out.append((up, t.raising))
+    out.append((down, t.lowering))
+    if t.evidence:
+        out.append(("Evidence", "\n".join(f"- {e}" for e in t.evidence)))
+    return out
+
+
+def tradeoff_table(t: Any) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows of a KnobTradeoff's table; the first column marks the current value
+    (">") and rows the probe measured ("*")."""
+    if not t.rows:
+        return [], []
+    columns = [""] + list(t.columns)
+    rows = []
+    for r in t.rows:
+        mark = (">" if r.current else " ") + ("*" if r.measured else " ")
+        rows.append([mark] + [r.cells.get(c, "") for c in t.columns])
+    return columns, rows
+
+
+def knob_blocks(knob: Any) -> list[tuple[str, str]]:
+    """(heading, text) for a knob's plain explanation (loaderdoc.advice.knobs.Knob)."""
+    return [
+        ("What it does", f"{knob.what} (torch's default: {knob.default})"),
+        ("Buys", "\n".join(f"+ {p}" for p in knob.pros)),
+        ("Costs", "\n".join(f"- {c}" for c in knob.cons)),
+        ("When to change it", knob.when_to_change),
+    ]
 
 
 def describe(obj: Any, skip: Iterable[str] = ()) -> list[tuple[str, str]]:

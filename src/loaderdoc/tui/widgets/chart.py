@@ -27,14 +27,14 @@ class SeriesPlot(PlotextPlot):
         self._series = series
         plt = self.plt
         plt.clear_data()
-        plt.clear_figure() if False else None  # keep the theme registered by PlotextPlot
         ys = series.starvation_pct if self._percent else series.batches_per_s
         points = [(x, y) for x, y in zip(series.workers, ys, strict=True) if not math.isnan(y)]
         plt.xlabel("num_workers")
         if points:
             xs = [p[0] for p in points]
-            plt.plot(xs, [p[1] for p in points], marker="braille")
-            plt.scatter(xs, [p[1] for p in points], marker="dot")
+            # quadrant blocks, not braille: more terminal fonts (and SVG->PNG) have them
+            plt.plot(xs, [p[1] for p in points], marker="hd")
+            plt.scatter(xs, [p[1] for p in points], marker="●")
             plt.xticks(xs)
             plt.title(self._title + (f" ({self._unit})" if self._unit else ""))
         else:

@@ -17,7 +17,8 @@ class ProbePane(VerticalScroll):
         app = self.app
         w: model.Workload = app.workload
         names, why_not = model.preset_names()
-        options = [(f"{name}: {desc}" if desc else name, name) for name, desc in names]
+        options = [(name, name) for name, _ in names]
+        self._descriptions = dict(names)
         if app.dataset_arg:
             options.insert(0, (f"your dataset: {app.dataset_arg}", model.DATASET_CHOICE))
         value = model.DATASET_CHOICE if w.dataset else (w.preset if w.preset in dict(names) else Select.NULL)
@@ -34,8 +35,11 @@ class ProbePane(VerticalScroll):
             yield Input(f"{w.step_ms:g}", id="step_ms", compact=True, classes="num")
             yield Label("budget s", classes="form-label-short")
             yield Input(f"{w.budget_s:g}", id="budget_s", compact=True, classes="num")
-        yield Static(why_not or "", id="workload-error", classes="field-error")
-        with Horizontal(classes="form-row"):
+        yield Static(self._describe(), id="workload-desc")
+        err = Static(why_not or "", id="workload-error", classes="field-error")
+        err.display = bool(why_not)
+        yield err
+        with Horizontal(classes="form-row", id="progress-row"):
             yield ProgressBar(total=1.0, show_eta=False, id="progress")
             yield Static("", id="progress-text")
         with Horizontal(id="charts"):
@@ -46,6 +50,12 @@ class ProbePane(VerticalScroll):
         yield table
         yield Static("", id="probe-summary")
         yield Button("Use recommendation", id="adopt", compact=True, disabled=True)
+
+    def _describe(self) -> str:
+        w = self.app.workload
+        if w.dataset:
+            return f"your Dataset from --dataset {w.dataset} (imported when the probe starts)"
+        return self._descriptions.get(w.preset or "", "")
 
     def focus_main(self) -> None:
         self.query_one("#workload", Select).focus()
@@ -88,7 +98,7 @@ class ProbePane(VerticalScroll):
         bar.update(progress=max(0.0, min(1.0, fraction)))
         state = {"idle": "idle", "running": "running", "stopping": "stopping",
                  "done": "done", "cancelled": "cancelled", "failed": "failed"}[app.probe_state]
-        self.query_one("#progress-text", Static).update(f"{state}: {text}" if text else state)
+        self.query_one("#progress-text", Static).update(f"{state}: {text}" if text and text != state else state)
 
     def add_result(self, result: ConfigResult) -> None:
         self.query_one("#results", DataTable).add_row(*model.result_row(result))
@@ -108,6 +118,7 @@ class ProbePane(VerticalScroll):
             w.dataset = self.app.dataset_arg
         else:
             w.preset, w.dataset = str(event.value), None
+        self.query_one("#workload-desc", Static).update(self._describe())
 
     def on_input_changed(self, event: Input.Changed) -> None:
         key = event.input.id
@@ -115,8 +126,9 @@ class ProbePane(VerticalScroll):
             return
         value, error = model.parse_workload_field(key, event.value)
         event.input.set_class(error is not None, "-invalid-value")
-        self.query_one("#workload-error", Static).update(
-            Text(f"{error} (the probe keeps the last valid value)", style="bold red") if error else "")
+        err = self.query_one("#workload-error", Static)
+        err.update(Text(f"{error} (the probe keeps the last valid value)", style="bold red") if error else "")
+        err.display = error is not None
         if error is None and getattr(self.app.workload, key) != value:
             setattr(self.app.workload, key, value)
             if key == "batch_size":

@@ -25,6 +25,7 @@ HINTS = {
 class SettingsPane(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static("", id="settings-note", classes="pane-note")
+        self._shown = self.app.settings
         values = model.settings_form_values(self.app.settings)
         for key in model.SETTING_KEYS:
             with Horizontal(classes="form-row setting-row", id=f"row-{key}"):
@@ -52,9 +53,7 @@ class SettingsPane(VerticalScroll):
             # the chosen settings changed elsewhere (a fix, the probe, the recommendation)
             self._load(app.settings)
             self._show_errors({})
-        note = self.query_one("#settings-note", Static)
-        note.update(Text.assemble(("Chosen settings", "bold"), f" [{app.settings_origin}]. ",
-                                  "Edits apply as soon as they are valid; space toggles a box."))
+        self._note()
         rec = app.recommendation
         self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == app.settings
         why = Text()
@@ -66,6 +65,11 @@ class SettingsPane(VerticalScroll):
         elif app.recommend_error:
             why.append(f"No recommendation: {app.recommend_error}\n", style="italic")
         self.query_one("#settings-why", Static).update(why)
+
+    def _note(self) -> None:
+        self.query_one("#settings-note", Static).update(
+            Text.assemble(("Chosen settings", "bold"), f" [{self.app.settings_origin}]. ",
+                          "Edits apply as soon as they are valid; space toggles a box."))
 
     def _load(self, settings) -> None:
         self._shown = settings
@@ -94,6 +98,9 @@ class SettingsPane(VerticalScroll):
     def _edited(self) -> None:
         settings, errors = model.parse_settings_form(self._form_values())
         self._show_errors(errors)
+        if settings == self._shown:
+            self._note()
+            return  # an event that changed nothing (e.g. a widget announcing its first value)
         if settings is not None:
             self._shown = settings
             self.app.set_settings(settings, "edited")

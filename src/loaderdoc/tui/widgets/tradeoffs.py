@@ -1,4 +1,5 @@
-"""Trade-offs view: pick a knob, see what changing it costs and buys on this machine."""
+"""Trade-offs view: pick a knob, see what changing it costs and buys on this machine, beside a
+plain explanation of the knob."""
 
 from __future__ import annotations
 
@@ -7,10 +8,20 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import OptionList, Static
+from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
 from loaderdoc.tui import model
+
+
+def _blocks_text(blocks: list[tuple[str, str]], heading: str | None = None) -> Text:
+    text = Text()
+    if heading:
+        text.append(f"{heading}\n", style="bold underline")
+    for key, body in blocks:
+        text.append(f"{key}: ", style="bold")
+        text.append(f"{body}\n")
+    return text
 
 
 class TradeoffsPane(Vertical):
@@ -20,6 +31,8 @@ class TradeoffsPane(Vertical):
             yield OptionList(*[Option(k, id=k) for k in model.KNOBS], id="knobs")
             with VerticalScroll(id="knob-scroll"):
                 yield Static("", id="knob-here")
+                yield DataTable(id="knob-table", cursor_type="row", zebra_stripes=True, show_cursor=False)
+                yield Static("", id="knob-legend")
                 yield Static("", id="knob-about")
 
     def focus_main(self) -> None:
@@ -36,7 +49,8 @@ class TradeoffsPane(Vertical):
         elif app.tradeoffs_error:
             note.update(Text(f"Trade-offs unavailable: {app.tradeoffs_error}", style="bold red"))
         else:
-            basis = "machine facts and the probe's measurements" if app.report else "machine facts (run a probe for measured numbers)"
+            basis = ("machine facts and the probe's measurements" if app.report
+                     else "machine facts (run a probe for measured throughput)")
             note.update(f"What each knob costs and buys around the chosen settings, from {basis}.")
         self._show()
 
@@ -47,28 +61,37 @@ class TradeoffsPane(Vertical):
     def _show(self) -> None:
         knob = self._knob()
         app = self.app
-        here = Text()
-        here.append(f"{knob} = {getattr(app.settings, knob)!r}  on this machine\n", style="bold underline")
         entry = _tradeoff_for(app.tradeoffs, knob)
+        heading = f"{knob} = {getattr(app.settings, knob)!r} on this machine"
         if app.tradeoffs_error:
-            here.append("not available: " + app.tradeoffs_error + "\n")
+            here = _blocks_text([("not available", app.tradeoffs_error)], heading)
         elif entry is None:
-            here.append("no trade-off computed for this knob\n" if app.facts is not None else "waiting for machine facts\n")
+            here = _blocks_text([("", "waiting for machine facts" if app.facts is None
+                                  else "no trade-off computed for this knob")], heading)
         else:
-            for key, body in model.describe(entry, skip=("knob", "name")):
-                here.append(f"{key}: ", style="bold")
-                here.append(f"{body}\n")
+            here = _blocks_text(model.tradeoff_blocks(entry), heading)
         self.query_one("#knob-here", Static).update(here)
-        about = Text("\n")
-        about.append(f"About {knob}\n", style="bold underline")
+
+        table = self.query_one("#knob-table", DataTable)
+        table.clear(columns=True)
+        columns, rows = model.tradeoff_table(entry) if entry is not None else ([], [])
+        table.display = bool(rows)
+        legend = self.query_one("#knob-legend", Static)
+        legend.display = bool(rows)
+        if rows:
+            table.add_columns(*columns)
+            for row in rows:
+                table.add_row(*row)
+            measured = any(r[0][1] == "*" for r in rows)
+            legend.update("> chosen value   " + ("* measured by the probe; other rows computed from machine facts"
+                                                  if measured else "numbers computed from machine facts"))
         try:
-            explanation = _knob_explanation(knob)
+            about = _blocks_text(model.knob_blocks(model.core("loaderdoc.advice.knobs", "explain")(knob)),
+                                 f"About {knob}")
         except model.Unavailable as exc:
-            explanation = [("", f"not available: {exc}")]
-        for key, body in explanation:
-            if key:
-                about.append(f"{key}: ", style="bold")
-            about.append(f"{body}\n")
+            about = _blocks_text([("not available", str(exc))], f"About {knob}")
+        except KeyError:
+            about = _blocks_text([("", "no explanation recorded for this knob")], f"About {knob}")
         self.query_one("#knob-about", Static).update(about)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -77,15 +100,6 @@ class TradeoffsPane(Vertical):
 
 def _tradeoff_for(tradeoffs: list[Any], knob: str) -> Any:
     for t in tradeoffs:
-        name = getattr(t, "knob", None) or getattr(t, "name", None)
-        if name == knob:
+        if getattr(t, "knob", None) == knob:
             return t
     return None
-
-
-def _knob_explanation(knob: str) -> list[tuple[str, str]]:
-    knobs = model.core("loaderdoc.advice.knobs", "KNOBS")
-    entry = knobs.get(knob) if isinstance(knobs, dict) else None
-    if entry is None:
-        return [("", "no explanation recorded for this knob")]
-    return model.describe(entry, skip=("knob", "name"))

@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""Regenerate the app's screenshots: screenshots/<name>.svg and .png (PNG via cairosvg).
+
+    python scripts/screenshots.py            # every screen
+    python scripts/screenshots.py probe      # only the names given
+
+Views that explain a situation (a Kubernetes CPU quota, Docker's 64 MiB /dev/shm, a GPU laptop)
+use the recorded machines shipped in loaderdoc/system/machines; the app's title bar names the
+recorded machine. The probe screenshot is a real probe run on the machine running this script,
+with that machine's detected facts: nothing in it is invented. If the probe is not available,
+that screenshot is skipped and the script says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.system.fixtures import load_machine
+from loaderdoc.tui.app import LoaderDocApp, make_app
+from loaderdoc.tui.model import Workload
+
+OUT = Path(__file__).resolve().parent.parent / "screenshots"
+BIG = (120, 40)
+SMALL = (80, 24)
+PNG_FONT = "DejaVu Sans Mono"  # installed here; Textual's SVGs ask for Fira Code
+
+
+async def _settle(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    pilot.app.clear_notifications()
+    await pilot.pause(0.2)
+
+
+async def shoot(name: str, app: LoaderDocApp, size: tuple[int, int],
+                steps: Callable[[object], Awaitable[None]] | None = None) -> Path:
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        if steps is not None:
+            await steps(pilot)
+        await pilot.pause(0.3)
+        svg = app.export_screenshot(title=f"loaderdoc - {name}")
+    svg_path = OUT / f"{name}.svg"
+    svg_path.write_text(svg, encoding="utf-8")
+    png_path = svg_path.with_suffix(".png")
+    import cairosvg
+
+    cairosvg.svg2png(bytestring=re.sub(r"Fira Code", PNG_FONT, svg).encode(), write_to=str(png_path))
+    print(f"wrote {svg_path.relative_to(OUT.parent)} and .png")
+    return svg_path
+
+
+def recorded(machine: str, **kwargs) -> LoaderDocApp:
+    return make_app(facts=load_machine(machine), **kwargs)
+
+
+async def machine(size=BIG, name="machine"):
+    await shoot(name, recorded("k8s-4cpu-quota"), size)
+
+
+async def machine_small():
+    await machine(SMALL, "machine-80x24")
+
+
+async def probe(size=BIG, name="probe"):
+    from loaderdoc.tui import model
+
+    try:
+        model.core("loaderdoc.probe.api", "probe")
+    except model.Unavailable as exc:
+        print(f"skipped {name}: {exc}")
+        return
+
+    async def run(pilot):
+        await pilot.press("ctrl+r")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        pilot.app.clear_notifications()
+        if pilot.app.probe_state != "done":
+            raise SystemExit(f"the probe did not finish: {pilot.app.probe_state} {pilot.app.probe_error}")
+
+    # this machine, measured for real
+    app = make_app(workload=Workload(preset="image", batch_size=32, step_ms=20.0, budget_s=20.0))
+    await shoot(name, app, size, run)
+
+
+async def probe_small():
+    await probe(SMALL, "probe-80x24")
+
+
+async def diagnoses():
+    app = recorded("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
+                   workload=Workload(preset="image", batch_size=64, batch_size_given=True,
+                                     sample_bytes=3 * 224 * 224))
+
+    async def run(pilot):
+        await pilot.press("3")
+
+    await shoot("diagnoses", app, BIG, run)
+
+
+async def tradeoffs():
+    async def run(pilot):
+        await pilot.press("4", "down")
+
+    app = recorded("laptop-rtx3050", workload=Workload(preset="image", batch_size=64, batch_size_given=True,
+                                                        sample_bytes=3 * 224 * 224))
+    await shoot("tradeoffs", app, BIG, run)
+
+
+async def settings():
+    async def run(pilot):
+        await pilot.press("ctrl+s")
+        pilot.app.screen.query_one("#set-num_workers").value = "0"
+        await pilot.pause()
+
+    await shoot("settings", recorded("k8s-4cpu-quota"), BIG, run)
+
+
+async def export():
+    async def run(pilot):
+        await pilot.press("ctrl+e")
+
+    await shoot("export", recorded("laptop-rtx3050", export_dir=Path("/home/me/project")), BIG, run)
+
+
+async def light():
+    async def run(pilot):
+        await pilot.press("ctrl+t", "3")
+
+    await shoot("light-theme", recorded("k8s-4cpu-quota"), SMALL, run)
+
+
+SHOTS = {
+    "machine": machine,
+    "machine-80x24": machine_small,
+    "probe": probe,
+    "probe-80x24": probe_small,
+    "diagnoses": diagnoses,
+    "tradeoffs": tradeoffs,
+    "settings": settings,
+    "export": export,
+    "light-theme": light,
+}
+
+
+async def main(names: list[str]) -> int:
+    OUT.mkdir(exist_ok=True)
+    unknown = [n for n in names if n not in SHOTS]
+    if unknown:
+        print(f"unknown screenshot(s): {', '.join(unknown)}; choose from {', '.join(SHOTS)}", file=sys.stderr)
+        return 2
+    for name in names or list(SHOTS):
+        await SHOTS[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1:])))

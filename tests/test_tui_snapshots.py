@@ -1,0 +1,88 @@
+"""SVG snapshots of every view on recorded machines (pytest-textual-snapshot).
+
+Deterministic: recorded machine facts, a clock-free export header, and for the probe view the
+scripted stand-in from test_tui_app (test data, not measurements). Update with
+``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the SVGs before committing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_tui_app import app_for, scripted_probe
+
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.tui.model import Workload
+
+BIG = (120, 40)
+SMALL = (80, 24)
+
+
+async def _settle(pilot):
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    pilot.app.clear_notifications()
+    await pilot.pause()
+
+
+def test_machine_k8s_quota(snap_compare):
+    assert snap_compare(app_for("k8s-4cpu-quota"), terminal_size=BIG, run_before=_settle)
+
+
+def test_machine_gpu_node_80x24(snap_compare):
+    assert snap_compare(app_for("h100x8-node"), terminal_size=SMALL, run_before=_settle)
+
+
+def test_probe_after_run(snap_compare):
+    async def run(pilot):
+        await pilot.press("ctrl+r")
+        await _settle(pilot)
+
+    assert snap_compare(app_for("ci-2core", probe_fn=scripted_probe), terminal_size=BIG, run_before=run)
+
+
+def test_diagnoses_docker_shm(snap_compare):
+    app = app_for("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
+                  workload=Workload(preset="image", batch_size=64, sample_bytes=3 * 224 * 224))
+
+    async def run(pilot):
+        await _settle(pilot)
+        await pilot.press("3")
+
+    assert snap_compare(app, terminal_size=BIG, run_before=run)
+
+
+def test_tradeoffs_laptop(snap_compare):
+    async def run(pilot):
+        await _settle(pilot)
+        await pilot.press("4", "down")
+
+    assert snap_compare(app_for("laptop-rtx3050"), terminal_size=BIG, run_before=run)
+
+
+def test_settings_with_invalid_edit(snap_compare):
+    async def run(pilot):
+        await _settle(pilot)
+        await pilot.press("ctrl+s")
+        pilot.app.screen.query_one("#set-num_workers").value = "0"
+        await pilot.pause()
+
+    app = app_for("ci-2core", settings=LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2))
+    assert snap_compare(app, terminal_size=BIG, run_before=run)
+
+
+def test_export_dialog(snap_compare):
+    async def run(pilot):
+        await _settle(pilot)
+        await pilot.press("ctrl+e")
+        await pilot.pause()
+
+    assert snap_compare(app_for("laptop-rtx3050", export_dir=Path("/export")), terminal_size=BIG, run_before=run)
+
+
+def test_light_theme_80x24(snap_compare):
+    async def run(pilot):
+        await _settle(pilot)
+        await pilot.press("ctrl+t", "5")
+
+    assert snap_compare(app_for("docker-64m-shm"), terminal_size=SMALL, run_before=run)

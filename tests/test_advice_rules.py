@@ -327,3 +327,45 @@ def test_too_many_open_files_in_the_probe():
                           error="RuntimeError: Too many open files. Communication with the workers is no longer possible.")
     found = evaluate(load_machine("laptop-rtx3050"), s, probe=ProbeReport(results=[failed]))
     assert ids(found) == ["open-files-low"] and found[0].severity == CRITICAL
+
+
+def test_workers_only_add_ipc_needs_a_measurement_with_as_many_workers():
+    facts = load_machine("ci-2core")
+    zero = ConfigResult(settings=LoaderSettings(batch_size=128), batches_per_s=43.8, starvation_pct=10.4)
+    one_w = ConfigResult(settings=LoaderSettings(batch_size=128, num_workers=1), batches_per_s=42.9,
+                         starvation_pct=13.0)
+    probe = ProbeReport(results=[zero, one_w])
+    # 1 worker measured: 0 workers is as fast -> fires, and with the step waiting 10% it doesn't call the data cheap
+    f = one(evaluate(facts, LoaderSettings(batch_size=128, num_workers=1), probe=probe), "workers-only-add-ipc")
+    assert "CPUs are already taken" in f.cause
+    assert f.settings_change["num_workers"] == 0
+    # 2 workers were never measured: silent
+    assert "workers-only-add-ipc" not in ids(evaluate(facts, LoaderSettings(batch_size=128, num_workers=2),
+                                                      probe=probe))
+    # workers measurably faster: silent
+    one_w.batches_per_s = 60.0
+    assert "workers-only-add-ipc" not in ids(evaluate(facts, LoaderSettings(batch_size=128, num_workers=1),
+                                                      probe=probe))
+
+
+def test_persistent_rule_reads_the_restart_of_a_non_persistent_run_with_as_many_workers():
+    facts = load_machine("laptop-rtx3050")
+    s = LoaderSettings(batch_size=32, num_workers=4, pin_memory=True)
+    persistent = ConfigResult(settings=s.replace(persistent_workers=True), batches_per_s=25, starvation_pct=3,
+                              first_batch_s=0.2, epoch_restart_s=0.01)
+    restarting = ConfigResult(settings=s, batches_per_s=24, starvation_pct=3, first_batch_s=0.3,
+                              epoch_restart_s=1.2)
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=32, dataset_len=2000), results=[persistent, restarting])
+    f = one(evaluate(facts, s, probe=probe), "persistent-workers-off")
+    assert f.evidence[0] == "worker start-up to first batch: 1.20 s (measured)"
+    # a large dataset: the same start-up is under 10% of the epoch
+    probe.workload.dataset_len = 200_000
+    assert "persistent-workers-off" not in ids(evaluate(facts, s, probe=probe))
+
+
+def test_bursty_waits_of_a_starved_loader_are_not_called_spiky():
+    # real probe shape: 5 workers on 2 CPUs deliver in bursts: p50 4 ms, p95 621 ms, 84% starved
+    s = LoaderSettings(batch_size=32, num_workers=5, persistent_workers=True)
+    r = ConfigResult(settings=s, batches_per_s=6.6, starvation_pct=84, wait=WaitStats(p50_ms=4.1, p95_ms=621))
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=32, step_ms=20), results=[r])
+    assert "spiky-batches" not in ids(evaluate(load_machine("ci-2core"), s, probe=probe))

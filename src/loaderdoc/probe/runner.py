@@ -56,6 +56,7 @@ class RunPlan:
     warmup_cap_s: float | None = None  # longest warm-up (default 0.5x window)
     loader_timeout_s: float = 10.0  # DataLoader(timeout=...): a worker batch slower than this fails
     measure_restart: bool = True  # time the gap between this epoch's last batch and the next's first
+    watchdog_override_s: float | None = None  # replace the computed watchdog (tests use short ones)
 
     @property
     def steady_cap_s(self) -> float:
@@ -68,7 +69,9 @@ class RunPlan:
     @property
     def watchdog_s(self) -> float:
         """Wall time after which the parent kills the configuration (start-up, drain, restart)."""
-        return self.steady_cap_s + self.warmup_s + 3 * self.loader_timeout_s + 5.0
+        if self.watchdog_override_s is not None:
+            return self.watchdog_override_s
+        return self.steady_cap_s + self.warmup_s + 2 * self.loader_timeout_s + 3.0
 
 
 # ---- parent side ------------------------------------------------------------------------------
@@ -177,8 +180,9 @@ def _child_main(read_fd: int, write_fd: int, workload: Workload, settings: Loade
             os.setpgid(0, 0)
         _die_with_parent()
         # Ctrl+C reaches the parent, which kills this whole group; the child must not race it
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
             import torch
 

@@ -344,6 +344,8 @@ class Search:
         outcome = SearchOutcome(results=self.results, stopped=self.stopped or "done")
         table = self.throughputs()
         if not table:
+            if outcome.stopped == "done":
+                outcome.stopped = "failures"
             outcome.reasons = ["no configuration could be measured"] + self.notes
             return outcome
         reasons: list[str] = []
@@ -380,6 +382,13 @@ class Search:
             if alt:
                 k = alt[0]
                 reasons.append(f"prefetch_factor={prefetch}: {rate:.1f} steps/s vs {fitting[k]:.1f} with prefetch_factor={k[1]}")
+            else:
+                rows = self.measured(*candidate)
+                starved = statistics.fmean(r.starvation_pct or 0 for r in rows)
+                reasons.append(f"prefetch_factor={prefetch}: torch's default; a deeper queue was not needed "
+                               f"(the step waited {starved:.0f} % of the time, waits steady)"
+                               if starved < NOT_STARVED_PCT else
+                               f"prefetch_factor={prefetch}: torch's default (a deeper queue was not measured)")
             settings = settings.replace(persistent_workers=self._choose_persistent(candidate, reasons))
         if self.limits.cuda:
             pinned = [r for r in self.results if r.ok and r.settings.pin_memory]

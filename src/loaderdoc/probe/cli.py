@@ -1,0 +1,255 @@
+"""`loaderdoc probe [PRESET | --dataset MOD:FACTORY]`: measure, show the table, recommend.
+
+Importing this module does not import torch (``loaderdoc --help`` stays fast); the probe
+imports it when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
+from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.probe.workloads import PRESETS
+
+MiB = 1024**2
+
+
+class NothingMeasured(UserError):
+    """The probe ran but not one configuration could be measured."""
+
+    exit_code = EXIT_PROBE_FAILED
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from loaderdoc.commands.common import add_workload_arguments
+
+    presets = ", ".join(PRESETS)
+    parser.add_argument(
+        "preset_positional", nargs="?", metavar="PRESET",
+        help=f"synthetic workload to probe: {presets} (or use --dataset)",
+    )
+    add_workload_arguments(parser, with_probe=True)
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print one JSON document (every configuration + recommended)")
+    out.add_argument("--export", metavar="PATH", help="also write the recommended settings to PATH ('-' = stdout)")
+    out.add_argument("--format", choices=["toml", "py", "json"], help="export format (default: from PATH's suffix)")
+    out.add_argument("--force", action="store_true", help="overwrite an existing export file")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.epilog = (parser.epilog or "") + (
+        "\npresets:\n" + "".join(f"  {name:12s} {spec.description}\n" for name, spec in PRESETS.items())
+        + "\n--dataset MOD:FACTORY imports MOD from the current directory or PYTHONPATH and calls FACTORY()\n"
+        "with no arguments; it returns a Dataset or (dataset, collate_fn).\n"
+    )
+
+
+def _preset_name(args: argparse.Namespace) -> str | None:
+    positional = getattr(args, "preset_positional", None)
+    option = getattr(args, "preset", None)
+    if positional and option and positional != option:
+        raise UserError(f"two presets given ({positional!r} and --preset {option!r}); name one")
+    return positional or option
+
+
+def probe_from_args(args: argparse.Namespace, *, progress: bool) -> ProbeReport:
+    """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt)."""
+    from loaderdoc.probe.api import probe
+    from loaderdoc.probe.workloads import get_preset, load_user_dataset
+
+    preset = _preset_name(args)
+    dataset_spec = getattr(args, "dataset", None)
+    if preset and dataset_spec:
+        raise UserError(f"give a preset ({preset!r}) or --dataset, not both")
+    if not preset and not dataset_spec:
+        raise UserError(f"name a preset to probe ({', '.join(PRESETS)}) or your own data with --dataset MOD:FACTORY")
+    kwargs: dict[str, Any] = dict(
+        batch_size=getattr(args, "batch_size", None),
+        step_ms=getattr(args, "step_ms", None),
+        budget_s=getattr(args, "budget", None) or 30.0,
+    )
+    if preset:
+        get_preset(preset)  # unknown names fail here, before anything slow
+        overrides: dict[str, Any] = {}
+        if getattr(args, "sample_shape", None):
+            overrides["sample_shape"] = args.sample_shape
+            overrides["dtype"] = getattr(args, "dtype", None)
+        elif getattr(args, "dtype", "uint8") not in (None, "uint8"):
+            overrides["dtype"] = args.dtype
+        kwargs.update(preset=preset, overrides=overrides or None)  # step_ms None: the preset's typical step
+    else:
+        dataset, collate_fn = load_user_dataset(dataset_spec)
+        kwargs.update(dataset=dataset, collate_fn=collate_fn, name=dataset_spec)
+        if kwargs["step_ms"] is None:
+            kwargs["step_ms"] = 20.0
+    if not progress:
+        return probe(**kwargs)
+    with _Progress(kwargs["budget_s"]) as bar:
+        return probe(**kwargs, on_progress=bar.update, on_result=bar.result)
+
+
+class _Progress:
+    """A rich progress bar on stderr, plus one line per configuration as it finishes."""
+
+    def __init__(self, budget_s: float) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("probe"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+            TextColumn("{task.description}"), console=self.console, transient=True,
+        )
+        self.task = self.progress.add_task("starting", total=1.0)
+
+    def __enter__(self) -> _Progress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, fraction: float, message: str) -> None:
+        self.progress.update(self.task, completed=fraction, description=message)
+
+    def result(self, r: ConfigResult) -> None:
+        self.progress.console.print(f"  {_config_label(r)}: {_outcome_text(r)}", highlight=False)
+
+
+def _config_label(r: ConfigResult) -> str:
+    s = r.settings
+    if s.num_workers == 0:
+        return "num_workers=0"
+    text = f"num_workers={s.num_workers} prefetch={s.effective_prefetch_factor}"
+    if s.persistent_workers:
+        text += " persistent"
+    if s.pin_memory:
+        text += " pinned"
+    return text
+
+
+def _outcome_text(r: ConfigResult) -> str:
+    if not r.ok:
+        return f"{r.status}: {r.error}"
+    return f"{r.batches_per_s or 0:.1f} steps/s, step starved {r.starvation_pct or 0:.0f}% of the time"
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / MiB:.0f}"
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def render_report(report: ProbeReport, console: Any) -> None:
+    """The table of measured configurations, failures with tracebacks, and the recommendation."""
+    from rich.table import Table
+
+    w = report.workload
+    console.print(
+        f"[bold]{w.name}[/bold]: {w.description}\nbatch_size={w.batch_size}, step {w.step_ms:g} ms "
+        f"({w.consumer}), batch {_mib(w.batch_bytes)} MiB; device {report.device}; "
+        f"{len(report.results)} configurations in {report.elapsed_s:.1f} s of a {report.budget_s:g} s budget "
+        f"(stopped: {report.stopped})",
+        highlight=False,
+    )
+    table = Table(show_edge=False, pad_edge=False)
+    for title in ("workers", "prefetch", "persist", "status", "steps/s", "samples/s", "starved %", "wait p50/p95 ms",
+                  "step ms", "first batch s", "epoch gap s", "PSS MiB", "RSS MiB", "shm MiB", "CPU %", "why tried"):
+        table.add_column(title, justify="left" if title in ("status", "why tried") else "right")
+    recommended = report.recommended
+    for r in report.results:
+        s = r.settings
+        chosen = recommended is not None and _same(r, recommended)
+        table.add_row(
+            str(s.num_workers) + (" *" if chosen else ""),
+            str(s.effective_prefetch_factor) if s.num_workers else "-",
+            ("yes" if s.persistent_workers else "no") if s.num_workers else "-",
+            r.status,
+            _num(r.batches_per_s),
+            _num(r.samples_per_s, ".0f"),
+            _num(r.starvation_pct, ".0f"),
+            f"{_num(r.wait.p50_ms)}/{_num(r.wait.p95_ms)}",
+            _num(r.step_ms_achieved),
+            _num(r.first_batch_s, ".2f"),
+            _num(r.epoch_restart_s, ".2f"),
+            _mib(r.worker_pss_bytes),
+            _mib(r.worker_rss_bytes),
+            _mib(r.shm_peak_bytes),
+            _num(r.cpu_util_pct, ".0f"),
+            r.purpose,
+        )
+    console.print(table)
+    failed = [r for r in report.results if r.status in ("failed", "timeout")]
+    for r in failed:
+        console.print(f"\n[bold red]{_config_label(r)} {r.status}[/bold red]: {r.error}", highlight=False)
+        if r.traceback:
+            console.print("  " + r.traceback.rstrip().replace("\n", "\n  "), highlight=False, markup=False)
+    if recommended is None:
+        console.print("\n[bold]No recommendation[/bold]: no configuration could be measured.")
+    else:
+        args = ", ".join(f"{k}={v!r}" for k, v in recommended.as_kwargs().items())
+        console.print(f"\n[bold]Recommended[/bold] (* above): DataLoader(dataset, {args})", highlight=False)
+    for reason in report.reasons:
+        console.print(f"  - {reason}", highlight=False)
+
+
+def _same(r: ConfigResult, settings: Any) -> bool:
+    a, b = r.settings, settings
+    return (a.num_workers, a.effective_prefetch_factor, a.persistent_workers, a.pin_memory) == (
+        b.num_workers, b.effective_prefetch_factor, b.persistent_workers, b.pin_memory)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(file=sys.stdout, width=200, color_system=None, soft_wrap=False)
+
+
+def _print(report: ProbeReport, as_json: bool) -> None:
+    if as_json:
+        print(report.to_json())
+    else:
+        render_report(report, _console())
+
+
+def run(args: argparse.Namespace) -> int:
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.json and args.export == "-":
+        raise UserError("--json and --export - both write to stdout; export to a file instead")
+    if args.export and args.export != "-":
+        from pathlib import Path
+
+        from loaderdoc.export import check_writable, format_for
+
+        format_for(args.export, args.format)  # a bad path or format fails now, not after 30 s
+        check_writable(Path(args.export).expanduser(), force=args.force)
+    from loaderdoc.probe.api import ProbeInterrupted
+
+    try:
+        report = probe_from_args(args, progress=progress)
+    except ProbeInterrupted as interrupted:
+        _print(interrupted.report, args.json)
+        print("loaderdoc: interrupted; the table shows what was measured, no worker is left running",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    _print(report, args.json)
+    if report.recommended is None:
+        print("loaderdoc: error: no DataLoader configuration could be measured (see the failures above)",
+              file=sys.stderr)
+        return EXIT_PROBE_FAILED
+    if args.export:
+        from loaderdoc.export import write_export
+
+        header = [f"DataLoader settings measured by `loaderdoc probe` on {report.workload.name}",
+                  f"batch_size={report.workload.batch_size}, step {report.workload.step_ms:g} ms, "
+                  f"{len(report.results)} configurations in {report.elapsed_s:.0f} s"]
+        header += [f"  {reason}" for reason in report.reasons]
+        written = write_export(args.export, report.recommended, fmt=args.format, force=args.force, header=header)
+        if written is not None:
+            print(f"wrote {written}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,3 @@
+"""A user module that fails while importing."""
+
+raise RuntimeError("config.yaml missing")

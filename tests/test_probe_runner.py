@@ -1,0 +1,167 @@
+"""One configuration, measured with a real DataLoader: the numbers' structure and every fault.
+
+Timings on a shared 2-core machine are noisy, so these assert relations that must hold, never
+exact figures.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loaderdoc.probe.runner import RunPlan, Workload, failure_result, run_config
+from loaderdoc.settings import LoaderSettings
+
+sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))
+import probe_userdata  # noqa: E402
+
+QUICK = RunPlan(window_s=0.3, min_batches=3, loader_timeout_s=3.0, watchdog_override_s=30.0)
+
+
+def descendants() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    before = {p.pid for p in descendants()}
+    yield
+    left = [p for p in descendants() if p.pid not in before]
+    assert not left, f"processes left behind: {[p.pid for p in left]}"
+
+
+def loader(workers: int, batch_size: int = 16, **kw) -> LoaderSettings:
+    if workers == 0:
+        return LoaderSettings(batch_size=batch_size, shuffle=True, **kw)
+    return LoaderSettings(batch_size=batch_size, shuffle=True, num_workers=workers, prefetch_factor=2, **kw)
+
+
+def test_a_configuration_yields_every_measurement():
+    workload = Workload(probe_userdata.make(), step_ms=5.0)
+    r = run_config(workload, loader(2), QUICK, purpose="test")
+    assert r.ok, r.error
+    assert r.purpose == "test" and r.settings.num_workers == 2
+    assert r.batches >= 3 and r.batches_per_s > 0
+    assert r.samples_per_s == pytest.approx(r.batches_per_s * 16)
+    assert 0 <= r.wait.p50_ms <= r.wait.p95_ms <= r.wait.max_ms
+    assert 0 <= r.starvation_pct <= 100
+    assert r.step_ms_achieved >= 4.5  # a 5 ms sleep lasts at least about 5 ms
+    assert r.first_batch_s > 0 and r.epoch_restart_s > 0
+    assert r.batch_bytes == 16 * 8 * 4 + 16 * 8  # float32 x 8 per sample, int64 labels
+    # PSS splits shared pages, so it sits between USS (private only) and RSS (double-counts)
+    assert 0 < r.worker_uss_bytes <= r.worker_pss_bytes <= r.worker_rss_bytes
+    assert r.shm_peak_bytes is not None and r.shm_peak_bytes >= 0
+    assert r.cpu_util_pct is not None
+    assert r.h2d_pinned_ms is None and r.h2d_pageable_ms is None  # no CUDA: never invented
+    assert r.duration_s >= r.first_batch_s
+
+
+def test_zero_workers_has_no_worker_memory_and_measures_cpu_share():
+    workload = Workload(probe_userdata.make(), step_ms=2.0)
+    r = run_config(workload, loader(0), QUICK)
+    assert r.ok, r.error
+    assert r.worker_pss_bytes == 0 and r.shm_peak_bytes == 0
+    assert r.fetch_cpu_pct is not None and 0 <= r.fetch_cpu_pct <= 100
+
+
+def test_io_bound_data_gets_more_throughput_from_more_workers_than_cores():
+    # 50 ms of latency per sample, batches of 4: 200 ms per batch serially
+    workload = Workload(probe_userdata.make_io_bound(), step_ms=5.0)
+    plan = RunPlan(window_s=0.8, min_batches=3, loader_timeout_s=5.0, measure_restart=False)
+    zero = run_config(workload, loader(0, batch_size=4), plan)
+    four = run_config(workload, loader(4, batch_size=4), plan)
+    assert zero.ok and four.ok
+    assert four.batches_per_s > 2 * zero.batches_per_s
+    assert four.starvation_pct < zero.starvation_pct
+    # while loading, the 0-worker run mostly waited: I/O, not CPU
+    assert zero.fetch_cpu_pct < 50
+
+
+def test_persistent_workers_shorten_the_gap_between_epochs():
+    workload = Workload(probe_userdata.make(), step_ms=1.0)
+    plan = RunPlan(window_s=0.2, min_batches=3, loader_timeout_s=3.0)
+    fresh = run_config(workload, loader(2, persistent_workers=False), plan)
+    kept = run_config(workload, loader(2, persistent_workers=True), plan)
+    assert fresh.ok and kept.ok
+    assert kept.epoch_restart_s < fresh.epoch_restart_s
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_raising_on_an_index_fails_that_configuration_with_its_traceback(workers):
+    workload = Workload(probe_userdata.make_raising(), step_ms=1.0)
+    r = run_config(workload, loader(workers), QUICK)
+    assert r.status == "failed"
+    assert "ValueError" in r.error and "sample 13 is corrupt" in r.error
+    assert "\n" not in r.error
+    assert "probe_userdata.py" in r.traceback and "__getitem__" in r.traceback
+    if workers:
+        assert "DataLoader worker process" in r.error
+
+
+def test_a_worker_killed_by_a_signal_fails_the_configuration():
+    workload = Workload(probe_userdata.make_killing(), step_ms=1.0)
+    r = run_config(workload, loader(2), QUICK)
+    assert r.status == "failed"
+    assert "killed by signal" in r.error or "exited unexpectedly" in r.error
+
+
+def test_a_hanging_worker_hits_the_dataloader_timeout():
+    workload = Workload(probe_userdata.make_hanging_worker(), step_ms=1.0)
+    plan = RunPlan(window_s=0.3, loader_timeout_s=1.5, watchdog_override_s=30.0)
+    started = time.monotonic()
+    r = run_config(workload, loader(2), plan)
+    assert r.status == "timeout"
+    assert "timed out" in r.error
+    assert time.monotonic() - started < 20
+
+
+def test_a_dataset_hanging_in_the_training_process_is_stopped_by_the_watchdog():
+    # with num_workers=0 no DataLoader timeout applies: only the watchdog can end it
+    workload = Workload(probe_userdata.make_hanging(), step_ms=1.0)
+    plan = RunPlan(window_s=0.3, loader_timeout_s=1.0, watchdog_override_s=2.0)
+    started = time.monotonic()
+    r = run_config(workload, loader(0), plan)
+    assert r.status == "timeout"
+    assert "watchdog" in r.error
+    assert time.monotonic() - started < 5
+
+
+def test_cancel_stops_a_running_configuration_and_its_workers():
+    workload = Workload(probe_userdata.make_slow(), step_ms=1.0)
+    plan = RunPlan(window_s=30.0, loader_timeout_s=10.0)
+    cancel = threading.Event()
+    seen_workers = []
+
+    def cancel_when_workers_run():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            kids = descendants()
+            if len(kids) >= 3:  # the measuring process and its two workers
+                seen_workers.extend(kids)
+                break
+            time.sleep(0.05)
+        cancel.set()
+
+    helper = threading.Thread(target=cancel_when_workers_run)
+    helper.start()
+    started = time.monotonic()
+    r = run_config(workload, loader(2), plan, cancel=cancel)
+    helper.join()
+    assert r.status == "cancelled"
+    assert len(seen_workers) >= 3
+    assert time.monotonic() - started < 25
+    for proc in seen_workers:
+        assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+
+
+def test_failure_result_keeps_a_one_line_cause():
+    try:
+        raise RuntimeError("DataLoader timed out after 2 seconds")
+    except RuntimeError as exc:
+        r = failure_result(LoaderSettings(), exc)
+    assert r.status == "timeout" and "\n" not in r.error and "Traceback" in r.traceback

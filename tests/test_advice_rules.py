@@ -369,3 +369,42 @@ def test_bursty_waits_of_a_starved_loader_are_not_called_spiky():
     r = ConfigResult(settings=s, batches_per_s=6.6, starvation_pct=84, wait=WaitStats(p50_ms=4.1, p95_ms=621))
     probe = ProbeReport(workload=WorkloadInfo(batch_size=32, step_ms=20), results=[r])
     assert "spiky-batches" not in ids(evaluate(load_machine("ci-2core"), s, probe=probe))
+
+
+def _odd_probes():
+    yield ProbeReport()  # nothing measured
+    yield ProbeReport(results=[ConfigResult()])  # a result with every measurement missing
+    yield ProbeReport(results=[ConfigResult(settings=LoaderSettings(num_workers=2), status="failed")])
+    yield ProbeReport(workload=WorkloadInfo(batch_size=8, dataset_len=0, step_ms=0), results=[
+        ConfigResult(settings=LoaderSettings(num_workers=2), batches_per_s=0.0, starvation_pct=100.0,
+                     wait=WaitStats(p50_ms=0.0, p95_ms=0.0), worker_pss_bytes=0, first_batch_s=0.0),
+        ConfigResult(settings=LoaderSettings(num_workers=2), batches_per_s=5.0, starvation_pct=0.0,
+                     worker_pss_bytes=1, h2d_pinned_ms=0.0, h2d_pageable_ms=0.0),
+    ])
+
+
+@pytest.mark.parametrize("machine", ["ci-2core", "laptop-rtx3050", "docker-64m-shm", "k8s-4cpu-quota", "h100x8-node"])
+def test_rules_and_tradeoffs_never_raise_on_partial_information(machine):
+    from loaderdoc.advice.tradeoffs import tradeoffs
+
+    facts = load_machine(machine)
+    settings_variants = [None, LoaderSettings(), LoaderSettings(batch_size=None, num_workers=3),
+                         LoaderSettings(num_workers=-1, prefetch_factor=0, timeout=-1),
+                         LoaderSettings(num_workers=2, prefetch_factor=0, batch_size=0)]
+    contexts = [None, TrainingContext(device="cuda", uses_batchnorm=True, distributed=True,
+                                      uses_distributed_sampler=False, dataset_len=0, tensors_per_batch=0,
+                                      fixed_input_size=False, cudnn_benchmark=True)]
+    for probe in [None, *_odd_probes()]:
+        for s in settings_variants:
+            for ctx in contexts:
+                for batch_bytes in (None, 0, 10**12):
+                    evaluate(facts, s, batch_bytes=batch_bytes, probe=probe, context=ctx)
+            tradeoffs(facts, s, probe=probe)
+
+
+def test_an_empty_machine_record_claims_nothing_about_the_machine():
+    from loaderdoc.system.facts import MachineFacts
+
+    # no CPU count, no GPU reading, no /dev/shm: nothing to be oversubscribed or missing
+    assert evaluate(MachineFacts()) == []
+    assert evaluate(MachineFacts(), LoaderSettings(num_workers=64, pin_memory=True), batch_bytes=10**9) == []

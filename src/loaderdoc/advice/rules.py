@@ -143,6 +143,16 @@ def describe(s: LoaderSettings) -> str:
     return ", ".join(parts)
 
 
+def gpu_absence_known(facts: MachineFacts) -> bool:
+    """No usable GPU, and that is a reading (NVML answered or failed, or torch is a CPU build),
+    not just an empty record."""
+    if facts.usable_gpus > 0:
+        return False
+    torch = facts.torch
+    return bool(facts.gpu.nvml.source or facts.gpu.nvml.unknown or torch.installed.get() is False
+                or (torch.cuda_build.source and torch.cuda_build.known and not torch.cuda_build.value))
+
+
 def _workers(n: int) -> str:
     return f"{n} worker" + ("" if n == 1 else "s")
 
@@ -284,6 +294,8 @@ def worker_target(cpus_per_rank: float) -> int:
 def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     if i.settings is None or i.settings.num_workers <= 0:
         return None
+    if not i.facts.cpu._limits():
+        return None  # no CPU count was read: nothing to compare with
     per_rank = i.facts.cpus_per_rank
     n = i.settings.num_workers
     if n <= per_rank:
@@ -471,7 +483,7 @@ def _shm_too_small(i: Inputs) -> Finding | None:
       "facts.usable_gpus == 0 (NVML sees no GPU, or torch is a CPU-only build): torch only warns and "
       "skips pinning")
 def _pin_without_gpu(i: Inputs) -> Finding | None:
-    if i.settings is None or not i.settings.pin_memory or i.facts.usable_gpus > 0:
+    if i.settings is None or not i.settings.pin_memory or not gpu_absence_known(i.facts):
         return None
     evidence = [f"NVIDIA GPUs visible: {i.facts.gpu.count}"]
     if not i.facts.gpu.nvml.known:
@@ -540,7 +552,8 @@ def _cuda_without_driver(i: Inputs) -> Finding | None:
       f"the probe's measured copy of one batch: pinned at least {H2D_MIN_SAVING:.0%} faster than pageable and "
       "the saving at least 10% of the step (or 1 ms when no step is simulated)")
 def _pin_off_slow_copy(i: Inputs) -> Finding | None:
-    if i.settings is None or i.settings.pin_memory or i.probe is None or i.facts.usable_gpus == 0:
+    # no GPU check: host-to-device copy times exist only where the probe had a CUDA device
+    if i.settings is None or i.settings.pin_memory or i.probe is None:
         return None
     pairs = [(r.h2d_pageable_ms, r.h2d_pinned_ms) for r in i.probe.results
              if r.h2d_pageable_ms is not None and r.h2d_pinned_ms is not None]

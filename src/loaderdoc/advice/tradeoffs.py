@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loaderdoc.advice.knobs import explain
-from loaderdoc.advice.rules import per_worker_pss, same_config, worker_target
+from loaderdoc.advice.rules import gpu_absence_known, per_worker_pss, same_config, worker_target
 from loaderdoc.advice.units import fmt_bytes, fmt_num
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
@@ -262,7 +262,7 @@ def _pin(h: _Here) -> KnobTradeoff:
     s = h.settings
     cols = ["pin_memory", "copy to GPU per batch", "batches/s"]
     gpus = h.facts.usable_gpus
-    if gpus == 0:
+    if gpu_absence_known(h.facts):
         rows = [TradeoffRow(v, {"pin_memory": str(v), "copy to GPU per batch": "no GPU", "batches/s": ""},
                             current=(v == s.pin_memory)) for v in (False, True)]
         return KnobTradeoff("pin_memory", s.pin_memory, "no effect here: no usable GPU (torch only warns)",

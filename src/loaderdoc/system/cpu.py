@@ -42,7 +42,7 @@ def _v2_level(tree: Tree, directory: str) -> tuple[float | None, str, str | None
         return None, path, f"{path}: malformed ({(t.text or '').strip()!r})"
     if quota <= 0 or period <= 0:
         return None, path, f"{path}: malformed ({(t.text or '').strip()!r})"
-    return quota / period, f"{path} ({quota} {period})", None
+    return quota / period, f"{path}: {quota} {period}", None
 
 
 def _v1_level(tree: Tree, directory: str) -> tuple[float | None, str, str | None]:
@@ -70,7 +70,7 @@ def _v1_level(tree: Tree, directory: str) -> tuple[float | None, str, str | None
         return None, ppath, f"{ppath}: malformed ({(p.text or '').strip()!r})"
     if period <= 0:
         return None, ppath, f"{ppath}: malformed ({period})"
-    return quota / period, f"{qpath} / cpu.cfs_period_us ({quota} / {period})", None
+    return quota / period, f"{qpath} / cpu.cfs_period_us: {quota} / {period}", None
 
 
 def quota_from(tree: Tree, loc: Location) -> Reading:

@@ -48,7 +48,9 @@ def test_there_are_healthy_scenarios_on_each_kind_of_machine():
 def test_scenario_names_are_unique_and_machines_are_recorded_fixtures():
     names = [sc.name for sc in SCENARIOS]
     assert len(names) == len(set(names))
-    assert {sc.machine for sc in SCENARIOS} <= set(machine_names())
+    assert {sc.machine for sc in SCENARIOS if not sc.recorded} <= set(machine_names())
+    # real recordings are part of the list in a source checkout
+    assert {"recorded-shm-16m", "recorded-keyerror"} <= set(names)
 
 
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s.probe is not None], ids=lambda s: s.name)

@@ -12,6 +12,7 @@ stay cheap: this module imports neither torch nor textual (a test checks that in
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -419,15 +420,29 @@ def _shm_too_small(i: Inputs) -> Finding | None:
         if batch:
             evidence.append(f"{failed.settings.batches_in_flight} batches in flight x {fmt_bytes(batch)}"
                             f" = {fmt_bytes(needed / i.ranks)}")
+        # critical for settings holding at least as many batches as the run that failed; settings
+        # without workers never touch /dev/shm, so for them it only says workers are out of reach
+        s = i.settings
+        if s is not None and s.num_workers == 0:
+            return r.finding(
+                WARNING,
+                "Workers can't be used on this machine yet: the probe's worker runs ran out of shared memory",
+                evidence,
+                "These settings load in the main process and don't use /dev/shm, but every batch a worker "
+                "prepares must fit there.",
+                f"To use workers, give the container more shared memory: {_shm_command(i, max(needed, GiB / 2))}.",
+                {},
+            )
+        same_or_more = s is None or s.batches_in_flight >= failed.settings.batches_in_flight
         return r.finding(
-            CRITICAL,
+            CRITICAL if same_or_more else WARNING,
             "DataLoader workers ran out of shared memory (Bus error / unable to allocate shared memory)",
             evidence,
             "Each worker hands its batches to the training process through /dev/shm; when the batches in "
             "flight don't fit, the worker is killed by SIGBUS or the allocation fails.",
             f"Give the container more shared memory: {_shm_command(i, max(needed, GiB / 2))}; "
             "or lower num_workers / prefetch_factor / batch_size.",
-            _fit_in_shm(i, SHM_WARN_SHARE * free) if (i.settings and i.settings.num_workers and i.batch_bytes
+            _fit_in_shm(i, SHM_WARN_SHARE * free) if (s and s.num_workers and i.batch_bytes
                                                       and free is not None) else {},
         )
     if free is None:
@@ -953,30 +968,52 @@ def _open_files(i: Inputs) -> Finding | None:
 def _worker_crashed(i: Inputs) -> Finding | None:
     if i.probe is None:
         return None
+    crashed = []
     for res in i.probe.results:
-        if res.status != "failed":
-            continue
         text = f"{res.error or ''}\n{res.traceback or ''}".lower()
-        if any(m in text for m in SHM_ERROR_MARKERS + NOFILE_ERROR_MARKERS):
-            continue  # reported by shm-too-small / open-files-low with their own fixes
-        evidence = [f"{describe(res.settings)}: {res.error or 'failed without a message'}"]
-        if res.traceback:
-            last = [ln for ln in res.traceback.strip().splitlines() if ln.strip()][-1:]
-            evidence += [f"last traceback line: {ln.strip()}" for ln in last]
+        if res.status == "failed" and not any(m in text for m in SHM_ERROR_MARKERS + NOFILE_ERROR_MARKERS):
+            crashed.append(res)  # shm and open-file failures have their own rules and fixes
+    if not crashed:
+        return None
+    evidence = [f"{describe(r.settings)}: {r.error or 'failed without a message'}" for r in crashed[:3]]
+    if len(crashed) > 3:
+        evidence.append(f"... and {len(crashed) - 3} more configurations")
+    # a run without workers fails in the main process: its traceback points at the user's code
+    plain = next((r for r in crashed if r.settings.num_workers == 0 and r.traceback), None)
+    where = _innermost_frame(plain.traceback) if plain else None
+    if where:
+        evidence.append(f"without workers the traceback ends in {where}")
+    text = " ".join(f"{r.error or ''} {r.traceback or ''}" for r in crashed).lower()
+    if any(m in text for m in OOM_MARKERS):
+        cause = ("The process was killed (SIGKILL) or ran out of memory: usually the kernel's OOM killer, when "
+                 "the workers' memory exceeds RAM or the cgroup limit (check `dmesg` or the pod's OOMKilled "
+                 "status).")
+        fix = ("Use fewer workers or a smaller prefetch_factor, and keep the dataset in numpy arrays or tensors "
+               "rather than Python objects; `loaderdoc probe` measures the memory per worker.")
+    elif where:
+        cause = "The dataset (or its transform / collate_fn) raises an exception, with or without workers."
+        fix = (f"Fix the code at {where}; the num_workers=0 run above shows the plain traceback. Then restore "
+               "the workers.")
+    else:
         cause = ("An exception (or a signal) in the dataset, a transform or collate_fn, raised inside a worker "
                  "process; torch re-raises it in the main process with the worker's traceback flattened into "
                  "text.")
         fix = ("Re-run with num_workers=0: the same code then runs in the main process and fails with a plain "
                "traceback (and a debugger can stop at it). Fix the dataset, then restore the workers.")
-        if any(m in text for m in OOM_MARKERS):
-            cause = ("The process was killed (SIGKILL) or ran out of memory: usually the kernel's OOM killer, "
-                     "when the workers' memory exceeds RAM or the cgroup limit (check `dmesg` or the pod's "
-                     "OOMKilled status).")
-            fix = ("Use fewer workers or a smaller prefetch_factor, and keep the dataset in numpy arrays or "
-                   "tensors rather than Python objects; `loaderdoc probe` measures the memory per worker.")
-        return get_rule("worker-crashed").finding(
-            CRITICAL, "A DataLoader worker crashed while loading", evidence, cause, fix, {})
-    return None
+    with_workers = any(r.settings.num_workers > 0 for r in crashed)
+    symptom = ("A DataLoader worker crashed while loading" if with_workers else
+               "Loading a batch raised an exception")
+    return get_rule("worker-crashed").finding(CRITICAL, symptom, evidence, cause, fix, {})
+
+
+def _innermost_frame(tb: str) -> str | None:
+    """``brokends.py:10 in __getitem__``: the last frame of a traceback outside torch itself."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', tb)
+    mine = [f for f in frames if "/torch/" not in f[0] and "/loaderdoc/" not in f[0]]
+    if not mine:
+        return None
+    path, line, func = mine[-1]
+    return f"{path.rsplit('/', 1)[-1]}:{line} in {func}"
 
 
 # =====================================================================================

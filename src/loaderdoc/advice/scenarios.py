@@ -11,7 +11,9 @@ Probe measurements are written out here as the probe would record them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from loaderdoc.advice.findings import Finding
@@ -21,6 +23,10 @@ from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, Workloa
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine
+
+# real probe runs recorded on this project's CI box (facts + probe report as JSON); present in a
+# source checkout, absent from an installed wheel, where those scenarios are simply left out
+RECORDED_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "scenarios"
 
 IMAGE_U8 = 3 * 224 * 224  # one 224x224 RGB sample, uint8
 IMAGE_F32 = IMAGE_U8 * 4
@@ -39,13 +45,22 @@ class Scenario:
     context: TrainingContext | None = None
     machine_overrides: dict[str, Any] = field(default_factory=dict)
     expect: frozenset[str] = frozenset()  # exactly the rules that must fire; empty = healthy
+    recorded: str | None = None  # a file in RECORDED_DIR holding the real machine and probe report
+
+    def __post_init__(self) -> None:
+        if self.recorded is not None:
+            data = json.loads((RECORDED_DIR / self.recorded).read_text(encoding="utf-8"))
+            self._recorded_facts = data["facts"]
+            self.probe = ProbeReport.from_dict(data["probe"])
+            if self.batch_bytes is None:
+                self.batch_bytes = self.probe.workload.batch_bytes
 
     @property
     def healthy(self) -> bool:
         return not self.expect
 
     def facts(self) -> MachineFacts:
-        facts = load_machine(self.machine)
+        facts = MachineFacts.from_dict(self._recorded_facts) if self.recorded else load_machine(self.machine)
         for path, value in self.machine_overrides.items():
             *parents, leaf = path.split(".")
             obj: Any = facts
@@ -468,7 +483,34 @@ def _scenarios() -> list[Scenario]:
     return s
 
 
-SCENARIOS: list[Scenario] = _scenarios()
+def _recorded() -> list[Scenario]:
+    """Scenarios whose machine and probe report were recorded from real runs (see RECORDED_DIR)."""
+    if not RECORDED_DIR.is_dir():
+        return []
+    return [
+        Scenario(
+            "recorded-shm-16m",
+            "real run: 16 MiB /dev/shm (mount namespace), 36.8 MiB float32 batches; the 1-worker run died "
+            "with 'unable to allocate shared memory'",
+            "recorded: real-shm-16m.json", LoaderSettings(batch_size=64, num_workers=1),
+            recorded="real-shm-16m.json", expect=frozenset({"shm-too-small"}),
+        ),
+        Scenario(
+            "recorded-shm-16m-no-workers",
+            "same recording, judged for num_workers=0: it works, but workers are out of reach",
+            "recorded: real-shm-16m.json", LoaderSettings(batch_size=64, num_workers=0),
+            recorded="real-shm-16m.json", expect=frozenset({"shm-too-small"}),
+        ),
+        Scenario(
+            "recorded-keyerror",
+            "real run: a dataset whose sample 407 has no label (KeyError with and without workers)",
+            "recorded: real-keyerror.json", None,
+            recorded="real-keyerror.json", expect=frozenset({"worker-crashed"}),
+        ),
+    ]
+
+
+SCENARIOS: list[Scenario] = _scenarios() + _recorded()
 
 
 def get_scenario(name: str) -> Scenario:

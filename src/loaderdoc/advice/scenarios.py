@@ -502,6 +502,33 @@ def _recorded() -> list[Scenario]:
             recorded="real-shm-16m.json", expect=frozenset({"shm-too-small"}),
         ),
         Scenario(
+            "recorded-tensors-one-worker",
+            "real run: float32 tensors already in RAM; 1 worker measured slower than none",
+            "recorded: real-in-memory-tensors.json", LoaderSettings(batch_size=128, num_workers=1),
+            recorded="real-in-memory-tensors.json", expect=frozenset({"workers-only-add-ipc"}),
+        ),
+        Scenario(
+            "recorded-tensors-no-workers",
+            "same recording, judged for num_workers=0 (the probe's choice): healthy",
+            "recorded: real-in-memory-tensors.json", LoaderSettings(batch_size=128, num_workers=0),
+            recorded="real-in-memory-tensors.json",
+        ),
+        Scenario(
+            "recorded-io-bound-24-workers",
+            "real run: I/O-bound samples on 2 CPUs; 11 -> 19 workers still +36%, so 24 workers (the probe's "
+            "choice) is not oversubscription: healthy",
+            "recorded: real-io-bound.json",
+            LoaderSettings(batch_size=32, num_workers=24, prefetch_factor=2, persistent_workers=True),
+            recorded="real-io-bound.json",
+        ),
+        Scenario(
+            "recorded-io-bound-11-workers",
+            "same recording, judged for 11 workers: the step waits 35%; 19 workers measured at 12%",
+            "recorded: real-io-bound.json",
+            LoaderSettings(batch_size=32, num_workers=11, prefetch_factor=2, persistent_workers=True),
+            recorded="real-io-bound.json", expect=frozenset({"data-starved"}),
+        ),
+        Scenario(
             "recorded-keyerror",
             "real run: a dataset whose sample 407 has no label (KeyError with and without workers)",
             "recorded: real-keyerror.json", None,

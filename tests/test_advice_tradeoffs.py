@@ -126,3 +126,18 @@ def test_every_knob_has_an_explanation():
         k = explain(name)
         assert k.what and k.pros and k.cons and k.when_to_change
     assert set(KNOB_ORDER) <= set(KNOBS)
+
+
+def test_io_bound_recording_says_the_cpu_count_is_not_the_limit():
+    sc = get_scenario("recorded-io-bound-24-workers")
+    t = by_knob(tradeoffs(sc.facts(), sc.settings, batch_bytes=sc.batch_bytes, probe=sc.probe))["num_workers"]
+    assert "the CPU count is not the limit here: 11 -> 19 workers went 31.6 -> 43.1 batches/s on 2 CPUs" in t.raising
+    assert "only take turns" not in t.raising
+    assert "throughput flat beyond 19 workers (43.1 batches/s at 19, 42.3 at 24, measured)" in t.raising
+
+
+def test_when_no_worker_count_beats_zero_it_says_so():
+    sc = get_scenario("recorded-tensors-one-worker")
+    t = by_knob(tradeoffs(sc.facts(), sc.settings, batch_bytes=sc.batch_bytes, probe=sc.probe))["num_workers"]
+    assert "no worker count measured beats num_workers=0 (46.2 batches/s; best with workers 41.4 at 1, measured)" in t.raising
+    assert "worker memory: each worker adds ≈ 103 MiB PSS (measured, with 1 worker)" in t.evidence

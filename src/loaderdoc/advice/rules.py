@@ -154,7 +154,7 @@ def gpu_absence_known(facts: MachineFacts) -> bool:
                 or (torch.cuda_build.source and torch.cuda_build.known and not torch.cuda_build.value))
 
 
-def _workers(n: int) -> str:
+def workers_text(n: int) -> str:
     return f"{n} worker" + ("" if n == 1 else "s")
 
 
@@ -662,7 +662,7 @@ def _data_starved(i: Inputs) -> Finding | None:
         severity,
         f"The {who} sits idle {mine.starvation_pct:.0f}% of the time waiting for batches",
         evidence,
-        f"With {_workers(mine.settings.num_workers)} the loader produces batches more slowly than the step "
+        f"With {workers_text(mine.settings.num_workers)} the loader produces batches more slowly than the step "
         "consumes them; the probe measured a configuration that keeps up better.",
         f"Switch to {describe(best.settings)} (measured on this machine).",
         change,
@@ -842,13 +842,13 @@ def _workers_only_ipc(i: Inputs) -> Finding | None:
     evidence = [f"{describe(z.settings)}: {z.batches_per_s:.1f} batches/s{waited}",
                 f"best with workers, {describe(w.settings)}: {w.batches_per_s:.1f} batches/s"]
     if w.worker_pss_bytes:
-        evidence.append(f"{_workers(w.settings.num_workers)} held {fmt_bytes(w.worker_pss_bytes)} (PSS)")
+        evidence.append(f"{workers_text(w.settings.num_workers)} held {fmt_bytes(w.worker_pss_bytes)} (PSS)")
     change = dict(ZERO_WORKERS)
     if z.settings.pin_memory != i.settings.pin_memory:
         change["pin_memory"] = z.settings.pin_memory
     return get_rule("workers-only-add-ipc").finding(
         WARNING,
-        f"{_workers(i.settings.num_workers)} give no speed-up: loading in the main process is as fast",
+        f"{workers_text(i.settings.num_workers)} give no speed-up: loading in the main process is as fast",
         evidence,
         ("Fetching a sample is cheaper than sending it between processes (pickling, shared memory, queues); "
          "typical for tensors already in RAM with light transforms.")

@@ -17,7 +17,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loaderdoc.advice.knobs import explain
-from loaderdoc.advice.rules import gpu_absence_known, per_worker_pss, same_config, worker_target
+from loaderdoc.advice.rules import (
+    gpu_absence_known,
+    per_worker_pss,
+    same_config,
+    scales_beyond,
+    worker_target,
+    workers_text,
+)
 from loaderdoc.advice.units import fmt_bytes, fmt_num
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
@@ -168,13 +175,18 @@ def _num_workers(h: _Here) -> KnobTradeoff:
     pss = per_worker_pss(h.probe) if h.probe else None
     if pss:
         up.append(f"+1 worker ≈ +{fmt_bytes(pss)} PSS (measured)")
-        evidence.append(f"worker memory: ≈ {fmt_bytes(pss)} PSS per worker (measured over "
-                        f"{', '.join(str(k) for k, r in measured.items() if k and r.worker_pss_bytes)} workers)")
+        counts = [str(k) for k, r in measured.items() if k and r.worker_pss_bytes]
+        how = f"slope over {', '.join(counts)} workers" if len(counts) > 1 else f"with {workers_text(int(counts[0]))}"
+        evidence.append(f"worker memory: each worker adds ≈ {fmt_bytes(pss)} PSS (measured, {how})")
     if measured:
         best_bps = max(r.batches_per_s for r in measured.values())
         flat_from = min(k for k, r in measured.items() if r.batches_per_s >= PLATEAU_SHARE * best_bps)
         beyond = [k for k in measured if k > flat_from]
-        if beyond:
+        if flat_from == 0 and beyond:
+            top = max(beyond, key=lambda k: measured[k].batches_per_s)
+            up.append(f"no worker count measured beats num_workers=0 ({measured[0].batches_per_s:.1f} batches/s; "
+                      f"best with workers {measured[top].batches_per_s:.1f} at {top}, measured)")
+        elif beyond:
             top = max(beyond)
             up.append(f"throughput flat beyond {flat_from} workers ({measured[flat_from].batches_per_s:.1f} "
                       f"batches/s at {flat_from}, {measured[top].batches_per_s:.1f} at {top}, measured)")
@@ -187,10 +199,16 @@ def _num_workers(h: _Here) -> KnobTradeoff:
         per = pf * h.batch_bytes * h.ranks
         up.append(f"+{fmt_bytes(per)} of /dev/shm per worker ({pf} x {fmt_bytes(h.batch_bytes)}"
                   + (f" x {h.ranks} ranks" if h.ranks > 1 else "") + f"; {fmt_bytes(h.shm_free)} free, computed)")
-    if n + 1 > cpus:
-        up.append(f"already {n} workers for {fmt_num(cpus)} CPUs per rank: more only take turns")
+    scaling = scales_beyond(h.probe, cpus) if h.probe else None
+    if scaling is not None:
+        a, b = scaling
+        up.append(f"the CPU count is not the limit here: {a.settings.num_workers} -> {b.settings.num_workers} "
+                  f"workers went {a.batches_per_s:.1f} -> {b.batches_per_s:.1f} batches/s on {fmt_num(cpus)} CPUs "
+                  "per rank (measured; the workers wait on I/O)")
+    elif n + 1 > cpus:
+        up.append(f"already {workers_text(n)} for {fmt_num(cpus)} CPUs per rank: more only take turns")
     else:
-        up.append(f"CPU room: {fmt_num(cpus)} CPUs per rank, {n} workers + the training process use {n + 1}")
+        up.append(f"CPU room: {fmt_num(cpus)} CPUs per rank, {workers_text(n)} + the training process use {n + 1}")
     # lowering
     down: list[str] = []
     if n == 0:
@@ -321,8 +339,8 @@ def _persistent(h: _Here) -> KnobTradeoff:
         evidence.append(f"epoch: {n_batches} batches / {fastest:.1f} batches/s = {epoch_s:.1f} s (computed from "
                         "measured throughput)")
     if startup is not None:
-        evidence.append(f"worker start-up to first batch: {startup:.2f} s with {s.num_workers} workers (measured)")
-    held = f"{s.num_workers} workers, {fmt_bytes(pss)} PSS (measured)" if pss else f"{s.num_workers} workers"
+        evidence.append(f"worker start-up to first batch: {startup:.2f} s with {workers_text(s.num_workers)} (measured)")
+    held = f"{workers_text(s.num_workers)}, {fmt_bytes(pss)} PSS (measured)" if pss else workers_text(s.num_workers)
     start_txt = f"{startup:.2f} s" if startup is not None else "not measured"
     rows = [TradeoffRow(False, {"persistent_workers": "False", "start-up per epoch": start_txt,
                                 "memory held between epochs": "none"},

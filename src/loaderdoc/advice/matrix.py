@@ -28,6 +28,7 @@ TRADEOFF_EXAMPLES = (
     ("laptop-short-epochs-restart", "with a probe: short epochs on a laptop"),
 )
 MARK = {CRITICAL: "C", "warning": "W"}
+EXAMPLES_PER_RULE = 3
 
 
 def _results() -> list[tuple[Scenario, list[Finding]]]:
@@ -69,24 +70,31 @@ def render() -> str:
         w("")
         w(f"Threshold: {r.threshold}.")
         w("")
-        example = next(((sc, f) for sc, found in results for f in found if f.rule_id == r.id), None)
-        if example is None:
+        examples = [(sc, f) for sc, found in results for f in found if f.rule_id == r.id]
+        if not examples:
             w("_No scenario makes this rule fire._")
             w("")
             continue
-        sc, f = example
-        w(f"Example, scenario `{sc.name}` ({sc.machine}: {sc.description}):")
-        w("")
-        w("```text")
-        w(f"{f.severity.upper()} {f.rule_id}: {f.symptom}")
-        for ev in f.evidence:
-            w(f"  evidence: {ev}")
-        w(f"  cause: {f.cause}")
-        w(f"  fix: {f.fix}")
-        if f.settings_change:
-            w(f"  settings change: {json.dumps(f.settings_change)}")
-        w("```")
-        w("")
+        # one example per distinct symptom shape, at most three
+        shown, seen = [], set()
+        for sc, f in examples:
+            key = (f.severity, f.symptom.split(":")[0][:25])
+            if key not in seen:
+                seen.add(key)
+                shown.append((sc, f))
+        for sc, f in shown[:EXAMPLES_PER_RULE]:
+            w(f"Example, scenario `{sc.name}` ({sc.machine}: {sc.description}):")
+            w("")
+            w("```text")
+            w(f"{f.severity.upper()} {f.rule_id}: {f.symptom}")
+            for ev in f.evidence:
+                w(f"  evidence: {ev}")
+            w(f"  cause: {f.cause}")
+            w(f"  fix: {f.fix}")
+            if f.settings_change:
+                w(f"  settings change: {json.dumps(f.settings_change)}")
+            w("```")
+            w("")
     w("## Rule x scenario matrix")
     w("")
     w("Each column is a recorded scenario (a machine fixture from `loaderdoc/system/machines`, settings, "

@@ -158,6 +158,12 @@ def workers_text(n: int) -> str:
     return f"{n} worker" + ("" if n == 1 else "s")
 
 
+def change_text(change: dict[str, Any]) -> str:
+    """``num_workers=1, prefetch_factor=1`` (a settings change as the user would write it)."""
+    shown = {k: v for k, v in change.items() if not (k == "multiprocessing_context" and v is None)}
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
 def fewer_workers(n: int) -> dict[str, Any]:
     """A settings change to ``n`` workers that LoaderSettings accepts (0 clears worker-only keys)."""
     return dict(ZERO_WORKERS) if n <= 0 else {"num_workers": n}
@@ -344,7 +350,7 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
         f"{n} workers{' per rank' if i.ranks > 1 else ''} on {fmt_num(per_rank)} CPUs: the loader is oversubscribed",
         evidence,
         cause,
-        f"Use at most {target} worker{'s' if target != 1 else ''} per rank (one CPU left for the training "
+        f"Use at most {workers_text(target)}{' per rank' if i.ranks > 1 else ''} (one CPU left for the training "
         "process); if the step still waits for data, make each batch cheaper rather than adding workers.",
         fewer_workers(target),
     )
@@ -494,6 +500,7 @@ def _shm_too_small(i: Inputs) -> Finding | None:
         evidence.append(f"x {i.ranks} ranks on this node sharing one /dev/shm = {fmt_bytes(needed)}")
     evidence.append(shm_line)
     critical = needed > free
+    fit = _fit_in_shm(i, SHM_WARN_SHARE * free)
     return r.finding(
         CRITICAL if critical else WARNING,
         (f"The batches in flight ({fmt_bytes(needed)}) don't fit in /dev/shm ({fmt_bytes(free)} free): "
@@ -503,9 +510,9 @@ def _shm_too_small(i: Inputs) -> Finding | None:
         evidence,
         "Every batch a worker has prepared waits in /dev/shm until the training loop takes it; the batch "
         "being consumed (and other programs) need room too.",
-        f"Give the container more shared memory: {_shm_command(i, needed)}; or hold fewer batches in flight "
-        "(the settings change below fits half of the free space).",
-        _fit_in_shm(i, SHM_WARN_SHARE * free),
+        f"Give the container more shared memory: {_shm_command(i, needed)}; or hold fewer batches in flight: "
+        f"{change_text(fit)} fits half of the free space.",
+        fit,
     )
 
 

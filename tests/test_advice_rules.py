@@ -414,3 +414,28 @@ def test_an_empty_machine_record_claims_nothing_about_the_machine():
     # no CPU count, no GPU reading, no /dev/shm: nothing to be oversubscribed or missing
     assert evaluate(MachineFacts()) == []
     assert evaluate(MachineFacts(), LoaderSettings(num_workers=64, pin_memory=True), batch_bytes=10**9) == []
+
+
+def test_a_cuda_build_without_a_gpu_is_not_flagged_on_its_own():
+    facts = load_machine("ci-2core")
+    facts.torch.cuda_build = Reading.of("12.8", "torch/version.py")  # the default Linux wheel
+    facts.torch.version = Reading.of("2.8.0+cu128", "importlib.metadata")
+    assert evaluate(facts) == []
+    assert evaluate(facts, LoaderSettings(batch_size=64, num_workers=1)) == []
+    f = one(evaluate(facts, context=TrainingContext(device="cuda")), "cuda-torch-without-driver")
+    assert "torch build: CUDA 12.8" in f.evidence
+
+
+def test_drop_last_under_ddp_without_batchnorm_is_not_flagged():
+    facts = load_machine("h100x8-node")
+    facts.distributed.world_size = Reading.of(8, "WORLD_SIZE")
+    s = LoaderSettings(batch_size=64, num_workers=8)
+    ctx = TrainingContext(distributed=True, uses_distributed_sampler=True, uses_batchnorm=False, dataset_len=49_704)
+    assert "drop-last-batchnorm" not in ids(evaluate(facts, s, context=ctx))
+    # with BatchNorm, a 1-sample last batch per rank: ceil(49_672 / 8) = 6209 = 97 x 64 + 1
+    ctx = TrainingContext(distributed=True, uses_distributed_sampler=True, uses_batchnorm=True, dataset_len=49_672)
+    f = one(evaluate(facts, s, context=ctx), "drop-last-batchnorm")
+    assert "Expected more than 1 value per channel" in f.symptom
+    # a last batch of 8 or more is left alone
+    ctx.dataset_len = 8 * (97 * 64 + 8)
+    assert "drop-last-batchnorm" not in ids(evaluate(facts, s, context=ctx))

@@ -29,6 +29,25 @@ TRADEOFF_EXAMPLES = (
 )
 MARK = {CRITICAL: "C", "warning": "W"}
 EXAMPLES_PER_RULE = 3
+# common advice that is wrong often enough to be worse than none; kept here so the docs say why
+SILENT_ON_PURPOSE = (
+    "**\"num_workers = 4 x GPUs\" or \"= cpu_count()\"** rules of thumb: the CPU budget (affinity, cgroup quota, "
+    "ranks per node) and, with a probe, measured throughput decide instead. More workers than CPUs is not "
+    "flagged when the probe measured throughput still rising past the CPU count (I/O-bound workers).",
+    "**drop_last for DDP alone**: DistributedSampler gives every rank the same number of samples, so ranks "
+    "never disagree on the number of steps; the last batch only matters with BatchNorm (per-rank "
+    "statistics), which `drop-last-batchnorm` checks with the per-rank arithmetic.",
+    "**A CUDA build of torch on a machine without a GPU**: the default `pip install torch` on Linux, normal on "
+    "CPU-only CI. It is only flagged when the training context says the step should run on CUDA.",
+    "**pin_memory=True \"always\"**: only flagged as missing when the probe measured pinned copies clearly "
+    "faster; flagged as useless only when no GPU is usable (a reading, not an empty record).",
+    "**persistent_workers=True \"always\"**: only flagged when the measured worker start-up is at least "
+    "10% of an epoch computed from measured throughput and the dataset length.",
+    "**Deeper prefetch for a starved loader**: when the step waits on average, a larger buffer just runs "
+    "dry; spikes are only reported for loaders that keep up on average.",
+    "**Anything about settings the probe never measured**: probe-based rules judge the user's settings only "
+    "when the probe ran them (or a directly comparable configuration).",
+)
 
 
 def _results() -> list[tuple[Scenario, list[Finding]]]:
@@ -95,6 +114,11 @@ def render() -> str:
                 w(f"  settings change: {json.dumps(f.settings_change)}")
             w("```")
             w("")
+    w("## Advice loaderdoc deliberately does not give")
+    w("")
+    for line in SILENT_ON_PURPOSE:
+        w(f"- {line}")
+    w("")
     w("## Rule x scenario matrix")
     w("")
     w("Each column is a recorded scenario (a machine fixture from `loaderdoc/system/machines`, settings, "

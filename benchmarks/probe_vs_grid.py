@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -182,10 +183,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller grid (0..8 workers, prefetch 2) for a smoke run")
     parser.add_argument("--grid-window", type=float, default=1.0)
     parser.add_argument("--eval-window", type=float, default=3.0)
-    parser.add_argument("--eval-repeats", type=int, default=1)
+    parser.add_argument("--eval-repeats", type=int, default=2)
     parser.add_argument("--probe-budget", type=float, default=30.0)
     args = parser.parse_args()
     warnings.simplefilter("ignore", UserWarning)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     cases = [c for c in CASES if not args.only or c.preset in args.only]
     max_workers, prefetches = (8, [2]) if args.quick else (16, [2, 4])
     started = time.monotonic()

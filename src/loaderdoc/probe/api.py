@@ -32,7 +32,7 @@ def plan_for_budget(budget_s: float):
     """Measurement windows sized so that about a dozen configurations fit in the budget."""
     from loaderdoc.probe.runner import RunPlan
 
-    window = min(2.5, max(0.25, budget_s / 16.0))
+    window = min(2.5, max(0.25, budget_s / 20.0))
     loader_timeout = min(30.0, max(2.0, budget_s / 3.0))
     return RunPlan(window_s=window, loader_timeout_s=loader_timeout)
 

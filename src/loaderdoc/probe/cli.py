@@ -197,9 +197,10 @@ def render_report(report: ProbeReport, console: Any) -> None:
 
 
 def _same(r: ConfigResult, settings: Any) -> bool:
+    """Rows measured with the recommended workers and prefetch (persistence and pinning do not
+    change steady throughput, so any of those rows is evidence for the pick)."""
     a, b = r.settings, settings
-    return (a.num_workers, a.effective_prefetch_factor, a.persistent_workers, a.pin_memory) == (
-        b.num_workers, b.effective_prefetch_factor, b.persistent_workers, b.pin_memory)
+    return r.ok and (a.num_workers, a.effective_prefetch_factor) == (b.num_workers, b.effective_prefetch_factor)
 
 
 def _console() -> Any:

@@ -47,7 +47,7 @@ class ConfigResult:
     h2d_pinned_ms: float | None = None  # host-to-device copy per batch, CUDA only
     h2d_pageable_ms: float | None = None
     batch_bytes: int | None = None  # tensor bytes of one collated batch, as measured
-    fetch_cpu_pct: float | None = None  # 0 workers only: share of fetch time that was CPU, not I/O wait
+    fetch_cpu_pct: float | None = None  # 0 workers only: share of fetch time running or runnable (CPU), not I/O wait
     purpose: str = ""  # why the search tried this configuration (evidence for the reasons)
 
     @property

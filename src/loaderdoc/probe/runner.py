@@ -322,6 +322,20 @@ def shm_used_bytes(path: str = SHM_PATH) -> int | None:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+def busy_seconds() -> float:
+    """CPU time this thread used *or waited on a run queue for* (Linux schedstat).
+
+    Loading that is CPU work stays "busy" even when other processes take the CPU away; only
+    sleeping on I/O is not. Without schedstat, the thread's CPU time.
+    """
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            ran_ns, waited_ns, _ = fh.read().split()
+        return (int(ran_ns) + int(waited_ns)) / 1e9
+    except (OSError, ValueError):
+        return time.thread_time()
+
+
 def _percentile(sorted_values: list[float], q: float) -> float:
     if len(sorted_values) == 1:
         return sorted_values[0]
@@ -387,14 +401,14 @@ def measure_in_process(
             elapsed = clock() - steady_started
             if (elapsed >= plan.window_s and len(waits) >= plan.min_batches) or elapsed >= plan.steady_cap_s:
                 break
-            asked, cpu_before = clock(), time.thread_time()
+            asked, cpu_before = clock(), busy_seconds()
             try:
                 batch = next(iterator)
             except StopIteration:  # an IterableDataset (or a tiny one) ran out
                 epoch_over = True
                 break
             got = clock()
-            fetch_cpu += time.thread_time() - cpu_before
+            fetch_cpu += busy_seconds() - cpu_before
             consumer.step(batch)
             waits.append(got - asked)
             steps.append(clock() - got)

@@ -1,0 +1,90 @@
+"""``loaderdoc.probe()``: the report, its JSON, callbacks, cancel, and kwargs that go into DataLoader."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+from torch.utils.data import DataLoader
+
+import loaderdoc
+from loaderdoc.errors import UserError
+from loaderdoc.probe.api import plan_for_budget, probe
+from loaderdoc.probe.result import ProbeReport
+from loaderdoc.system.facts import MachineFacts, Reading
+
+sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))
+import probe_userdata  # noqa: E402
+
+
+def live_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def two_cpu_facts() -> MachineFacts:
+    facts = MachineFacts()
+    facts.cpu.logical = Reading.of(2, "test")
+    facts.memory.available = Reading.of(8 * 1024**3, "test")
+    facts.shm.free = Reading.of(1024**3, "test")
+    return facts
+
+
+def test_probe_a_preset_and_use_the_recommendation():
+    seen = []
+    progress = []
+    report = probe(preset="tensor", budget_s=3.0, facts=two_cpu_facts(), on_result=seen.append,
+                   on_progress=lambda f, m: progress.append((f, m)))
+    assert report.results and report.results == seen
+    assert report.recommended is not None
+    assert report.workload.name == "tensor" and report.workload.batch_size == 128
+    assert report.workload.batch_bytes and report.workload.sample_bytes
+    assert report.device == "cpu" and report.workload.consumer == "cpu-sleep"
+    assert report.elapsed_s < 3.0 + 6.0  # the budget, plus at most one configuration's overrun
+    assert progress and progress[-1][0] == 1.0 and all(0 <= f <= 1 for f, _ in progress)
+    assert report.reasons and report.reasons[0].startswith("num_workers=")
+    dataset, _ = loaderdoc.probe.workloads.PRESETS["tensor"].build()
+    batch = next(iter(DataLoader(dataset, **report.recommended.as_kwargs())))
+    assert batch[0].shape[0] == 128
+    assert not live_children()
+
+
+def test_report_round_trips_through_json():
+    report = probe(probe_userdata.make(), batch_size=16, step_ms=2.0, budget_s=2.0, facts=two_cpu_facts())
+    again = ProbeReport.from_json(report.to_json())
+    assert again == report
+    doc = report.to_dict()
+    assert doc["recommended"]["batch_size"] == 16
+    assert {"num_workers", "persistent_workers", "pin_memory", "batch_size"} <= set(doc["recommended"])
+
+
+def test_package_is_callable_like_the_function():
+    report = loaderdoc.probe(probe_userdata.make(), batch_size=8, step_ms=1.0, budget_s=1.5, facts=two_cpu_facts())
+    assert isinstance(report, ProbeReport) and report.results
+
+
+def test_cancel_returns_what_was_measured_and_leaves_no_worker():
+    cancel = threading.Event()
+    report = probe(probe_userdata.make_slow(), batch_size=8, step_ms=1.0, budget_s=30.0, facts=two_cpu_facts(),
+                   on_result=lambda r: cancel.set(), cancel=cancel)
+    assert report.stopped == "cancelled"
+    assert 1 <= len(report.results) <= 2
+    assert report.results[0].ok
+    assert not live_children()
+
+
+def test_user_errors():
+    with pytest.raises(UserError, match="not both"):
+        probe(probe_userdata.make(), preset="tensor")
+    with pytest.raises(UserError, match="did you mean 'tensor'"):
+        probe(preset="tensr")
+    with pytest.raises(UserError, match="budget"):
+        probe(preset="tensor", budget_s=0)
+
+
+def test_windows_scale_with_the_budget():
+    small, default = plan_for_budget(2.0), plan_for_budget(30.0)
+    assert small.window_s < default.window_s
+    assert default.watchdog_s < 30.0  # a hang costs less than a whole default probe

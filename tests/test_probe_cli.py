@@ -1,0 +1,114 @@
+"""`loaderdoc probe` as a user runs it: output, JSON, export, exit codes, Ctrl+C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import tomllib
+
+from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
+
+DATASETS = str(Path(__file__).with_name("probe_datasets"))
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": DATASETS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "loaderdoc", "probe", *args], capture_output=True, text=True,
+                          env=env(), cwd=cwd, timeout=120)
+
+
+def test_json_holds_every_configuration_and_the_recommended_kwargs():
+    proc = run("tensor", "--budget", "2", "--json", "--no-progress")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["workload"]["name"] == "tensor"
+    assert doc["results"] and all("settings" in r and "status" in r for r in doc["results"])
+    assert "num_workers" in doc["recommended"] and doc["recommended"]["batch_size"] == 128
+    assert doc["reasons"] and doc["budget_s"] == 2.0
+
+
+def test_table_and_recommendation_for_a_user_dataset():
+    proc = run("--dataset", "probe_userdata:make", "--batch-size", "16", "--step-ms", "2", "--budget", "2")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    out = proc.stdout
+    assert "probe_userdata:make" in out
+    assert "steps/s" in out and "starved %" in out
+    assert "Recommended" in out and "DataLoader(dataset, batch_size=16" in out
+
+
+def test_export_writes_the_recommendation(tmp_path):
+    target = tmp_path / "loader.toml"
+    proc = run("tensor", "--budget", "2", "--no-progress", "--export", str(target))
+    assert proc.returncode == EXIT_OK, proc.stderr
+    table = tomllib.loads(target.read_text())["dataloader"]
+    assert table["batch_size"] == 128 and "num_workers" in table
+    again = run("tensor", "--budget", "2", "--export", str(target))
+    assert again.returncode == EXIT_USAGE  # exists, no --force: refused before probing
+    assert len(again.stderr.strip().splitlines()) == 1
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stderr + proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_bad_inputs_exit_3_with_one_line():
+    one_line_error(run("--dataset", "no_such_mod_xyz:make"), EXIT_USAGE, "no module named", "PYTHONPATH")
+    one_line_error(run("--dataset", "probe_userdata:returns_int"), EXIT_USAGE, "not a Dataset")
+    one_line_error(run("--dataset", "probe_userdata:NOT_CALLABLE"), EXIT_USAGE, "not a callable")
+    one_line_error(run("--dataset", "probe_userdata"), EXIT_USAGE, "MODULE:FACTORY")
+    one_line_error(run("imagee"), EXIT_USAGE, "did you mean 'image'")
+    one_line_error(run(), EXIT_USAGE, "name a preset")
+    one_line_error(run("tensor", "--dataset", "probe_userdata:make"), EXIT_USAGE, "not both")
+
+
+def test_no_measurable_configuration_exits_4_and_shows_the_traceback():
+    proc = run("--dataset", "probe_userdata:make_raising", "--budget", "5", "--no-progress")
+    assert proc.returncode == EXIT_PROBE_FAILED, proc.stderr
+    assert "sample 13 is corrupt" in proc.stdout
+    assert "Traceback" in proc.stdout and "probe_userdata.py" in proc.stdout
+    assert "no DataLoader configuration could be measured" in proc.stderr
+
+
+def test_ctrl_c_stops_cleanly_reports_what_was_measured_and_leaves_no_process():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loaderdoc", "probe", "--dataset", "probe_userdata:make_slow", "--batch-size", "8",
+         "--budget", "60", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+    )
+    me = psutil.Process(proc.pid)
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + 60
+    # wait until the search runs a configuration with workers (measuring process + workers)
+    while time.monotonic() < deadline:
+        try:
+            kids = me.children(recursive=True)
+        except psutil.NoSuchProcess:
+            break
+        for k in kids:
+            seen.setdefault(k.pid, k)
+        if len(kids) >= 3:
+            break
+        time.sleep(0.05)
+    assert len(seen) >= 3, "the probe never started workers"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert "num_workers=0" in out or "steps/s" in out  # the partial table
+    time.sleep(0.2)
+    alive = [p for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left running: {alive}"

@@ -192,6 +192,10 @@ def test_open_file_limit_below_linux_default():
     facts.limits.nofile_soft = Reading.of(256, "resource.getrlimit(RLIMIT_NOFILE)")
     f = one(evaluate(facts, LoaderSettings(num_workers=4)), "open-files-low")
     assert "ulimit -n 65536" in f.fix and "file_system" in f.fix
+    # a hard limit as low as the soft one can't be raised with ulimit: say where to raise it
+    facts.limits.nofile_hard = Reading.of(256, "resource.getrlimit(RLIMIT_NOFILE)")
+    f = one(evaluate(facts, LoaderSettings(num_workers=4)), "open-files-low")
+    assert "ulimit -n" not in f.fix and "--ulimit nofile=65536:65536" in f.fix
     assert "open-files-low" not in ids(evaluate(facts, LoaderSettings(num_workers=0)))
     facts.limits.sharing_strategy = Reading.of("file_system", "torch.multiprocessing")
     assert "open-files-low" not in ids(evaluate(facts, LoaderSettings(num_workers=4)))
@@ -203,7 +207,7 @@ def test_open_files_counted_from_tensors_per_batch():
     ctx = TrainingContext(tensors_per_batch=65)  # detection: images + 64 target tensors
     f = one(evaluate(facts, s, context=ctx), "open-files-low")
     assert f.severity == CRITICAL
-    assert f.evidence[0] == "8 workers x prefetch 4 x 65 tensors = 2080 file descriptors"
+    assert f.evidence[0] == "8 workers x prefetch 4 x 65 tensors = 2080 file descriptors held by the training process"
     assert "open-files-low" not in ids(evaluate(facts, s, context=TrainingContext(tensors_per_batch=2)))
 
 

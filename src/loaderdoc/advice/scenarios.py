@@ -529,6 +529,13 @@ def _recorded() -> list[Scenario]:
             recorded="real-io-bound.json", expect=frozenset({"data-starved"}),
         ),
         Scenario(
+            "recorded-nofile-128",
+            "real run: `ulimit -n 128`, 40 tensors per sample; the 1-worker run timed out (the worker hit "
+            "'Too many open files')",
+            "recorded: real-nofile-128.json", LoaderSettings(batch_size=8, num_workers=1),
+            recorded="real-nofile-128.json", expect=frozenset({"open-files-low"}),
+        ),
+        Scenario(
             "recorded-keyerror",
             "real run: a dataset whose sample 407 has no label (KeyError with and without workers)",
             "recorded: real-keyerror.json", None,

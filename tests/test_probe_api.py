@@ -14,6 +14,7 @@ import loaderdoc
 from loaderdoc.errors import UserError
 from loaderdoc.probe.api import plan_for_budget, probe
 from loaderdoc.probe.result import ProbeReport
+from loaderdoc.probe.workloads import PRESETS
 from loaderdoc.system.facts import MachineFacts, Reading
 
 sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))
@@ -45,7 +46,7 @@ def test_probe_a_preset_and_use_the_recommendation():
     assert report.elapsed_s < 3.0 + 6.0  # the budget, plus at most one configuration's overrun
     assert progress and progress[-1][0] == 1.0 and all(0 <= f <= 1 for f, _ in progress)
     assert report.reasons and report.reasons[0].startswith("num_workers=")
-    dataset, _ = loaderdoc.probe.workloads.PRESETS["tensor"].build()
+    dataset, _ = PRESETS["tensor"].build()
     batch = next(iter(DataLoader(dataset, **report.recommended.as_kwargs())))
     assert batch[0].shape[0] == 128
     assert not live_children()
@@ -88,3 +89,14 @@ def test_windows_scale_with_the_budget():
     small, default = plan_for_budget(2.0), plan_for_budget(30.0)
     assert small.window_s < default.window_s
     assert default.watchdog_s < 30.0  # a hang costs less than a whole default probe
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_finishes_within_a_small_budget(preset):
+    budget = 3.0
+    report = probe(preset=preset, budget_s=budget, facts=two_cpu_facts())
+    assert report.results and report.results[0].ok, report.results[0].error
+    assert report.recommended is not None
+    # the budget is checked before each configuration; one under way may overrun it a little
+    assert report.elapsed_s <= budget + max(r.duration_s for r in report.results)
+    assert not live_children()

@@ -1,0 +1,58 @@
+"""The simulated training step: batch walking, sleep consumer, and the CUDA spin calibration
+arithmetic (tested with a fake kernel: there is no GPU here)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from loaderdoc.probe.consumer import (
+    SleepConsumer,
+    batch_nbytes,
+    calibrate_spin,
+    fit_cycles_per_ms,
+    iter_tensors,
+    make_consumer,
+    move_to,
+)
+
+
+def test_batches_of_any_structure_are_walked():
+    batch = {"x": torch.zeros(4, 3, dtype=torch.uint8), "y": [torch.zeros(4, dtype=torch.int64), "name"], "n": 4}
+    assert len(list(iter_tensors(batch))) == 2
+    assert batch_nbytes(batch) == 12 + 32
+    moved = move_to((torch.ones(2), [torch.ones(1)]), "cpu")
+    assert isinstance(moved, tuple) and isinstance(moved[1], list)
+
+
+def test_sleep_consumer_takes_its_step_and_reports_no_copy_times():
+    consumer = make_consumer(15.0, "cpu")
+    assert isinstance(consumer, SleepConsumer) and consumer.kind == "cpu-sleep"
+    started = time.perf_counter()
+    consumer.step(torch.zeros(1))
+    assert time.perf_counter() - started >= 0.014
+    assert consumer.h2d_times_ms(torch.zeros(1)) == (None, None)
+
+
+def test_spin_calibration_recovers_the_clock_of_a_fake_gpu():
+    # a fake 1.4 GHz GPU: 1.4e6 cycles per ms, plus 0.01 ms launch overhead and some jitter
+    calls = []
+
+    def fake_kernel_ms(cycles: int) -> float:
+        calls.append(cycles)
+        jitter = 1.0 + 0.01 * ((len(calls) % 3) - 1)
+        return cycles / 1.4e6 * jitter + 0.01
+
+    rate = calibrate_spin(fake_kernel_ms, start_cycles=1_000_000, rounds=4)
+    assert rate == pytest.approx(1.4e6, rel=0.03)
+    assert calls[0] == calls[1]  # one warm-up launch, then doubling lengths
+    assert calls[1:] == [1_000_000, 2_000_000, 4_000_000, 8_000_000]
+    # a step of 35 ms then spins for ~49 M cycles
+    assert int(rate * 35) == pytest.approx(49_000_000, rel=0.03)
+
+
+def test_calibration_rejects_useless_samples():
+    with pytest.raises(ValueError):
+        fit_cycles_per_ms([(0, 1.0), (100, 0.0)])

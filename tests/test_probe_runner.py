@@ -36,9 +36,10 @@ def no_process_left_behind():
 
 
 def loader(workers: int, batch_size: int = 16, **kw) -> LoaderSettings:
+    kw = {"shuffle": True, **kw}
     if workers == 0:
-        return LoaderSettings(batch_size=batch_size, shuffle=True, **kw)
-    return LoaderSettings(batch_size=batch_size, shuffle=True, num_workers=workers, prefetch_factor=2, **kw)
+        return LoaderSettings(batch_size=batch_size, **kw)
+    return LoaderSettings(batch_size=batch_size, num_workers=workers, prefetch_factor=2, **kw)
 
 
 def test_a_configuration_yields_every_measurement():
@@ -165,3 +166,16 @@ def test_failure_result_keeps_a_one_line_cause():
     except RuntimeError as exc:
         r = failure_result(LoaderSettings(), exc)
     assert r.status == "timeout" and "\n" not in r.error and "Traceback" in r.traceback
+
+
+def test_an_iterable_dataset_is_measured_without_a_sampler():
+    workload = Workload(probe_userdata.make_iterable(), step_ms=1.0)
+    r = run_config(workload, loader(0, shuffle=False), QUICK)
+    assert r.ok, r.error
+    assert r.batches >= 3 and r.epoch_restart_s is None  # no sampler: no epoch boundary to time
+
+
+def test_a_dataset_that_runs_out_fails_with_a_reason():
+    workload = Workload(probe_userdata.make_short_stream(), step_ms=1.0)
+    r = run_config(workload, loader(0, batch_size=2, shuffle=False), QUICK)
+    assert r.status == "failed" and "ran out" in r.error

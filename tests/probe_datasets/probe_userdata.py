@@ -120,3 +120,12 @@ def returns_bad_collate():
 
 def returns_empty():
     return Squares(n=0)
+
+
+class ShortStream(IterableDataset):
+    def __iter__(self):
+        yield from (torch.tensor([i]) for i in range(3))
+
+
+def make_short_stream():
+    return ShortStream()

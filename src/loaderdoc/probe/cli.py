@@ -139,6 +139,12 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / MiB:.0f}"
 
 
+def _size(value: int | None) -> str:
+    from loaderdoc.units import fmt_bytes
+
+    return "unknown" if value is None else fmt_bytes(value)
+
+
 def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -150,7 +156,7 @@ def render_report(report: ProbeReport, console: Any) -> None:
     w = report.workload
     console.print(
         f"[bold]{w.name}[/bold]: {w.description}\nbatch_size={w.batch_size}, step {w.step_ms:g} ms "
-        f"({w.consumer}), batch {_mib(w.batch_bytes)} MiB; device {report.device}; "
+        f"({w.consumer}), batch {_size(w.batch_bytes)}; device {report.device}; "
         f"{len(report.results)} configurations in {report.elapsed_s:.1f} s of a {report.budget_s:g} s budget "
         f"(stopped: {report.stopped})",
         highlight=False,

@@ -433,6 +433,10 @@ def measure_in_process(
         result.step_ms_achieved = statistics.fmean(steps) * 1000
         if settings.num_workers == 0 and sum(waits) > 0:
             result.fetch_cpu_pct = min(100.0, 100.0 * fetch_cpu / sum(waits))
+    else:
+        result.status = "failed"
+        result.error = ("the dataset ran out before any steady batch could be measured; "
+                        "give the probe a dataset with more samples (or an IterableDataset that runs longer)")
     if settings.num_workers == 0:
         result.worker_pss_bytes = result.worker_uss_bytes = result.worker_rss_bytes = 0
         result.shm_peak_bytes = 0

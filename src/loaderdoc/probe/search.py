@@ -401,6 +401,9 @@ class Search:
                 reasons.append("pin_memory=True: CUDA is present and pinned copies can overlap the step (not measured)")
         else:
             reasons.append("pin_memory=False: no CUDA device, pinning would only cost RAM (torch warns and ignores it)")
+        if len(table) == 1 and self.stopped == "budget":
+            reasons.append(f"only num_workers={next(iter(table))[0]} could be measured within the "
+                           f"{self.limits.budget_s:.0f} s budget; a larger budget lets the probe try other sizes")
         outcome.recommended = settings
         outcome.reasons = reasons + self.notes
         return outcome

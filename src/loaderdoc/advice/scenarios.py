@@ -536,6 +536,13 @@ def _recorded() -> list[Scenario]:
             recorded="real-nofile-128.json", expect=frozenset({"open-files-low"}),
         ),
         Scenario(
+            "recorded-quota-1cpu-8-workers",
+            "real run in a cgroup with a 1-CPU quota: 2, 4 and 8 workers all ~6 batches/s; judged for 8 workers",
+            "recorded: real-cpu-quota-1.json",
+            LoaderSettings(batch_size=32, num_workers=8, persistent_workers=True),
+            recorded="real-cpu-quota-1.json", expect=frozenset({"cpu-oversubscribed", "transform-bound"}),
+        ),
+        Scenario(
             "recorded-keyerror",
             "real run: a dataset whose sample 407 has no label (KeyError with and without workers)",
             "recorded: real-keyerror.json", None,

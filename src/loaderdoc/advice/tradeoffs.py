@@ -25,7 +25,7 @@ from loaderdoc.advice.rules import (
     worker_target,
     workers_text,
 )
-from loaderdoc.advice.units import fmt_bytes, fmt_num
+from loaderdoc.advice.units import cpus_text, fmt_bytes, fmt_num
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
@@ -203,12 +203,12 @@ def _num_workers(h: _Here) -> KnobTradeoff:
     if scaling is not None:
         a, b = scaling
         up.append(f"the CPU count is not the limit here: {a.settings.num_workers} -> {b.settings.num_workers} "
-                  f"workers went {a.batches_per_s:.1f} -> {b.batches_per_s:.1f} batches/s on {fmt_num(cpus)} CPUs "
+                  f"workers went {a.batches_per_s:.1f} -> {b.batches_per_s:.1f} batches/s on {cpus_text(cpus)} "
                   "per rank (measured; the workers wait on I/O)")
     elif n + 1 > cpus:
-        up.append(f"already {workers_text(n)} for {fmt_num(cpus)} CPUs per rank: more only take turns")
+        up.append(f"already {workers_text(n)} for {cpus_text(cpus)} per rank: more only take turns")
     else:
-        up.append(f"CPU room: {fmt_num(cpus)} CPUs per rank, {workers_text(n)} + the training process use {n + 1}")
+        up.append(f"CPU room: {cpus_text(cpus)} per rank, {workers_text(n)} + the training process use {n + 1}")
     # lowering
     down: list[str] = []
     if n == 0:

@@ -29,6 +29,11 @@ def fmt_num(x: float) -> str:
     return f"{x:g}" if x == int(x) else f"{x:.2g}" if x < 1 else f"{x:.1f}"
 
 
+def cpus_text(x: float) -> str:
+    """``1 CPU``, ``2.5 CPUs``, ``4 CPUs``."""
+    return f"{fmt_num(x)} CPU" + ("" if x == 1 else "s")
+
+
 def shm_size_flag(needed_bytes: float) -> str:
     """A Docker ``--shm-size`` value with 2x head-room, rounded up to whole GiB (at least 1g)."""
     return f"{max(1, math.ceil(2 * needed_bytes / GiB))}g"

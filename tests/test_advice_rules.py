@@ -443,3 +443,26 @@ def test_drop_last_under_ddp_without_batchnorm_is_not_flagged():
     # a last batch of 8 or more is left alone
     ctx.dataset_len = 8 * (97 * 64 + 8)
     assert "drop-last-batchnorm" not in ids(evaluate(facts, s, context=ctx))
+
+
+def test_ram_pressure_extrapolates_a_fixed_plus_per_worker_cost():
+    facts = load_machine("laptop-rtx3050")
+    facts.memory.available = Reading.of(2560 * MiB, "/proc/meminfo")  # 2.5 GiB; 80% = 2048 MiB
+    s = LoaderSettings(batch_size=32, num_workers=8, persistent_workers=True)
+    # measured: 600 MiB shared by all + 200 MiB per worker
+    probe = ProbeReport(results=[
+        ConfigResult(settings=s.replace(num_workers=2), batches_per_s=5, starvation_pct=5, worker_pss_bytes=1000 * MiB),
+        ConfigResult(settings=s.replace(num_workers=4), batches_per_s=5, starvation_pct=5, worker_pss_bytes=1400 * MiB),
+    ])
+    f = one(evaluate(facts, s, probe=probe), "ram-pressure")
+    assert f.severity == WARNING
+    assert f.evidence[0] == ("workers' PSS with 8 workers: 2.1 GiB (extrapolated in a straight line from 2, 4 "
+                             "workers, measured)")  # 600 + 8 x 200 = 2200 MiB
+    assert f.settings_change == {"num_workers": 7}  # 600 + 7 x 200 = 2000 MiB < 2048 MiB
+    # at 4 workers the measurement itself is used, and it fits
+    assert "ram-pressure" not in ids(evaluate(facts, s.replace(num_workers=4), probe=probe))
+    # a cgroup limit caps the budget below what the host has available: critical
+    facts.memory.cgroup_limit = Reading.of(2048 * MiB, "memory.max")
+    facts.memory.cgroup_usage = Reading.of(0, "memory.current")
+    f = one(evaluate(facts, s, probe=probe), "ram-pressure")
+    assert f.severity == CRITICAL and "cgroup limit 2 GiB" in f.evidence[-1]

@@ -874,6 +874,23 @@ def _workers_only_ipc(i: Inputs) -> Finding | None:
     )
 
 
+def workers_pss_at(probe: ProbeReport, n: int) -> tuple[float, str]:
+    """Summed worker PSS for ``n`` workers and how it was obtained: measured, or a straight line
+    through the measured worker counts (a fixed part plus a per-worker part), never below 0.
+    Call only when :func:`per_worker_pss` found measurements."""
+    points = {r.settings.num_workers: r.worker_pss_bytes for r in probe.results
+              if r.settings.num_workers > 0 and r.worker_pss_bytes}
+    if n in points:
+        return float(points[n]), "measured"
+    slope = per_worker_pss(probe) or 0.0
+    xs = sorted(points)
+    if len(xs) >= 2:
+        mx = sum(xs) / len(xs)
+        my = sum(points[x] for x in xs) / len(xs)
+        return max(0.0, my + slope * (n - mx)), f"extrapolated in a straight line from {', '.join(map(str, xs))} workers, measured"
+    return slope * n, f"{fmt_bytes(slope)} per worker measured with {workers_text(xs[0])}"
+
+
 def per_worker_pss(probe: ProbeReport) -> float | None:
     """Bytes of PSS one more worker costs: the slope over probed worker counts, or the mean."""
     points = [(r.settings.num_workers, r.worker_pss_bytes) for r in probe.results
@@ -902,23 +919,27 @@ def _ram_pressure(i: Inputs) -> Finding | None:
     per_worker = per_worker_pss(i.probe)
     if budget is None or per_worker is None:
         return None
-    workers_bytes = per_worker * s.num_workers * i.ranks
+    one_rank, how = workers_pss_at(i.probe, s.num_workers)
+    workers_bytes = one_rank * i.ranks
     inflight = (i.batch_bytes or 0) * s.batches_in_flight * i.ranks
     need = workers_bytes + inflight
     if need < RAM_WARN_SHARE * budget:
         return None
     mem = i.facts.memory
-    evidence = [f"{fmt_bytes(per_worker)} PSS per worker (measured) x {s.num_workers} workers"
-                + (f" x {i.ranks} ranks" if i.ranks > 1 else "") + f" = {fmt_bytes(workers_bytes)}"]
+    evidence = [f"workers' PSS with {workers_text(s.num_workers)}: {fmt_bytes(one_rank)} ({how})"
+                + (f" x {i.ranks} ranks = {fmt_bytes(workers_bytes)}" if i.ranks > 1 else "")]
     if inflight:
         evidence.append(f"batches in flight: {fmt_bytes(inflight)}")
     line = f"memory budget: {fmt_bytes(budget)} (available {fmt_bytes(mem.available.get())}"
     if mem.cgroup_limit.get() is not None:
         line += f", cgroup limit {fmt_bytes(mem.cgroup_limit.value)}"
     evidence.append(line + ")")
-    room = RAM_WARN_SHARE * budget - inflight
-    fit = max(0, int(room // (per_worker * i.ranks))) if room > 0 else 0
-    fit = min(fit, s.num_workers - 1)
+    fit = 0
+    for k in range(s.num_workers - 1, 0, -1):
+        k_need = workers_pss_at(i.probe, k)[0] * i.ranks + (i.batch_bytes or 0) * k * s.effective_prefetch_factor * i.ranks
+        if k_need < RAM_WARN_SHARE * budget:
+            fit = k
+            break
     uss = [r.worker_uss_bytes / r.settings.num_workers for r in i.probe.results
            if r.worker_uss_bytes and r.settings.num_workers]
     cause = "Every worker holds its own copy of whatever it touches."

@@ -38,9 +38,11 @@ def test_num_workers_from_probe_measurements_matches_the_issue_example():
         measured(8, bps=11.8, starved=3, pss_mib=1480),
     ], batch_bytes=19 * MiB)
     s = LoaderSettings(batch_size=64, num_workers=4, persistent_workers=True)
-    t = by_knob(tradeoffs(load_machine("laptop-rtx3050"), s, probe=probe))["num_workers"]
-    assert t.raising.startswith("+1 worker ≈ +180 MiB PSS (measured); throughput flat beyond 6 workers "
-                                "(11.6 batches/s at 6, 11.8 at 8, measured)")
+    facts = load_machine("laptop-rtx3050")
+    facts.memory.available = Reading.of(11 * 1024 * MiB, "/proc/meminfo")
+    t = by_knob(tradeoffs(facts, s, probe=probe))["num_workers"]
+    assert t.raising.startswith("+1 worker ≈ +180 MiB PSS (measured; memory budget 11 GiB); throughput flat "
+                                "beyond 6 workers (11.6 batches/s at 6, 11.8 at 8, measured)")
     assert "+38 MiB of /dev/shm per worker (2 x 19 MiB;" in t.raising
     assert t.lowering.startswith("at 2 workers: 5.0 batches/s, the step waits 55% (measured)")
     assert [r.value for r in t.rows] == [2, 4, 6, 8]

@@ -174,7 +174,9 @@ def _num_workers(h: _Here) -> KnobTradeoff:
     up: list[str] = []
     pss = per_worker_pss(h.probe) if h.probe else None
     if pss:
-        up.append(f"+1 worker ≈ +{fmt_bytes(pss)} PSS (measured)")
+        budget = h.facts.memory.budget
+        up.append(f"+1 worker ≈ +{fmt_bytes(pss)} PSS (measured"
+                  + (f"; memory budget {fmt_bytes(budget)})" if budget is not None else ")"))
         counts = [str(k) for k, r in measured.items() if k and r.worker_pss_bytes]
         how = f"slope over {', '.join(counts)} workers" if len(counts) > 1 else f"with {workers_text(int(counts[0]))}"
         evidence.append(f"worker memory: each worker adds ≈ {fmt_bytes(pss)} PSS (measured, {how})")

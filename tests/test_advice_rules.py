@@ -138,7 +138,8 @@ def test_no_workers_means_no_shm_use():
 
 
 def test_ranks_share_one_dev_shm():
-    facts = load_machine("laptop-rtx3050")  # 7.7 GiB free
+    facts = load_machine("laptop-rtx3050")
+    facts.shm.free = Reading.of(7884 * MiB, "os.statvfs('/dev/shm')")  # 7.7 GiB free
     s = LoaderSettings(num_workers=4, prefetch_factor=2)
     assert "shm-too-small" not in ids(evaluate(facts, s, batch_bytes=200 * MiB))  # 1.6 GiB
     facts.distributed.local_world_size = Reading.of(4, "LOCAL_WORLD_SIZE")
@@ -188,6 +189,8 @@ def test_cuda_context_without_a_driver():
 # ---- open files -------------------------------------------------------------------------------
 def test_open_file_limit_below_linux_default():
     facts = load_machine("laptop-rtx3050")
+    facts.limits.nofile_soft = Reading.of(1024, "resource.getrlimit(RLIMIT_NOFILE)")
+    facts.limits.nofile_hard = Reading.of(1048576, "resource.getrlimit(RLIMIT_NOFILE)")
     assert "open-files-low" not in ids(evaluate(facts, LoaderSettings(num_workers=4)))  # 1024 is the default
     facts.limits.nofile_soft = Reading.of(256, "resource.getrlimit(RLIMIT_NOFILE)")
     f = one(evaluate(facts, LoaderSettings(num_workers=4)), "open-files-low")
@@ -202,7 +205,8 @@ def test_open_file_limit_below_linux_default():
 
 
 def test_open_files_counted_from_tensors_per_batch():
-    facts = load_machine("laptop-rtx3050")  # soft limit 1024
+    facts = load_machine("laptop-rtx3050")
+    facts.limits.nofile_soft = Reading.of(1024, "resource.getrlimit(RLIMIT_NOFILE)")
     s = LoaderSettings(num_workers=8, prefetch_factor=4)  # 32 batches in flight
     ctx = TrainingContext(tensors_per_batch=65)  # detection: images + 64 target tensors
     f = one(evaluate(facts, s, context=ctx), "open-files-low")

@@ -394,6 +394,7 @@ def _scenarios() -> list[Scenario]:
         LoaderSettings(batch_size=64, num_workers=8, prefetch_factor=4, pin_memory=True, persistent_workers=True),
         batch_bytes=64 * IMAGE_U8,
         context=TrainingContext(tensors_per_batch=65),
+        machine_overrides={"limits.nofile_soft": 1024},  # the common Linux default, stated explicitly
         expect=frozenset({"open-files-low"}),
     ))
     s.append(Scenario(

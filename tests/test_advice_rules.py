@@ -470,3 +470,13 @@ def test_ram_pressure_extrapolates_a_fixed_plus_per_worker_cost():
     facts.memory.cgroup_usage = Reading.of(0, "memory.current")
     f = one(evaluate(facts, s, probe=probe), "ram-pressure")
     assert f.severity == CRITICAL and "cgroup limit 2 GiB" in f.evidence[-1]
+
+
+def test_training_context_fields_are_all_documented_and_loadable():
+    from dataclasses import fields
+
+    assert [f.name for f in fields(TrainingContext)] == list(TrainingContext.FIELDS)
+    ctx = TrainingContext.from_mapping({"device": "cuda", "dataset_len": 100})
+    assert ctx.to_dict()["device"] == "cuda" and ctx.uses_batchnorm is None
+    with pytest.raises(ValueError, match="unknown training-context keys: batchnorm"):
+        TrainingContext.from_mapping({"batchnorm": True})

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from loaderdoc.advice.findings import CRITICAL, Finding
-from loaderdoc.advice.rules import RULES
+from loaderdoc.advice.rules import RULES, TrainingContext
 from loaderdoc.advice.scenarios import SCENARIOS, Scenario
 
 DOC_PATH = Path(__file__).resolve().parents[3] / "docs" / "diagnoses.md"
@@ -74,6 +74,17 @@ def render() -> str:
       "`TrainingContext` fact they depend on and stay silent while it is unknown. Each finding carries "
       "the evidence it saw, the cause, a fix in plain words (with a command where there is one), a "
       "`settings_change` the app's *apply fix* applies, and where its threshold comes from.")
+    w("")
+    w("## Training context")
+    w("")
+    w("Rules marked *needs: context* read a `loaderdoc.advice.rules.TrainingContext`, facts about the training "
+      "script that neither the machine nor the DataLoader settings carry. Every field defaults to unknown "
+      "(`None`), and a rule whose field is unknown stays silent.")
+    w("")
+    w("| field | meaning |")
+    w("|---|---|")
+    for name, meaning in TrainingContext.FIELDS.items():
+        w(f"| `{name}` | {_cell(meaning)} |")
     w("")
     w("## Catalogue")
     w("")

@@ -65,6 +65,19 @@ class TrainingContext:
     dataset_len: int | None = None  # samples in the (whole) training set
     tensors_per_batch: int | None = None  # tensors in one collated batch (images + labels = 2)
 
+    FIELDS = {  # what each field means, for docs and the app's form
+        "device": "where the training step runs: 'cuda' or 'cpu'",
+        "uses_batchnorm": "the model has BatchNorm layers (SyncBatchNorm counts as not)",
+        "distributed": "one process per GPU (DDP / FSDP)",
+        "uses_distributed_sampler": "the DataLoader is given a DistributedSampler (or equivalent)",
+        "calls_set_epoch": "sampler.set_epoch(epoch) is called at the start of every epoch",
+        "fixed_input_size": "every batch has the same shape",
+        "uses_convolutions": "the model has convolution layers (what cudnn.benchmark tunes)",
+        "cudnn_benchmark": "torch.backends.cudnn.benchmark as the script sets it",
+        "dataset_len": "samples in the whole training set",
+        "tensors_per_batch": "tensors in one collated batch (images + labels = 2; detection targets add one per image)",
+    }
+
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> TrainingContext:
         known = {f.name for f in fields(cls)}

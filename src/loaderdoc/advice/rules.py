@@ -647,7 +647,7 @@ def _consumer(i: Inputs) -> str:
     return "GPU" if i.on_gpu else "training step"
 
 
-@rule("data-starved", CRITICAL, "The step waits for data, and more workers would feed it", "probe",
+@rule("data-starved", CRITICAL, "The step waits for data, and a measured configuration feeds it better", "probe",
       f"the probe's measurement of these settings: the step waits >= {STARVED_WARN_PCT:g}% of the time "
       f"(GPU utilisation under the common 80% target; critical >= {STARVED_CRIT_PCT:g}%) while a probed "
       "configuration waits less than half as much")

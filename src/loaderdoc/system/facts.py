@@ -59,7 +59,7 @@ class CpuFacts:
     # CPUs the cgroup CFS quota allows (quota / period), None when there is no quota
     cgroup_quota: Reading = field(default_factory=Reading)
     cgroup_version: Reading = field(default_factory=Reading)  # 1, 2 or None
-    model: Reading = field(default_factory=Reading)  # py-cpuinfo brand, only when asked
+    model: Reading = field(default_factory=Reading)  # /proc/cpuinfo "model name"; py-cpuinfo brand when asked
     flags: Reading = field(default_factory=Reading)  # list[str], only when asked
 
     @property

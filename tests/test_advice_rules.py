@@ -480,3 +480,16 @@ def test_training_context_fields_are_all_documented_and_loadable():
     assert ctx.to_dict()["device"] == "cuda" and ctx.uses_batchnorm is None
     with pytest.raises(ValueError, match="unknown training-context keys: batchnorm"):
         TrainingContext.from_mapping({"batchnorm": True})
+
+
+def test_slurm_tasks_with_cpus_per_task_are_not_divided_again():
+    facts = load_machine("h100x8-node")
+    facts.distributed.launcher = Reading.of("slurm", "SLURM_PROCID")
+    facts.distributed.local_world_size = Reading.of(8, "SLURM_NTASKS_PER_NODE")
+    facts.distributed.cpus_per_task = Reading.of(16, "SLURM_CPUS_PER_TASK")
+    facts.cpu.affinity = Reading.of(list(range(16)), "os.sched_getaffinity(0)")  # the task's own CPUs
+    assert facts.cpus_per_rank == 16
+    assert "cpu-oversubscribed" not in ids(evaluate(facts, LoaderSettings(num_workers=12)))
+    f = one(evaluate(facts, LoaderSettings(num_workers=24)), "cpu-oversubscribed")
+    assert "SLURM_CPUS_PER_TASK = 16 (each Slurm task owns its CPUs)" in f.evidence
+    assert f.settings_change == {"num_workers": 15}

@@ -294,6 +294,9 @@ def _cpu_evidence(i: Inputs) -> list[str]:
     quota = cpu.cgroup_quota.get()
     if quota is not None:
         out.append(f"cgroup CPU quota: {cpus_text(float(quota))} ({cpu.cgroup_quota.source or 'cgroup'})")
+    per_task = getattr(i.facts.distributed, "cpus_per_task", None)
+    if per_task is not None and per_task.get():
+        out.append(f"SLURM_CPUS_PER_TASK = {per_task.value} (each Slurm task owns its CPUs)")
     if i.ranks > 1:
         launcher = i.facts.distributed.launcher.get() or "launcher"
         out.append(f"{i.ranks} ranks on this node ({launcher}): {cpus_text(i.facts.cpus_per_rank)} per rank")
@@ -387,8 +390,9 @@ def _cpu_quota_hidden(i: Inputs) -> Finding | None:
     if quota is None or logical is None or float(quota) >= QUOTA_HIDDEN_RATIO * float(logical):
         return None
     q = float(quota)
-    target = worker_target(q / i.ranks)
-    threads = max(1, int(math.floor(q / i.ranks)))
+    per_rank = i.facts.cpus_per_rank
+    target = worker_target(per_rank)
+    threads = max(1, int(math.floor(per_rank)))
     return get_rule("cpu-quota-hidden").finding(
         WARNING,
         f"This container may use {cpus_text(q)} but os.cpu_count() says {logical}",

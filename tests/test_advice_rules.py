@@ -348,7 +348,7 @@ def test_workers_only_add_ipc_needs_a_measurement_with_as_many_workers():
     zero = ConfigResult(settings=LoaderSettings(batch_size=128), batches_per_s=43.8, starvation_pct=10.4)
     one_w = ConfigResult(settings=LoaderSettings(batch_size=128, num_workers=1), batches_per_s=42.9,
                          starvation_pct=13.0)
-    probe = ProbeReport(results=[zero, one_w])
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=128), results=[zero, one_w])
     # 1 worker measured: 0 workers is as fast -> fires, and with the step waiting 10% it doesn't call the data cheap
     f = one(evaluate(facts, LoaderSettings(batch_size=128, num_workers=1), probe=probe), "workers-only-add-ipc")
     assert "CPUs are already taken" in f.cause
@@ -493,3 +493,19 @@ def test_slurm_tasks_with_cpus_per_task_are_not_divided_again():
     f = one(evaluate(facts, LoaderSettings(num_workers=24)), "cpu-oversubscribed")
     assert "SLURM_CPUS_PER_TASK = 16 (each Slurm task owns its CPUs)" in f.evidence
     assert f.settings_change == {"num_workers": 15}
+
+
+def test_measurements_at_another_batch_size_do_not_judge_these_settings():
+    facts = load_machine("h100x8-node")
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=256, step_ms=80), device="cuda:0", results=[
+        ConfigResult(settings=LoaderSettings(batch_size=256, num_workers=2, pin_memory=True), batches_per_s=4.8,
+                     starvation_pct=62, h2d_pageable_ms=14, h2d_pinned_ms=3),
+        ConfigResult(settings=LoaderSettings(batch_size=256, num_workers=8, pin_memory=True), batches_per_s=12.4,
+                     starvation_pct=2, h2d_pageable_ms=14, h2d_pinned_ms=3),
+    ])
+    s = LoaderSettings(batch_size=256, num_workers=2, pin_memory=True)
+    assert "data-starved" in ids(evaluate(facts, s, probe=probe))
+    # the same knobs with batch_size 64 were never measured
+    assert evaluate(facts, s.replace(batch_size=64), probe=probe) == []
+    assert evaluate(facts, s.replace(batch_size=64, pin_memory=False), probe=probe) == []
+    assert "pin-memory-off-slow-copy" in ids(evaluate(facts, s.replace(pin_memory=False), probe=probe))

@@ -122,6 +122,13 @@ class Inputs:
         return matches[0] if matches else None
 
     @property
+    def same_batch_as_probe(self) -> bool:
+        """The probe measured the batch size these settings use (or there are no settings)."""
+        if self.settings is None or self.probe is None or self.settings.batch_size is None:
+            return True
+        return self.settings.batch_size == self.probe.workload.batch_size
+
+    @property
     def step_ms(self) -> float | None:
         if self.probe is None:
             return None
@@ -144,6 +151,7 @@ def same_config(a: LoaderSettings, b: LoaderSettings) -> bool:
         a.num_workers == b.num_workers
         and a.effective_prefetch_factor == b.effective_prefetch_factor
         and a.pin_memory == b.pin_memory
+        and (a.batch_size == b.batch_size or a.batch_size is None or b.batch_size is None)
     )
 
 
@@ -616,7 +624,7 @@ def _cuda_without_driver(i: Inputs) -> Finding | None:
       "the saving at least 10% of the step (or 1 ms when no step is simulated)")
 def _pin_off_slow_copy(i: Inputs) -> Finding | None:
     # no GPU check: host-to-device copy times exist only where the probe had a CUDA device
-    if i.settings is None or i.settings.pin_memory or i.probe is None:
+    if i.settings is None or i.settings.pin_memory or i.probe is None or not i.same_batch_as_probe:
         return None
     pairs = [(r.h2d_pageable_ms, r.h2d_pinned_ms) for r in i.probe.results
              if r.h2d_pageable_ms is not None and r.h2d_pinned_ms is not None]
@@ -629,7 +637,7 @@ def _pin_off_slow_copy(i: Inputs) -> Finding | None:
     floor = 0.1 * step if step else 1.0
     if saving < H2D_MIN_SAVING * pageable or saving < floor:
         return None
-    evidence = [f"copy of one {fmt_bytes(i.batch_bytes)} batch to the GPU: {pageable:.1f} ms pageable, "
+    evidence = [f"copy of one {fmt_bytes(i.probe.workload.batch_bytes)} batch to the GPU: {pageable:.1f} ms pageable, "
                 f"{pinned:.1f} ms pinned (measured by the probe)"]
     if step:
         evidence.append(f"simulated training step: {step:g} ms; pinning saves {saving / step:.0%} of it")
@@ -855,7 +863,7 @@ def _persistent_off(i: Inputs) -> Finding | None:
       f"the probe's num_workers=0 run reaches >= {NO_WORKERS_MARGIN:.0%} of the best throughput measured with "
       "workers (with at least as many workers as the settings, or the settings themselves)")
 def _workers_only_ipc(i: Inputs) -> Finding | None:
-    if i.settings is None or i.settings.num_workers == 0 or i.probe is None:
+    if i.settings is None or i.settings.num_workers == 0 or i.probe is None or not i.same_batch_as_probe:
         return None
     ok = [r for r in i.probe.ok_results if r.batches_per_s]
     zero = [r for r in ok if r.settings.num_workers == 0]

@@ -143,3 +143,11 @@ def test_when_no_worker_count_beats_zero_it_says_so():
     t = by_knob(tradeoffs(sc.facts(), sc.settings, batch_bytes=sc.batch_bytes, probe=sc.probe))["num_workers"]
     assert "no worker count measured beats num_workers=0 (46.2 batches/s; best with workers 41.4 at 1, measured)" in t.raising
     assert "worker memory: each worker adds ≈ 103 MiB PSS (measured, with 1 worker)" in t.evidence
+
+
+def test_measurements_at_another_batch_size_are_labelled():
+    sc = get_scenario("healthy-h100-ddp")
+    items = by_knob(tradeoffs(sc.facts(), sc.settings.replace(batch_size=128), probe=sc.probe))
+    assert "measured at batch_size 256; these settings use 128" in items["num_workers"].evidence
+    same = by_knob(tradeoffs(sc.facts(), sc.settings, probe=sc.probe))
+    assert not any("measured at batch_size" in e for e in same["num_workers"].evidence)

@@ -415,7 +415,14 @@ def tradeoffs(facts: MachineFacts, settings: LoaderSettings | None = None, *, ba
     if settings is None:
         settings = (probe.recommended if probe is not None and probe.recommended else None) or LoaderSettings()
     here = _Here(facts, settings, batch_bytes, probe)
-    return [_BUILDERS[k](here) for k in KNOB_ORDER]
+    items = [_BUILDERS[k](here) for k in KNOB_ORDER]
+    measured_bs = probe.workload.batch_size if probe is not None else None
+    if measured_bs and settings.batch_size and settings.batch_size != measured_bs:
+        # measurements stay what they were: say which batch size they belong to
+        for t in items:
+            if any(r.measured for r in t.rows):
+                t.evidence.append(f"measured at batch_size {measured_bs}; these settings use {settings.batch_size}")
+    return items
 
 
 def to_dict(items: list[KnobTradeoff]) -> list[dict[str, Any]]:

@@ -151,3 +151,13 @@ def test_measurements_at_another_batch_size_are_labelled():
     assert "measured at batch_size 256; these settings use 128" in items["num_workers"].evidence
     same = by_knob(tradeoffs(sc.facts(), sc.settings, probe=sc.probe))
     assert not any("measured at batch_size" in e for e in same["num_workers"].evidence)
+
+
+def test_batch_bytes_scale_from_the_probed_batch():
+    from loaderdoc.advice.rules import batch_bytes_from_probe
+
+    sc = get_scenario("healthy-h100-ddp")  # probed 256 x 150528 bytes
+    assert batch_bytes_from_probe(sc.probe, sc.settings) == 256 * 150528
+    assert batch_bytes_from_probe(sc.probe, sc.settings.replace(batch_size=128)) == 128 * 150528
+    t = by_knob(tradeoffs(sc.facts(), sc.settings.replace(batch_size=128), probe=sc.probe))["prefetch_factor"]
+    assert t.evidence[0].startswith("now: 2 x 8 x 18.4 MiB x 8 ranks = 2.3 GiB of /dev/shm")

@@ -141,6 +141,17 @@ class Inputs:
         return self.context.device == "cuda"
 
 
+def batch_bytes_from_probe(probe: ProbeReport | None, settings: LoaderSettings | None) -> int | None:
+    """Bytes of one batch of ``settings.batch_size`` from the batch the probe measured (scaled per
+    sample when the batch sizes differ)."""
+    if probe is None or not probe.workload.batch_bytes:
+        return None
+    measured, size = probe.workload.batch_bytes, probe.workload.batch_size
+    if settings is None or not settings.batch_size or not size or settings.batch_size == size:
+        return measured
+    return measured * settings.batch_size // size
+
+
 def same_config(a: LoaderSettings, b: LoaderSettings) -> bool:
     """True when two settings stream batches the same way in the probe.
 
@@ -240,8 +251,8 @@ def evaluate(
     ``settings=None`` means no config was given: only machine-level rules speak. ``batch_bytes``
     falls back to what the probe measured for one collated batch.
     """
-    if batch_bytes is None and probe is not None:
-        batch_bytes = probe.workload.batch_bytes
+    if batch_bytes is None:
+        batch_bytes = batch_bytes_from_probe(probe, settings)
     inputs = Inputs(facts, settings, batch_bytes, probe, context or TrainingContext())
     found: list[Finding] = []
     for r in RULES:

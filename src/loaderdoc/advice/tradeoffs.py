@@ -18,6 +18,7 @@ from typing import Any
 
 from loaderdoc.advice.knobs import explain
 from loaderdoc.advice.rules import (
+    batch_bytes_from_probe,
     gpu_absence_known,
     per_worker_pss,
     same_config,
@@ -410,10 +411,10 @@ _BUILDERS = {"num_workers": _num_workers, "prefetch_factor": _prefetch, "pin_mem
 def tradeoffs(facts: MachineFacts, settings: LoaderSettings | None = None, *, batch_bytes: int | None = None,
               probe: ProbeReport | None = None) -> list[KnobTradeoff]:
     """The trade-off of each knob for these settings on this machine (knobs in KNOB_ORDER)."""
-    if batch_bytes is None and probe is not None:
-        batch_bytes = probe.workload.batch_bytes
     if settings is None:
         settings = (probe.recommended if probe is not None and probe.recommended else None) or LoaderSettings()
+    if batch_bytes is None:
+        batch_bytes = batch_bytes_from_probe(probe, settings)
     here = _Here(facts, settings, batch_bytes, probe)
     items = [_BUILDERS[k](here) for k in KNOB_ORDER]
     measured_bs = probe.workload.batch_size if probe is not None else None

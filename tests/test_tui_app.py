@@ -117,9 +117,9 @@ async def test_real_detection_paints_within_a_second_and_fills_slow_facts_later(
         assert "cpu_model" in app.pending_facts
         note = str(app.screen.query_one("#machine-note", Static).render())
         assert "still reading" in note
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        assert app.pending_facts == frozenset()
+        # the slow stage starts after the first paint, then fills in the CPU model
+        assert await _wait_for(pilot, lambda: app.pending_facts == frozenset(), timeout=10)
+        assert slow_started.is_set()
         assert app.facts.cpu.model.known
 
 

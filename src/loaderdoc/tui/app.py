@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,10 @@ class LoaderDocApp(App[int]):
         settings: LoaderSettings | None = None,
         export_dir: Path | None = None,
         header_fn: Callable[..., list[str]] | None = None,
+        early_facts: Future | None = None,
     ) -> None:
         super().__init__()
+        self._early_facts = early_facts
         self._fixed_facts = facts
         self._detect_fn = detect_fn
         self._probe_fn = probe_fn
@@ -112,6 +115,7 @@ class LoaderDocApp(App[int]):
         self.probe_error: str | None = None
         self._cancel: threading.Event | None = None
         self._probe_worker: Worker | None = None
+        self._slow_started = False
 
     # ---- screens --------------------------------------------------------------------------
     def get_default_screen(self) -> Screen:
@@ -138,29 +142,39 @@ class LoaderDocApp(App[int]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="facts")
     def _read_facts(self) -> None:
+        """The fast facts (cgroups, /proc, NVML, torch's version file): well under a second."""
         try:
-            detect = self._detect()
-        except Unavailable as exc:
-            self.post_message(FactsFailed("detect", str(exc)))
-            return
-        try:
-            facts = detect(cpu_info=False)
-        except Exception as exc:  # a reader bug must not take the app down
-            self.post_message(FactsFailed("detect", f"{type(exc).__name__}: {exc}"))
+            if self._early_facts is not None:
+                facts = self._early_facts.result()
+            else:
+                facts = self._detect()(cpu_info=False)
+        except Exception as exc:  # Unavailable, or a reader bug: it must not take the app down
+            self.post_message(FactsFailed("detect", _one_line(exc)))
             return
         pending = {"cpu_model"}
-        if not facts.torch.installed.known or facts.torch.version.get() is None:
+        if not facts.torch.installed.known:
             pending.add("torch")
         self.post_message(FactsReady(facts, frozenset(pending)))
-        # the slow part: py-cpuinfo (and torch, if detect imports it for its facts)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="slow-facts")
+    def _read_slow_facts(self) -> None:
+        """py-cpuinfo takes a second or more and competes for the CPU: started after first paint."""
         try:
-            full = detect(cpu_info=True)
+            full = self._detect()(cpu_info=True)
         except Exception as exc:
-            self.post_message(FactsFailed("cpu model", f"{type(exc).__name__}: {exc}"))
+            self.post_message(FactsFailed("cpu model", _one_line(exc)))
             return
         self.post_message(FactsReady(full, frozenset()))
 
+    def _start_slow_facts(self) -> None:
+        if not self._slow_started:
+            self._slow_started = True
+            self._read_slow_facts()
+
     def on_facts_ready(self, message: FactsReady) -> None:
+        if message.pending and not self._slow_started:
+            # let the fast facts reach the screen before py-cpuinfo competes for the CPU
+            self.main_screen.call_after_refresh(lambda: self.set_timer(0.3, self._start_slow_facts))
         self.facts = message.facts
         self.pending_facts = message.pending
         if message.facts.label:
@@ -351,11 +365,15 @@ class LoaderDocApp(App[int]):
     def on_probe_progress(self, message: ProbeProgress) -> None:
         if self.probe_state == "running":
             self.probe_progress = (message.fraction, message.text)
-        self.main_screen.probe_pane.show_progress()
+        pane = self.main_screen.probe_pane
+        if pane is not None:
+            pane.show_progress()
 
     def on_probe_result_arrived(self, message: ProbeResultArrived) -> None:
         self.live_results.append(message.result)
-        self.main_screen.probe_pane.add_result(message.result)
+        pane = self.main_screen.probe_pane
+        if pane is not None:
+            pane.add_result(message.result)
 
     def on_probe_finished(self, message: ProbeFinished) -> None:
         report = message.report
@@ -450,6 +468,11 @@ class LoaderDocApp(App[int]):
                                 lambda key=key: self.action_show_tab(key))
 
 
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if isinstance(exc, (Unavailable, UserError)) and text else f"{type(exc).__name__}: {' '.join(text)}"
+
+
 def make_app(
     *,
     facts: MachineFacts | None = None,
@@ -460,13 +483,16 @@ def make_app(
     settings: LoaderSettings | None = None,
     export_dir: Path | None = None,
     header_fn: Callable[..., list[str]] | None = None,
+    early_facts: Future | None = None,
 ) -> LoaderDocApp:
     """Build the app.
 
     ``facts`` fixes the machine (a recorded one, for tests and screenshots) instead of
     detecting it; ``detect_fn(cpu_info=...)`` replaces :func:`loaderdoc.system.detect.detect`;
     ``probe_fn`` replaces :func:`loaderdoc.probe.api.probe` (same keyword arguments);
-    ``header_fn`` replaces :func:`loaderdoc.export.export_header` (snapshots want no clock).
+    ``header_fn`` replaces :func:`loaderdoc.export.export_header` (snapshots want no clock);
+    ``early_facts`` is a future of the fast ``detect(cpu_info=False)`` started before textual
+    was imported (``run_app`` does this so the machine view paints sooner).
     """
     if workload is None:
         workload = Workload()
@@ -483,4 +509,5 @@ def make_app(
         settings=settings,
         export_dir=export_dir,
         header_fn=header_fn,
+        early_facts=early_facts,
     )

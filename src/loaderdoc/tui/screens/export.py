@@ -58,6 +58,12 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def on_mount(self) -> None:
         self.query_one("#export-path", Input).focus()
+        # the settings come after the header comments: show them first
+        self.call_after_refresh(self._show_settings)
+
+    def _show_settings(self) -> None:
+        for area in self.query(TextArea):
+            area.scroll_end(animate=False)
 
     def _preview(self, fmt: str) -> str:
         try:

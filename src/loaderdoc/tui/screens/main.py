@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.lazy import Lazy
 from textual.screen import Screen
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
@@ -21,19 +22,21 @@ class MainScreen(Screen):
         with TabbedContent(initial="machine", id="tabs"):
             with TabPane("1 Machine", id="machine"):
                 yield MachinePane(id="machine-pane")
+            # the hidden views mount after the first paint (Lazy): the machine view comes first
             with TabPane("2 Probe", id="probe"):
-                yield ProbePane(id="probe-pane")
+                yield Lazy(ProbePane(id="probe-pane"))
             with TabPane("3 Diagnoses", id="diagnoses"):
-                yield DiagnosesPane(id="diagnoses-pane")
+                yield Lazy(DiagnosesPane(id="diagnoses-pane"))
             with TabPane("4 Trade-offs", id="tradeoffs"):
-                yield TradeoffsPane(id="tradeoffs-pane")
+                yield Lazy(TradeoffsPane(id="tradeoffs-pane"))
             with TabPane("5 Settings", id="settings"):
-                yield SettingsPane(id="settings-pane")
+                yield Lazy(SettingsPane(id="settings-pane"))
         yield Footer()
 
     @property
-    def probe_pane(self) -> ProbePane:
-        return self.query_one(ProbePane)
+    def probe_pane(self) -> ProbePane | None:
+        panes = [p for p in self.query(ProbePane) if p.is_mounted]
+        return panes[0] if panes else None
 
     def on_mount(self) -> None:
         self.refresh_state()
@@ -41,9 +44,19 @@ class MainScreen(Screen):
     def refresh_state(self) -> None:
         self.query_one(StatusBar).refresh_state()
         for pane_type in (MachinePane, ProbePane, DiagnosesPane, TradeoffsPane, SettingsPane):
-            self.query_one(pane_type).refresh_state()
+            for pane in self.query(pane_type):  # a Lazy pane may not be mounted yet
+                if pane.is_mounted:
+                    pane.refresh_state()
         self.refresh_bindings()
 
     def show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
-        self.query_one(f"#{tab}-pane").focus_main()
+        panes = self.query(f"#{tab}-pane")
+        if panes:
+            panes.first().focus_main()
+        else:
+            self.call_after_refresh(self._focus_pane, tab)
+
+    def _focus_pane(self, tab: str) -> None:
+        for pane in self.query(f"#{tab}-pane"):
+            pane.focus_main()

@@ -26,6 +26,9 @@ class DiagnosesPane(Vertical):
                     yield Static("", id="finding-detail")
                 yield Button("Apply fix (a)", id="apply-fix", variant="primary", compact=True, disabled=True)
 
+    def on_mount(self) -> None:
+        self.refresh_state()
+
     def focus_main(self) -> None:
         self.query_one(OptionList).focus()
 

@@ -17,6 +17,9 @@ class MachinePane(Vertical):
         table.add_columns("", "fact", "value", "read from")
         yield table
 
+    def on_mount(self) -> None:
+        self.refresh_state()
+
     def focus_main(self) -> None:
         self.query_one(DataTable).focus()
 

@@ -57,6 +57,9 @@ class ProbePane(VerticalScroll):
             return f"your Dataset from --dataset {w.dataset} (imported when the probe starts)"
         return self._descriptions.get(w.preset or "", "")
 
+    def on_mount(self) -> None:
+        self.refresh_state()
+
     def focus_main(self) -> None:
         self.query_one("#workload", Select).focus()
 

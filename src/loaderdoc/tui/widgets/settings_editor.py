@@ -31,7 +31,8 @@ class SettingsPane(VerticalScroll):
             with Horizontal(classes="form-row setting-row", id=f"row-{key}"):
                 yield Label(key, classes="setting-label")
                 if key in model.BOOL_SETTINGS:
-                    yield Checkbox("", values[key], id=f"set-{key}", compact=True)
+                    # the label says true/false: the box's colour alone is lost under NO_COLOR
+                    yield Checkbox(_bool_label(values[key]), values[key], id=f"set-{key}", compact=True)
                 elif key == "multiprocessing_context":
                     yield Select([(c, c) for c in model.CONTEXT_CHOICES], value=values[key], allow_blank=False,
                                  compact=True, id=f"set-{key}")
@@ -42,6 +43,9 @@ class SettingsPane(VerticalScroll):
             yield Button("Use recommendation", id="settings-adopt", compact=True)
             yield Button("Export... (^e)", id="settings-export", variant="primary", compact=True)
         yield Static("", id="settings-why")
+
+    def on_mount(self) -> None:
+        self.refresh_state()
 
     def focus_main(self) -> None:
         self.query_one("#set-num_workers", Input).focus()
@@ -78,6 +82,8 @@ class SettingsPane(VerticalScroll):
             for key, value in values.items():
                 widget = self.query_one(f"#set-{key}")
                 widget.value = value
+                if isinstance(widget, Checkbox):
+                    widget.label = _bool_label(value)
 
     def _form_values(self) -> dict:
         return {key: self.query_one(f"#set-{key}").value for key in model.SETTING_KEYS}
@@ -117,6 +123,7 @@ class SettingsPane(VerticalScroll):
 
     def on_checkbox_changed(self, event: Checkbox.Changed) -> None:
         event.stop()
+        event.checkbox.label = _bool_label(event.value)
         self._edited()
 
     def on_select_changed(self, event: Select.Changed) -> None:
@@ -128,3 +135,7 @@ class SettingsPane(VerticalScroll):
             self.app.adopt_recommendation()
         elif event.button.id == "settings-export":
             self.app.action_export()
+
+
+def _bool_label(value: bool) -> str:
+    return "true" if value else "false"

@@ -19,7 +19,9 @@ def _blocks_text(blocks: list[tuple[str, str]], heading: str | None = None) -> T
     if heading:
         text.append(f"{heading}\n", style="bold underline")
     for key, body in blocks:
-        text.append(f"{key}: ", style="bold")
+        if key:
+            text.append(f"{key}:", style="bold")
+            text.append("\n" if body.startswith(("- ", "+ ")) else " ")
         text.append(f"{body}\n")
     return text
 
@@ -40,6 +42,7 @@ class TradeoffsPane(Vertical):
 
     def on_mount(self) -> None:
         self.query_one(OptionList).highlighted = 0
+        self.refresh_state()
 
     def refresh_state(self) -> None:
         app = self.app

@@ -58,6 +58,7 @@ class Model:
             starvation_pct=100 * wait_s * rate, step_ms_achieved=self.step_ms,
             first_batch_s=0.1 + 0.05 * s.num_workers,
             epoch_restart_s=(0.02 if s.persistent_workers else 0.1 + 0.05 * s.num_workers) if restart else None,
+            epoch_restart_persistent_s=0.02 if restart and s.num_workers and not s.persistent_workers else None,
             worker_pss_bytes=self.pss_per_worker * s.num_workers, shm_peak_bytes=MiB * s.batches_in_flight,
             batch_bytes=MiB, fetch_cpu_pct=100 * self.cpu_share if s.num_workers == 0 else None,
         )

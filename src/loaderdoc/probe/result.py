@@ -39,6 +39,8 @@ class ConfigResult:
     starvation_pct: float | None = None  # share of steady wall time spent waiting for data
     step_ms_achieved: float | None = None  # the simulated training step, as measured
     epoch_restart_s: float | None = None  # next epoch's first batch (0 workers: just the fetch)
+    # the same gap had persistent_workers been on (measured in the same run, same workers/prefetch)
+    epoch_restart_persistent_s: float | None = None
     worker_pss_bytes: int | None = None  # summed PSS of the workers (honest shared-page split)
     worker_uss_bytes: int | None = None  # summed USS: memory only the workers hold
     worker_rss_bytes: int | None = None  # summed RSS, for comparison (double-counts)

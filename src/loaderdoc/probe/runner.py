@@ -56,6 +56,9 @@ class RunPlan:
     warmup_cap_s: float | None = None  # longest warm-up (default 0.5x window)
     loader_timeout_s: float = 10.0  # DataLoader(timeout=...): a worker batch slower than this fails
     measure_restart: bool = True  # time the gap between this epoch's last batch and the next's first
+    # with workers and persistent_workers off, also time that gap with persistent workers (a second
+    # loader in the same run: cheaper than a whole second configuration)
+    compare_persistent: bool = True
     watchdog_override_s: float | None = None  # replace the computed watchdog (tests use short ones)
 
     @property
@@ -144,10 +147,35 @@ def run_config(
     return result
 
 
-def kill_process_group(pgid: int) -> None:
-    """SIGKILL every process in the group (the measuring process and its DataLoader workers)."""
+def kill_process_group(pgid: int, wait_s: float = 3.0) -> None:
+    """SIGKILL every process in the group (the measuring process and its DataLoader workers),
+    and wait until the workers are really gone (a killed process takes a moment to exit)."""
+    import psutil
+
+    try:
+        workers = psutil.Process(pgid).children(recursive=True)
+    except psutil.Error:
+        workers = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+    for proc in workers:  # a worker that left the group (setsid) is still ours to stop
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    deadline = time.monotonic() + wait_s
+    while workers and time.monotonic() < deadline:
+        workers = [p for p in workers if _alive(p)]
+        if workers:
+            time.sleep(0.01)
+
+
+def _alive(proc: Any) -> bool:
+    """Running and not a zombie (a zombie holds no memory; whoever adopted it reaps it)."""
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _reap(pid: int) -> int | None:
@@ -446,6 +474,13 @@ def measure_in_process(
 
     if plan.measure_restart and sampler is not None:
         result.epoch_restart_s, iterator = _epoch_restart(loader, iterator, sampler, clock)
+        if plan.compare_persistent and settings.num_workers > 0 and not settings.persistent_workers:
+            del iterator  # shut these workers down (not timed) before starting the persistent ones
+            loader = DataLoader(dataset, sampler=sampler, collate_fn=workload.collate_fn,
+                                **{**kwargs, "persistent_workers": True})
+            iterator = iter(loader)
+            next(iterator)  # start-up: not part of the restart
+            result.epoch_restart_persistent_s, iterator = _epoch_restart(loader, iterator, sampler, clock)
     if keep_alive is not None:
         keep_alive.extend([loader, iterator])
     else:

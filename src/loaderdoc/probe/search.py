@@ -11,8 +11,8 @@ The strategy, in order, each step only while the budget lasts:
    work, in which case no more than the CPU budget divided by the CPU share of loading can run
    at once. Not capped at the core count: waiting on I/O uses no CPU.
 3. Climb from that guess while the step is starved and throughput still rises by 5 %.
-4. Bisect down to the fewest workers within the tolerance of the best throughput.
-5. ``prefetch_factor=4`` if the step is still starved or the waits are bursty.
+4. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best.
+5. ``prefetch_factor=4`` if the waits are bursty (a deeper queue smooths bursts, not averages).
 6. Measure the close contenders again (short windows on a small machine are noisy).
 7. ``persistent_workers`` on/off at the chosen size, timing the restart between epochs.
 8. ``pin_memory`` only with CUDA (without it pinning does nothing).
@@ -36,6 +36,7 @@ MIN_GAIN = 0.05  # climbing stops when more workers add less than 5 %
 BURSTY_P95_OVER_P50 = 3.0
 RAM_SHARE = 0.8  # leave 20 % of the RAM budget and of /dev/shm for everything else
 MAX_CONSECUTIVE_FAILURES = 3
+MAX_NOISE = 0.10  # never treat more than a 10 % difference as noise
 
 MiB = 1024**2
 
@@ -130,7 +131,7 @@ class Search:
         if self._failures_in_a_row >= MAX_CONSECUTIVE_FAILURES:
             self.stopped = "failures"
             return None
-        held_back = 2 * self._expected_cost(True) if reserve else 0.0
+        held_back = self._expected_cost(True) if reserve else 0.0
         if self.results and self.elapsed + self._expected_cost(restart) + held_back > self.limits.budget_s:
             if not self.stopped or self.stopped == "not starved":
                 self.stopped = "budget" if not self.stopped else self.stopped
@@ -180,10 +181,27 @@ class Search:
         rows = [r for r in self.results if r.ok and group_key(r.settings) == key]
         return max(((r.worker_pss_bytes or 0) + (r.shm_peak_bytes or 0) for r in rows), default=0)
 
-    def cheapest_near_best(self, within: float = TOLERANCE) -> tuple[int, int] | None:
+    def noise(self) -> float:
+        """Half the largest relative spread between repeated runs of one configuration (capped).
+
+        On a small or shared machine two windows of the same configuration can differ by 20 %;
+        differences smaller than that between configurations are not evidence.
+        """
+        spreads = []
+        for key in self.throughputs():
+            values = [r.batches_per_s for r in self.measured(*key)]
+            if len(values) >= 2:
+                spreads.append((max(values) - min(values)) / (2 * statistics.fmean(values)))
+        return min(MAX_NOISE, max(spreads, default=0.0))
+
+    def tolerance(self) -> float:
+        return max(TOLERANCE, self.noise())
+
+    def cheapest_near_best(self, within: float | None = None) -> tuple[int, int] | None:
         table = self.fitting_throughputs()
         if not table:
             return None
+        within = self.tolerance() if within is None else within
         best = max(table.values())
         near = [k for k, v in table.items() if v >= best * (1 - within)]
         return min(near, key=lambda k: (k[0], self.memory_of(k), k[1]))
@@ -238,6 +256,10 @@ class Search:
         workers = self._first_guess(base0)
         best = base0.batches_per_s if base0 is not None and base0.ok and base0.batches_per_s else 0.0
         cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
+        cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0 if base0 is not None and base0.ok else 0.0
+        if cpu_share > 0.5:
+            # CPU work: far more processes than CPUs only adds contention and memory
+            cap = min(cap, max(2 * workers, math.ceil(self.limits.cpu_budget) + 2))
         best_workers = 0
         tried: set[int] = set()
         while True:
@@ -259,9 +281,9 @@ class Search:
                     f"num_workers={workers} gave {rate:.1f} steps/s against {best:.1f} before: "
                     "more workers do not help any more (CPU or I/O saturated)"
                 )
-                # the step may have overshot into contention: look once between it and the last gain
-                fewer = (best_workers + workers) // 2
-                if fewer > best_workers and fewer not in tried:
+                # the first step may have overshot into contention: look once below it
+                fewer = workers // 2
+                if best_workers == 0 and fewer > 0 and fewer not in tried:
                     self.try_config(self.settings_for(fewer), "climb overshot? fewer workers")
                 return
             best, best_workers = rate, workers
@@ -272,18 +294,35 @@ class Search:
             workers = min(cap, max(workers + 1, min(2 * workers, math.ceil(workers * scale * 1.1))))
 
     def _refine(self) -> None:
-        """Bisect down to the fewest workers within tolerance of the best (default prefetch)."""
+        """Narrow down to the fewest workers within tolerance of the best (default prefetch).
+
+        Below saturation throughput grows about linearly with workers, so the next size tried is
+        interpolated between the largest size that was too slow and the cheapest that is fast
+        enough; after a guess that was fast enough (a wide plateau), plain bisection.
+        """
+        interpolate = True
         while not self._halted():
             candidate = self.cheapest_near_best()
             if candidate is None or candidate[0] <= 1:
                 return
-            below = [k[0] for k in self.throughputs() if k[0] < candidate[0] and k[1] in (0, 2)]
-            lower = max(below, default=0)
-            if candidate[0] - lower <= 1:
+            table = self.throughputs()
+            below = [k for k in table if k[0] < candidate[0] and k[1] in (0, 2)]
+            lower = max(below, default=(0, 0))
+            if candidate[0] - lower[0] <= 1:
                 return
-            middle = (lower + candidate[0]) // 2
-            if self.try_config(self.settings_for(middle), "bisect: fewer workers, as fast?") is None:
+            best = max(self.fitting_throughputs().values())
+            target = best * (1 - self.tolerance())
+            low_rate, high_rate = table.get(lower, 0.0), table[candidate]
+            if interpolate and high_rate > low_rate:
+                share = (target - low_rate) / (high_rate - low_rate)
+                size = lower[0] + math.ceil(share * (candidate[0] - lower[0]))
+            else:
+                size = (lower[0] + candidate[0]) // 2
+            size = min(candidate[0] - 1, max(lower[0] + 1, size))
+            result = self.try_config(self.settings_for(size), "narrow down: fewer workers, as fast?")
+            if result is None:
                 return
+            interpolate = not (result.ok and (result.batches_per_s or 0) >= target)
 
     def _prefetch(self) -> None:
         candidate = self.cheapest_near_best()
@@ -294,13 +333,16 @@ class Search:
         starved = (last.starvation_pct or 0) >= NOT_STARVED_PCT
         p50, p95 = last.wait.p50_ms or 0.0, last.wait.p95_ms or 0.0
         bursty = p95 > BURSTY_P95_OVER_P50 * max(p50, 1.0)
-        if not (starved or bursty):
-            self.notes.append(f"{describe(last.settings)} keeps the step fed; prefetch_factor stays at 2")
+        if not bursty:
+            # a deeper queue smooths bursts; it cannot raise the average rate the workers produce at
+            if starved:
+                self.notes.append(f"{describe(last.settings)}: waits are steady (p95 {p95:.0f} ms, p50 {p50:.0f} ms), "
+                                  "so a deeper prefetch queue would not feed the step faster; not tried")
             return
         if candidate[0] > self.shm_cap_workers(last.batch_bytes, prefetch=4):
             self.notes.append("prefetch_factor=4 would not fit in /dev/shm; not tried")
             return
-        why = "still starved" if starved else f"bursty waits (p95 {p95:.0f} ms vs p50 {p50:.0f} ms)"
+        why = f"bursty waits: p95 {p95:.0f} ms vs p50 {p50:.0f} ms"
         self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
 
     def _repeat_contenders(self) -> None:
@@ -326,15 +368,11 @@ class Search:
         if candidate is None or candidate[0] == 0:
             return
         workers, prefetch = candidate
-        for persistent in (False, True):
-            settings = self.settings_for(workers, prefetch, persistent_workers=persistent)
-            done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
-            if done:
-                continue
-            label = "on" if persistent else "off"
-            if self.try_config(settings, f"epoch restart with persistent_workers {label}", restart=True,
-                               reserve=False) is None:
-                return
+        settings = self.settings_for(workers, prefetch)
+        done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
+        if not done and self.try_config(settings, "epoch restart, persistent_workers off and on", restart=True,
+                                        reserve=False) is None:
+            return
         if self.limits.cuda:
             self.try_config(self.settings_for(workers, prefetch, pin_memory=True), "pin_memory on (CUDA)",
                             reserve=False)
@@ -360,16 +398,20 @@ class Search:
         fitting = self.fitting_throughputs()
         best_key = max(fitting, key=fitting.get)
         best_rate, rate = fitting[best_key], fitting[candidate]
+        tol = self.tolerance()
+        if tol > TOLERANCE:
+            reasons.append(f"tolerance {tol * 100:.0f} % instead of {TOLERANCE * 100:.0f} %: repeated runs of one "
+                           "configuration differed that much here, so smaller gaps are noise")
         workers, prefetch = candidate
         settings = self.base.replace(num_workers=workers)
         if workers == 0:
             reasons.insert(0, f"num_workers=0: {rate:.1f} steps/s" + (
                 " is the best measured" if best_key == candidate else
-                f", within {TOLERANCE * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]})"))
+                f", within {tol * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]})"))
         else:
             count = len(self.measured(*candidate))
             where = "the best measured" if best_key == candidate else (
-                f"within {TOLERANCE * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]}, "
+                f"within {tol * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]}, "
                 f"prefetch_factor={best_key[1]})")
             reasons.insert(0, f"num_workers={workers}: {rate:.1f} steps/s (mean of {count} run{'s' * (count > 1)}), {where}; "
                               "the fewest workers that fast")
@@ -411,6 +453,7 @@ class Search:
     def _choose_persistent(self, key: tuple[int, int], reasons: list[str]) -> bool:
         rows = [r for r in self.results if r.ok and group_key(r.settings) == key and r.epoch_restart_s is not None]
         on = [r.epoch_restart_s for r in rows if r.settings.persistent_workers]
+        on += [r.epoch_restart_persistent_s for r in rows if r.epoch_restart_persistent_s is not None]
         off = [r.epoch_restart_s for r in rows if not r.settings.persistent_workers]
         if on and off:
             if min(on) < min(off):
@@ -418,7 +461,7 @@ class Search:
                                f"{min(on):.2f} s (workers are not forked again each epoch)")
             else:
                 # skipping the fork cannot make the restart slower: a reversed pair is noise
-                pss = max((r.worker_pss_bytes or 0 for r in rows if r.settings.persistent_workers), default=0)
+                pss = max((r.worker_pss_bytes or 0 for r in rows), default=0)
                 reasons.append(f"persistent_workers=True: no saving measured here ({min(off):.2f} s without vs "
                                f"{min(on):.2f} s with, within noise: loading the first batch dominates), but it "
                                f"never costs time; it keeps the workers' {pss / MiB:.0f} MiB (PSS) between epochs")

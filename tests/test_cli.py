@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
+from loaderdoc._compat import tomllib
 from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_USAGE, EXIT_WARNING
 
 
@@ -156,3 +156,19 @@ def test_facts_json_round_trips_as_a_fixture(tmp_path):
     path.write_text(proc.stdout)
     doc = json.loads(run("check", "--machine", str(path), "--json").stdout)
     assert doc["machine"]["label"] == "test box"
+
+
+def test_training_table_feeds_the_context_rules(tmp_path):
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(
+        "[dataloader]\nbatch_size = 64\nnum_workers = 1\n\n"
+        "[training]\nuses_batchnorm = true\ndataset_len = 1025\n"
+    )
+    doc = json.loads(run("check", "--machine", "ci-2core", "--config", str(cfg), "--json").stdout)
+    assert "drop-last-batchnorm" in {f["rule_id"] for f in doc["findings"]}
+    assert doc["config"]["training"]["dataset_len"] == 1025
+    cfg.write_text(cfg.read_text().replace("dataset_len = 1025", "dataset_len = 1024"))
+    doc = json.loads(run("check", "--machine", "ci-2core", "--config", str(cfg), "--json").stdout)
+    assert "drop-last-batchnorm" not in {f["rule_id"] for f in doc["findings"]}
+    cfg.write_text("[dataloader]\nnum_workers = 1\n[training]\nuses_batchnrom = true\n")
+    assert_one_line_error(run("check", "--config", str(cfg)), EXIT_USAGE, "[training]", "uses_batchnrom")

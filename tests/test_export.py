@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import tomllib
 
 import pytest
 
+from loaderdoc._compat import tomllib
 from loaderdoc.advice.recommend import recommend
 from loaderdoc.errors import ExportError
 from loaderdoc.export import export_header, format_for, render, write_export

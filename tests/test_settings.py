@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import tomllib
 
 import pytest
 
+from loaderdoc._compat import tomllib
 from loaderdoc.errors import SettingsError
 from loaderdoc.settings import LoaderSettings
 

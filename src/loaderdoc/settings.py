@@ -146,24 +146,9 @@ class LoaderSettings:
 
     @classmethod
     def load(cls, path: str | Path, *, strict: bool = True) -> LoaderSettings:
-        """Read a TOML or YAML config file; raise SettingsError naming the line and key."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SettingsError(f"{path}: no such file; check the --config path") from None
-        except IsADirectoryError:
-            raise SettingsError(f"{path}: is a directory, not a config file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SettingsError(f"{path}: cannot read it ({_short(exc)})") from None
-        suffix = path.suffix.lower()
-        if suffix in (".yaml", ".yml"):
-            data, lines = _parse_yaml(text, path)
-        elif suffix == ".json":
-            data, lines = _parse_json(text, path)
-        else:
-            data, lines = _parse_toml(text, path)
-        return cls.from_mapping(data, where=str(path), lines=lines, strict=strict)
+        """Read a TOML, YAML or JSON config file; raise SettingsError naming the line and key."""
+        config = read_config(path)
+        return cls.from_mapping(config.loader_table, where=str(config.path), lines=config.lines, strict=strict)
 
     # ---- output -----------------------------------------------------------------------
     def as_kwargs(self) -> dict[str, Any]:
@@ -206,6 +191,45 @@ class LoaderSettings:
 
     def replace(self, **changes: Any) -> LoaderSettings:
         return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class ConfigFile:
+    """A parsed config file: the loader settings table, and any other tables it holds."""
+
+    path: Path
+    document: dict[str, Any]
+    loader_table: dict[str, Any]
+    lines: dict[str, int]  # key -> line number, to name the line of a bad value
+
+    @property
+    def training_table(self) -> dict[str, Any] | None:
+        """The optional ``[training]`` table (what the training script does, for advice rules)."""
+        table = self.document.get("training")
+        if table is not None and not isinstance(table, dict):
+            raise SettingsError(f"{self.path}: [training] must be a table of facts about the training script")
+        return table
+
+
+def read_config(path: str | Path) -> ConfigFile:
+    """Parse a config file by its suffix (.yaml/.yml, .json, else TOML)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SettingsError(f"{path}: no such file; check the --config path") from None
+    except IsADirectoryError:
+        raise SettingsError(f"{path}: is a directory, not a config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: cannot read it ({_short(exc)})") from None
+    suffix = path.suffix.lower()
+    if suffix in (".yaml", ".yml"):
+        document = _parse_yaml(text, path)
+    elif suffix == ".json":
+        document = _parse_json(text, path)
+    else:
+        document = _parse_toml(text, path)
+    return ConfigFile(path=path, document=document, loader_table=_pick_table(document, path), lines=_key_lines(text))
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -258,15 +282,21 @@ def _comment_block(lines: list[str] | None) -> str:
     return "".join(f"# {line}".rstrip() + "\n" for line in lines) + "\n"
 
 
-def _pick_table(data: Any, path: Path) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise SettingsError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+def _pick_table(data: dict[str, Any], path: Path) -> dict[str, Any]:
     for name in TABLE_NAMES:
         if name in data:
             table = data[name]
             if not isinstance(table, dict):
                 raise SettingsError(f"{path}: [{name}] must be a table of settings")
             return table
+    return {k: v for k, v in data.items() if k != "training"}
+
+
+def _as_mapping(data: Any, path: Path) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
     return data
 
 
@@ -280,27 +310,25 @@ def _key_lines(text: str) -> dict[str, int]:
     return out
 
 
-def _parse_toml(text: str, path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    from loaderdoc._compat import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: not valid TOML: {_short(exc)}") from None
-    return _pick_table(data, path), _key_lines(text)
+    return data
 
 
-def _parse_json(text: str, path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+def _parse_json(text: str, path: Path) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SettingsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
-    return _pick_table(data, path), _key_lines(text)
+    return _as_mapping(data, path)
 
 
-def _parse_yaml(text: str, path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+def _parse_yaml(text: str, path: Path) -> dict[str, Any]:
     import yaml
 
     try:
@@ -310,6 +338,4 @@ def _parse_yaml(text: str, path: Path) -> tuple[dict[str, Any], dict[str, int]]:
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or _short(exc)
         raise SettingsError(f"{path}{line}: not valid YAML: {problem}") from None
-    if data is None:
-        data = {}
-    return _pick_table(data, path), _key_lines(text)
+    return _as_mapping(data, path)

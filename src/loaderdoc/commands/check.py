@@ -19,7 +19,11 @@ EXIT_FOR = {"ok": EXIT_OK, "warning": EXIT_WARNING, "critical": EXIT_CRITICAL}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from loaderdoc.commands.common import add_workload_arguments
 
-    parser.add_argument("--config", metavar="FILE", help="lint these DataLoader settings (TOML, YAML or JSON)")
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help="lint these DataLoader settings (TOML, YAML or JSON: a [dataloader] table or top-level keys; "
+        "an optional [training] table describes the script, e.g. uses_batchnorm = true)",
+    )
     add_workload_arguments(parser, with_probe=False)
     parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA})")
     add_machine_argument(parser)
@@ -53,17 +57,28 @@ def build_report(args: argparse.Namespace) -> dict:
     """Everything `check` knows, as the documented JSON structure."""
     from loaderdoc.advice.findings import worst
     from loaderdoc.advice.recommend import recommend
-    from loaderdoc.advice.rules import evaluate
+    from loaderdoc.advice.rules import TrainingContext, evaluate
     from loaderdoc.commands.common import sample_bytes
-    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.errors import SettingsError
+    from loaderdoc.settings import LoaderSettings, read_config
     from loaderdoc.summary import machine_summary
 
     facts = load_facts(args.machine)
-    settings = LoaderSettings.load(args.config, strict=False) if args.config else None
+    settings = context = None
+    if args.config:
+        config = read_config(args.config)
+        settings = LoaderSettings.from_mapping(
+            config.loader_table, where=str(config.path), lines=config.lines, strict=False
+        )
+        if config.training_table is not None:
+            try:
+                context = TrainingContext.from_mapping(config.training_table)
+            except (TypeError, ValueError) as exc:
+                raise SettingsError(f"{config.path}: [training]: {exc}") from None
     batch_size = args.batch_size or (settings.batch_size if settings else None)
     per_sample = sample_bytes(args.sample_shape, args.dtype)
     batch_bytes = batch_size * per_sample if (batch_size and per_sample) else None
-    findings = evaluate(facts, settings, batch_bytes=batch_bytes)
+    findings = evaluate(facts, settings, batch_bytes=batch_bytes, context=context)
     status = worst(findings)
     rec = recommend(facts, batch_size=batch_size, sample_bytes=per_sample)
     from loaderdoc._serde import to_dict
@@ -82,7 +97,11 @@ def build_report(args: argparse.Namespace) -> dict:
             "usable_gpus": facts.usable_gpus,
             "lines": dict(machine_summary(facts)),
         },
-        "config": {"path": args.config, "settings": settings.as_kwargs() if settings else None},
+        "config": {
+            "path": args.config,
+            "settings": settings.as_kwargs() if settings else None,
+            "training": context.to_dict() if context else None,
+        },
         "batch_bytes": batch_bytes,
         "findings": [to_dict(f) for f in findings],
         "recommended": {"settings": rec.settings.as_kwargs(), "reasons": rec.reasons},

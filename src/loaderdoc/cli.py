@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from loaderdoc import __version__
 from loaderdoc.errors import (
@@ -86,9 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_as_interrupt(signum, frame) -> None:
+    # a job scheduler's SIGTERM gets the same clean stop as Ctrl+C: workers reaped, partial results kept
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         if args.command:
             return int(importlib.import_module(args._module).run(args))

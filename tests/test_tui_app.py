@@ -367,6 +367,7 @@ async def test_probe_cancel_with_escape():
         await pilot.pause()
         assert app.probe_state == "cancelled"
         assert app.screen.query_one("#results", DataTable).row_count == 1
+        assert app.recommendation.source == "facts"  # a partial search does not replace it
 
 
 async def test_probe_failure_is_shown():

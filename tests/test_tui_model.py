@@ -144,6 +144,9 @@ def test_report_summary():
     assert "stopped: not starved" in lines[1]
     assert any("recommended: batch_size=32, num_workers=2" in line for line in lines)
     assert lines[-1].strip() == "num_workers: 2 is within 3% of the best"
+    partial = model.report_summary(report, complete=False)
+    assert not any(line.startswith("recommended") for line in partial)
+    assert partial[-1].startswith("cancelled: the search did not finish")
 
 
 def test_workload_field_validation():

@@ -110,6 +110,7 @@ class LoaderDocApp(App[int]):
 
         self.live_results: list[ConfigResult] = []
         self.report: ProbeReport | None = None
+        self.report_complete = False  # False for a cancelled probe's partial report
         self.probe_state = "idle"  # idle | running | stopping | done | cancelled | failed
         self.probe_progress: tuple[float, str] = (0.0, "")
         self.probe_error: str | None = None
@@ -208,7 +209,7 @@ class LoaderDocApp(App[int]):
                 self.facts,
                 batch_size=self.workload.batch_size if self.workload.batch_size_given else None,
                 sample_bytes=self._sample_bytes(),
-                probe=self.report,
+                probe=self.report if self.report_complete else None,
             )
             self.recommend_error = None
         except (Unavailable, UserError) as exc:
@@ -312,6 +313,7 @@ class LoaderDocApp(App[int]):
         self.action_show_tab("probe")
         self.live_results = []
         self.report = None
+        self.report_complete = False
         self.probe_error = None
         self.probe_state = "running"
         self.probe_progress = (0.0, f"starting: {self.workload.source}")
@@ -324,7 +326,7 @@ class LoaderDocApp(App[int]):
             return
         self._cancel.set()
         self.probe_state = "stopping"
-        self.probe_progress = (self.probe_progress[0], "stopping: waiting for the DataLoader workers to exit")
+        self.probe_progress = (self.probe_progress[0], "waiting for the DataLoader workers to exit")
         self.refresh_views()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -379,24 +381,29 @@ class LoaderDocApp(App[int]):
         report = message.report
         self.report = report
         cancelled = (self._cancel is not None and self._cancel.is_set()) or report.stopped == "cancelled"
+        # a cancelled run's measurements are shown and feed the diagnoses, but its partial
+        # search does not replace the recommendation
+        self.report_complete = not cancelled
         self.probe_state = "cancelled" if cancelled else "done"
-        self.probe_progress = (1.0 if not cancelled else self.probe_progress[0],
-                               f"{'cancelled' if cancelled else 'finished'}: {report.stopped or 'done'}")
+        fraction = self.probe_progress[0] if cancelled else 1.0
+        self.probe_progress = (fraction, f"{len(report.results)} configurations in {report.elapsed_s:.1f} s"
+                               + ("" if cancelled else f", stopped: {report.stopped or 'done'}"))
         self._recommend()
-        if report.recommended is not None and not cancelled:
+        if cancelled:
+            self.notify(f"Stopped after {len(report.results)} configurations; the recommendation is unchanged.",
+                        title="Probe cancelled")
+        elif report.recommended is not None:
             if self._user_touched:
-                self.notify("The probe has a recommendation; 'Use recommendation' in Probe or Settings adopts it.",
+                self.notify("The probe has a recommendation; 'Use recommendation' (Probe or Settings) adopts it.",
                             title="Probe finished")
             else:
                 self.notify(model.settings_line(self.settings), title="Probe finished: settings chosen")
-        elif cancelled:
-            self.notify(f"Stopped after {len(report.results)} configurations.", title="Probe cancelled")
         self.update_advice()
 
     def on_probe_failed(self, message: ProbeFailed) -> None:
         self.probe_state = "failed"
         self.probe_error = message.error
-        self.probe_progress = (self.probe_progress[0], "failed")
+        self.probe_progress = (self.probe_progress[0], "")
         self.notify(message.error, title="Probe failed", severity="error", timeout=10)
         self.refresh_views()
 

@@ -402,8 +402,9 @@ def chart_series(results: Iterable[ConfigResult]) -> ChartSeries:
     return out
 
 
-def report_summary(report: ProbeReport) -> list[str]:
-    """Lines saying how the probe ended and what it recommends."""
+def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
+    """Lines saying how the probe ended and what it recommends. A cancelled (incomplete) run
+    shows what it measured but no recommendation: its search did not finish."""
     w = report.workload
     lines = [
         f"{w.name or 'workload'}: batch {w.batch_size}"
@@ -416,7 +417,9 @@ def report_summary(report: ProbeReport) -> list[str]:
     if best is not None:
         lines.append(f"best measured: {best.batches_per_s:.1f} batches/s with num_workers={best.settings.num_workers}"
                      + (f", {best.starvation_pct:.0f}% starved" if best.starvation_pct is not None else ""))
-    if report.recommended is not None:
+    if not complete:
+        lines.append("cancelled: the search did not finish, so the recommendation was not changed")
+    elif report.recommended is not None:
         lines.append(f"recommended: {settings_line(report.recommended)}")
         lines += [f"  {r}" for r in report.reasons]
     elif report.results:

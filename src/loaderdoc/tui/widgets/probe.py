@@ -84,13 +84,13 @@ class ProbePane(VerticalScroll):
         if app.probe_error:
             summary.update(Text(f"Probe failed: {app.probe_error}", style="bold red"))
         elif app.report is not None:
-            summary.update("\n".join(model.report_summary(app.report)))
+            summary.update("\n".join(model.report_summary(app.report, complete=app.report_complete)))
         elif not results and not running:
             summary.update("No probe run yet: choose a workload and press ctrl+r. "
                            "The probe runs real DataLoaders on this machine.")
         else:
             summary.update("")
-        adopt.disabled = not (app.report is not None and app.report.recommended is not None
+        adopt.disabled = not (app.report is not None and app.report_complete
                               and app.recommendation is not None
                               and app.recommendation.settings != app.settings)
 

@@ -507,3 +507,45 @@ async def _no_children_soon(timeout=5.0) -> bool:
             return True
         await asyncio.sleep(0.05)
     return not _worker_children()
+
+
+async def test_real_probe_of_a_user_dataset_module(tmp_path, monkeypatch):
+    (tmp_path / "tiny_ds.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import TensorDataset\n\n"
+        "def make():\n"
+        "    return TensorDataset(torch.zeros(256, 8), torch.zeros(256))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = app_for("ci-2core", workload=Workload(dataset="tiny_ds:make", batch_size=16, step_ms=1.0, budget_s=2.0))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "done", app.probe_error
+        assert app.report.results and app.report.workload.batch_size == 16
+    assert await _no_children_soon()
+
+
+def test_run_app_rejects_an_unknown_preset_before_opening():
+    import argparse
+
+    from loaderdoc.commands.app import run_app
+    from loaderdoc.errors import UserError
+
+    args = argparse.Namespace(batch_size=None, sample_shape=None, dtype="uint8", preset="imagez", dataset=None,
+                              step_ms=None, budget=None)
+    with pytest.raises(UserError, match="unknown preset 'imagez'"):
+        run_app(args)
+
+
+def test_workload_from_args():
+    import argparse
+
+    from loaderdoc.commands.app import workload_from_args
+
+    args = argparse.Namespace(batch_size=64, sample_shape=(3, 224, 224), dtype="uint8", preset="text",
+                              dataset=None, step_ms=5.0, budget=12.0)
+    w = workload_from_args(args)
+    assert (w.preset, w.batch_size, w.batch_size_given, w.step_ms, w.budget_s) == ("text", 64, True, 5.0, 12.0)
+    assert w.sample_bytes == 3 * 224 * 224

@@ -303,6 +303,8 @@ class LoaderDocApp(App[int]):
         return self.probe_state in ("running", "stopping")
 
     def action_run_probe(self) -> None:
+        if not isinstance(self.screen, type(self.main_screen)):
+            return  # a dialog is open
         if self.probe_running:
             self.notify("A probe is already running; Esc stops it.", severity="warning")
             return

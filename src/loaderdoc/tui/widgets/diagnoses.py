@@ -50,7 +50,8 @@ class DiagnosesPane(Vertical):
             crit = sum(f.severity == "critical" for f in app.findings)
             warn = sum(f.severity == "warning" for f in app.findings)
             basis = "machine facts and the probe's measurements" if app.report else "machine facts (no probe yet)"
-            note.update(f"{crit} critical, {warn} warnings for the chosen settings, from {basis}.")
+            note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'} for the chosen settings, "
+                        f"from {basis}.")
         for i, f in enumerate(app.findings):
             label = Text()
             label.append(model.SEVERITY_LABEL.get(f.severity, f.severity.upper()), style=SEVERITY_STYLE.get(f.severity, ""))
@@ -82,7 +83,7 @@ class DiagnosesPane(Vertical):
             text.append(f"{body}\n\n")
         detail.update(text)
         button.disabled = not f.settings_change
-        button.label = "Apply fix (a)" if f.settings_change else "No settings change (fix is outside the loader)"
+        button.label = "Apply fix (a)" if f.settings_change else "Fix is outside the DataLoader"
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         self._show_detail()

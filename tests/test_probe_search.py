@@ -125,7 +125,7 @@ def test_recommendation_is_cheapest_within_tolerance_not_the_raw_best():
 def test_budget_is_respected_and_reported():
     model = Model(fetch_ms=320, cpu_share=0.03, cost_s=4.0)
     s, out = search(model, budget_s=12.0)
-    assert model.now <= 12.0 + 4.0 * 1.5  # at most the configuration under way overruns
+    assert model.now <= 12.0 + 4.0 * 2.2  # at most the configuration under way overruns
     assert out.stopped == "budget"
     assert out.recommended is not None
 

@@ -108,7 +108,7 @@ class Search:
         if not durations:
             return self.limits.expected_cost_s
         guess = max(durations[-3:])  # pessimistic: overrunning the budget is worse than one config less
-        return guess * (1.5 if restart else 1.0)
+        return guess * (2.2 if restart else 1.0)  # a restart run also drains and starts a second loader
 
     def _halted(self) -> bool:
         return bool(self.stopped) and self.stopped not in ("not starved",)

@@ -56,7 +56,13 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
     from loaderdoc.probe.runner import shm_used_bytes
     from loaderdoc.probe.search import SearchLimits
 
-    cpu = facts.cpu.budget if facts.cpu._limits() else float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    known = any(r.get() is not None for r in (facts.cpu.logical, facts.cpu.affinity, facts.cpu.cgroup_quota))
+    if known:
+        cpu = facts.cpu.budget  # the least of logical CPUs, affinity and the cgroup quota
+    elif hasattr(os, "sched_getaffinity"):
+        cpu = float(len(os.sched_getaffinity(0)))
+    else:
+        cpu = float(os.cpu_count() or 1)
     shm_free = facts.shm.free.get()
     if shm_free is None and shm_used_bytes() is not None:
         st = os.statvfs("/dev/shm")

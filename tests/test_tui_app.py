@@ -463,13 +463,20 @@ async def test_settings_follow_the_recommendation_when_facts_arrive_late():
 
 
 # ---- the real probe, briefly --------------------------------------------------------------
-def _worker_children() -> list:
+def _worker_children(baseline: frozenset = frozenset()) -> list:
+    """Child processes alive now that were not alive at ``baseline`` (pids)."""
     import psutil
 
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in baseline and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _baseline() -> frozenset:
+    return frozenset(p.pid for p in _worker_children())
 
 
 async def test_real_probe_short_run_fills_the_view():
+    before = _baseline()
     app = app_for("ci-2core", workload=Workload(preset="tensor", batch_size=16, step_ms=2.0, budget_s=2.0))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+r")
@@ -479,15 +486,16 @@ async def test_real_probe_short_run_fills_the_view():
         assert app.report is not None and app.report.results
         assert app.screen.query_one("#results", DataTable).row_count == len(app.report.results)
         assert app.report.elapsed_s < 10
-    assert not _worker_children()
+    assert await _no_children_soon(before)
 
 
 async def test_real_probe_cancel_leaves_no_worker_processes():
+    before = _baseline()
     app = app_for("ci-2core", workload=Workload(preset="image", batch_size=32, step_ms=20.0, budget_s=30.0))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+r")
         # wait until DataLoader workers exist, then cancel while they run
-        assert await _wait_for(pilot, lambda: len(_worker_children()) > 0, timeout=20)
+        assert await _wait_for(pilot, lambda: len(_worker_children(before)) > 0, timeout=20)
         start = time.monotonic()
         await pilot.press("escape")
         await app.workers.wait_for_complete()
@@ -495,21 +503,22 @@ async def test_real_probe_cancel_leaves_no_worker_processes():
         assert time.monotonic() - start < 10
         assert app.probe_state == "cancelled"
         assert app.report is not None and app.report.stopped == "cancelled"
-    assert await _no_children_soon()
+    assert await _no_children_soon(before)
 
 
-async def _no_children_soon(timeout=5.0) -> bool:
+async def _no_children_soon(baseline: frozenset = frozenset(), timeout=5.0) -> bool:
     import asyncio
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _worker_children():
+        if not _worker_children(baseline):
             return True
         await asyncio.sleep(0.05)
-    return not _worker_children()
+    return not _worker_children(baseline)
 
 
 async def test_real_probe_of_a_user_dataset_module(tmp_path, monkeypatch):
+    before = _baseline()
     (tmp_path / "tiny_ds.py").write_text(
         "import torch\n"
         "from torch.utils.data import TensorDataset\n\n"
@@ -524,7 +533,7 @@ async def test_real_probe_of_a_user_dataset_module(tmp_path, monkeypatch):
         await pilot.pause()
         assert app.probe_state == "done", app.probe_error
         assert app.report.results and app.report.workload.batch_size == 16
-    assert await _no_children_soon()
+    assert await _no_children_soon(before)
 
 
 def test_run_app_rejects_an_unknown_preset_before_opening():

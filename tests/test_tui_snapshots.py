@@ -25,6 +25,28 @@ async def _settle(pilot):
     await pilot.pause()
 
 
+async def _show(pilot, *keys, pane: str):
+    """Press ``keys``, then wait until the (lazily mounted) pane is on screen and drawn."""
+    await pilot.press(*keys)
+    for _ in range(100):
+        found = [p for p in pilot.app.screen.query(f"#{pane}-pane") if p.is_mounted]
+        if found and found[0].region.height > 0:
+            break
+        await pilot.pause(0.02)
+    await pilot.wait_for_scheduled_animations()
+    _no_blink(pilot)
+    await pilot.pause(0.1)
+
+
+def _no_blink(pilot):
+    """A blinking cursor is on or off depending on when the picture is taken."""
+    from textual.widgets import Input
+
+    for screen in pilot.app.screen_stack:
+        for widget in screen.query(Input):
+            widget.cursor_blink = False
+
+
 def test_machine_k8s_quota(snap_compare):
     assert snap_compare(app_for("k8s-4cpu-quota"), terminal_size=BIG, run_before=_settle)
 
@@ -37,6 +59,7 @@ def test_probe_after_run(snap_compare):
     async def run(pilot):
         await pilot.press("ctrl+r")
         await _settle(pilot)
+        await _show(pilot, pane="probe")
 
     assert snap_compare(app_for("ci-2core", probe_fn=scripted_probe), terminal_size=BIG, run_before=run)
 
@@ -47,7 +70,7 @@ def test_diagnoses_docker_shm(snap_compare):
 
     async def run(pilot):
         await _settle(pilot)
-        await pilot.press("3")
+        await _show(pilot, "3", pane="diagnoses")
 
     assert snap_compare(app, terminal_size=BIG, run_before=run)
 
@@ -55,7 +78,9 @@ def test_diagnoses_docker_shm(snap_compare):
 def test_tradeoffs_laptop(snap_compare):
     async def run(pilot):
         await _settle(pilot)
-        await pilot.press("4", "down")
+        await _show(pilot, "4", pane="tradeoffs")
+        await pilot.press("down")
+        await pilot.pause(0.1)
 
     assert snap_compare(app_for("laptop-rtx3050"), terminal_size=BIG, run_before=run)
 
@@ -63,9 +88,9 @@ def test_tradeoffs_laptop(snap_compare):
 def test_settings_with_invalid_edit(snap_compare):
     async def run(pilot):
         await _settle(pilot)
-        await pilot.press("ctrl+s")
+        await _show(pilot, "ctrl+s", pane="settings")
         pilot.app.screen.query_one("#set-num_workers").value = "0"
-        await pilot.pause()
+        await pilot.pause(0.1)
 
     app = app_for("ci-2core", settings=LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2))
     assert snap_compare(app, terminal_size=BIG, run_before=run)
@@ -76,6 +101,8 @@ def test_export_dialog(snap_compare):
         await _settle(pilot)
         await pilot.press("ctrl+e")
         await pilot.pause()
+        _no_blink(pilot)
+        await pilot.pause(0.1)
 
     assert snap_compare(app_for("laptop-rtx3050", export_dir=Path("/export")), terminal_size=BIG, run_before=run)
 
@@ -83,6 +110,6 @@ def test_export_dialog(snap_compare):
 def test_light_theme_80x24(snap_compare):
     async def run(pilot):
         await _settle(pilot)
-        await pilot.press("ctrl+t", "5")
+        await _show(pilot, "ctrl+t", "5", pane="settings")
 
     assert snap_compare(app_for("docker-64m-shm"), terminal_size=SMALL, run_before=run)

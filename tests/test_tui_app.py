@@ -558,3 +558,30 @@ def test_workload_from_args():
     w = workload_from_args(args)
     assert (w.preset, w.batch_size, w.batch_size_given, w.step_ms, w.budget_s) == ("text", 64, True, 5.0, 12.0)
     assert w.sample_bytes == 3 * 224 * 224
+
+
+async def test_missing_core_pieces_are_shown_as_unavailable(monkeypatch):
+    from loaderdoc.tui import model
+
+    real_core = model.core
+
+    def core(module, attr):
+        if module in ("loaderdoc.advice.rules", "loaderdoc.advice.tradeoffs", "loaderdoc.probe.api"):
+            raise model.Unavailable(f"{module} is not available in this build (test)")
+        return real_core(module, attr)
+
+    monkeypatch.setattr(model, "core", core)
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        assert "Diagnoses unavailable: loaderdoc.advice.rules" in str(
+            app.screen.query_one("#diagnoses-note", Static).render())
+        await pilot.press("4")
+        await pilot.pause()
+        assert "Trade-offs unavailable" in str(app.screen.query_one("#tradeoffs-note", Static).render())
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "failed" and "loaderdoc.probe.api is not available" in app.probe_error
+        assert app.findings == [] and app.tradeoffs == []

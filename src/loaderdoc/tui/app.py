@@ -58,11 +58,11 @@ class LoaderDocApp(App[int]):
 
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
-        Binding("ctrl+r", "run_probe", "Run probe", priority=True),
-        Binding("escape", "stop_probe", "Stop probe"),
+        Binding("ctrl+r", "run_probe", "Probe", tooltip="Run the probe with the chosen workload", priority=True),
+        Binding("escape", "stop_probe", "Stop", tooltip="Stop the running probe"),
         Binding("ctrl+s", "show_tab('settings')", "Settings", priority=True),
         Binding("ctrl+e", "export", "Export", priority=True),
-        Binding("ctrl+t", "toggle_theme", "Light/dark", priority=True),
+        Binding("ctrl+t", "toggle_theme", "Theme", tooltip="Toggle light/dark", priority=True),
         Binding("1", "show_tab('machine')", "Machine", show=False),
         Binding("2", "show_tab('probe')", "Probe", show=False),
         Binding("3", "show_tab('diagnoses')", "Diagnoses", show=False),

@@ -87,6 +87,7 @@ class DiagnosesPane(Vertical):
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         self._show_detail()
+        self.refresh_bindings()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.action_apply_fix()
@@ -94,6 +95,12 @@ class DiagnosesPane(Vertical):
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "apply-fix":
             self.action_apply_fix()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "apply_fix":
+            f = self._current()
+            return True if f is not None and f.settings_change else None  # None: shown disabled
+        return True
 
     def action_apply_fix(self) -> None:
         f = self._current()

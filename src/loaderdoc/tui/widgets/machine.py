@@ -16,6 +16,7 @@ class MachinePane(Vertical):
         table = DataTable(id="machine-table", cursor_type="row", zebra_stripes=True)
         table.add_columns("", "fact", "value", "read from")
         yield table
+        yield Static("", id="machine-source")
 
     def on_mount(self) -> None:
         self.refresh_state()
@@ -37,6 +38,7 @@ class MachinePane(Vertical):
             f"{label}" + ("  (still reading: " + ", ".join(sorted(pending)).replace("_", " ") + ")" if pending else "")
         )
         rows = model.machine_rows(app.facts, pending=pending)
+        self._rows = rows
         cursor = table.cursor_row
         table.clear()
         last = None
@@ -51,3 +53,17 @@ class MachinePane(Vertical):
             table.add_row(section, row.label, value, Text(row.source, style="dim"))
         if 0 <= cursor < len(rows):
             table.move_cursor(row=cursor)
+        self._show_source(table.cursor_row)
+
+    def _show_source(self, index: int) -> None:
+        rows = getattr(self, "_rows", [])
+        line = self.query_one("#machine-source", Static)
+        if 0 <= index < len(rows):
+            row = rows[index]
+            line.update(Text.assemble((f"{row.section} / {row.label}: ", "bold"), row.value,
+                                      ("  read from: ", "bold"), row.source or "-"))
+        else:
+            line.update("")
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_source(event.cursor_row)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from loaderdoc.advice.scenarios import SCENARIOS
 from loaderdoc.probe.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import machine_names
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -62,14 +65,14 @@ def test_probe_reports_survive_a_json_round_trip(scenario):
 
 
 def test_docs_matrix_is_current():
-    assert matrix.DOC_PATH.exists(), "run python -m loaderdoc.advice.matrix"
-    assert matrix.DOC_PATH.read_text(encoding="utf-8") == matrix.render(), (
+    assert (REPO / matrix.DOC_PATH).exists(), "run python -m loaderdoc.advice.matrix"
+    assert (REPO / matrix.DOC_PATH).read_text(encoding="utf-8") == matrix.render(), (
         "docs/diagnoses.md is stale: run python -m loaderdoc.advice.matrix"
     )
 
 
 def test_docs_tradeoffs_is_current():
-    assert matrix.TRADEOFFS_PATH.read_text(encoding="utf-8") == matrix.render_tradeoffs(), (
+    assert (REPO / matrix.TRADEOFFS_PATH).read_text(encoding="utf-8") == matrix.render_tradeoffs(), (
         "docs/tradeoffs.md is stale: run python -m loaderdoc.advice.matrix"
     )
 

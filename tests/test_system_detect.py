@@ -95,7 +95,10 @@ def test_live_torch_matches_the_installed_distribution():
     if installed is None:
         assert facts.installed.value is False
     else:
-        assert facts.installed.value is True and facts.version.value == installed
+        # torch.__version__ (what we read) carries the local build tag, e.g. "2.14.1+cu130",
+        # while the PyPI wheel's metadata says "2.14.1"; the CPU wheel has "+cpu" in both
+        assert facts.installed.value is True
+        assert facts.version.value.split("+")[0] == installed.split("+")[0]
 
 
 @pytest.mark.skipif(not LINUX, reason="Linux cgroup v1")

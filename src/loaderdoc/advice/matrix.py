@@ -19,7 +19,8 @@ from loaderdoc.advice.findings import CRITICAL, Finding
 from loaderdoc.advice.rules import RULES, TrainingContext
 from loaderdoc.advice.scenarios import SCENARIOS, Scenario
 
-DOC_PATH = Path(__file__).resolve().parents[3] / "docs" / "diagnoses.md"
+# relative to the project root: run `python -m loaderdoc.advice.matrix` from there
+DOC_PATH = Path("docs") / "diagnoses.md"
 TRADEOFFS_PATH = DOC_PATH.with_name("tradeoffs.md")
 # (scenario, why it is shown) for the worked examples in docs/tradeoffs.md
 TRADEOFF_EXAMPLES = (

@@ -26,7 +26,8 @@ from loaderdoc.system.fixtures import load_machine
 
 # real probe runs recorded on this project's CI box (facts + probe report as JSON); present in a
 # source checkout, absent from an installed wheel, where those scenarios are simply left out
-RECORDED_DIR = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "scenarios"
+# real probe runs, shipped as package data so an installed loaderdoc can rebuild the docs
+RECORDED_DIR = Path(__file__).with_name("recorded")
 
 IMAGE_U8 = 3 * 224 * 224  # one 224x224 RGB sample, uint8
 IMAGE_F32 = IMAGE_U8 * 4

@@ -201,6 +201,10 @@ async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
             assert getattr(app.settings, key) == value
         assert app.settings_origin == "fix applied: shm-too-small"
         assert "shm-too-small" not in [f.rule_id for f in app.findings if f.severity == "critical"]
+        await pilot.press("ctrl+s")  # the editor shows the fixed settings
+        await pilot.pause()
+        for key, value in finding.settings_change.items():
+            assert app.screen.query_one(f"#set-{key}", Input).value == str(value)
 
 
 async def test_healthy_machine_says_so():

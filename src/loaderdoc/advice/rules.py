@@ -515,6 +515,15 @@ def _shm_too_small(i: Inputs) -> Finding | None:
         return None
     if i.settings is not None and i.settings.num_workers == 0:
         return None  # the main process loads; nothing goes through /dev/shm
+    if i.settings is None and i.batch_bytes:
+        # a batch size but no settings (`check --batch-size N --sample-shape ...`): judge the usual
+        # start with workers, 2 workers x torch's prefetch 2; there are no settings to change
+        usual = LoaderSettings(batch_size=None, num_workers=2, prefetch_factor=2)
+        found = _shm_too_small(Inputs(i.facts, usual, i.batch_bytes, None, i.context))
+        if found is not None:
+            found.evidence.insert(0, "no DataLoader settings given: judged for 2 workers x prefetch_factor 2")
+            found.settings_change = {}
+        return found
     if i.settings is None or not i.batch_bytes:
         # machine-level: no batch size, so only a /dev/shm too small for any image batch speaks
         if total is None or total >= SHM_SMALL_BYTES:

@@ -53,8 +53,10 @@ def _preset_name(args: argparse.Namespace) -> str | None:
     return positional or option
 
 
-def probe_from_args(args: argparse.Namespace, *, progress: bool) -> ProbeReport:
-    """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt)."""
+def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = None) -> ProbeReport:
+    """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt).
+
+    ``facts`` (MachineFacts) are the machine the probe sizes its search for; None detects them."""
     from loaderdoc.probe.api import probe
     from loaderdoc.probe.workloads import get_preset, load_user_dataset
 
@@ -69,6 +71,8 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool) -> ProbeReport:
         step_ms=getattr(args, "step_ms", None),
         budget_s=getattr(args, "budget", None) or 30.0,
     )
+    if facts is not None:
+        kwargs["facts"] = facts
     if preset:
         get_preset(preset)  # unknown names fail here, before anything slow
         overrides: dict[str, Any] = {}
@@ -217,11 +221,53 @@ def _console() -> Any:
     return Console(file=sys.stdout, width=200, color_system=None, soft_wrap=False)
 
 
-def _print(report: ProbeReport, as_json: bool) -> None:
+def detect_facts() -> Any:
+    """This machine's facts for the probe and its findings; a reader failing never stops a probe."""
+    try:
+        from loaderdoc.system.detect import detect
+
+        return detect()
+    except Exception:
+        from loaderdoc.system.facts import MachineFacts
+
+        return MachineFacts()
+
+
+def probe_findings(report: ProbeReport, facts: Any) -> list[Any]:
+    """The diagnoses `check` runs, fed with what the probe measured, judged for the recommendation."""
+    from loaderdoc.advice.rules import evaluate
+
+    return evaluate(facts, report.recommended, probe=report)
+
+
+def render_findings(findings: list[Any], console: Any) -> None:
+    if not findings:
+        console.print("\n[bold]Findings[/bold]: none", highlight=False)
+        return
+    console.print("\n[bold]Findings[/bold]:", highlight=False)
+    for f in findings:
+        lines = [f"  {f.severity.upper():<8} {f.rule_id}: {f.symptom}"]
+        lines += [f"           evidence: {ev}" for ev in f.evidence]
+        if f.cause:
+            lines.append(f"           cause: {f.cause}")
+        if f.fix:
+            lines.append(f"           fix: {f.fix}")
+        console.print("\n".join(lines), highlight=False, markup=False)
+
+
+def _print(report: ProbeReport, as_json: bool, findings: list[Any]) -> None:
     if as_json:
-        print(report.to_json())
+        import json
+
+        from loaderdoc._serde import to_dict
+
+        doc = report.to_dict()
+        doc["findings"] = [to_dict(f) for f in findings]
+        print(json.dumps(doc, indent=2))
     else:
-        render_report(report, _console())
+        console = _console()
+        render_report(report, console)
+        render_findings(findings, console)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -237,14 +283,15 @@ def run(args: argparse.Namespace) -> int:
         check_writable(Path(args.export).expanduser(), force=args.force)
     from loaderdoc.probe.api import ProbeInterrupted
 
+    facts = detect_facts()
     try:
-        report = probe_from_args(args, progress=progress)
+        report = probe_from_args(args, progress=progress, facts=facts)
     except ProbeInterrupted as interrupted:
-        _print(interrupted.report, args.json)
+        _print(interrupted.report, args.json, probe_findings(interrupted.report, facts))
         print("loaderdoc: interrupted; the table shows what was measured, no worker is left running",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    _print(report, args.json)
+    _print(report, args.json, probe_findings(report, facts))
     if report.recommended is None:
         print("loaderdoc: error: no DataLoader configuration could be measured (see the failures above)",
               file=sys.stderr)

@@ -291,7 +291,8 @@ def run(args: argparse.Namespace) -> int:
         print("loaderdoc: interrupted; the table shows what was measured, no worker is left running",
               file=sys.stderr)
         return EXIT_INTERRUPTED
-    _print(report, args.json, probe_findings(report, facts))
+    findings = probe_findings(report, facts)
+    _print(report, args.json, findings)
     if report.recommended is None:
         print("loaderdoc: error: no DataLoader configuration could be measured (see the failures above)",
               file=sys.stderr)
@@ -303,6 +304,9 @@ def run(args: argparse.Namespace) -> int:
                   f"batch_size={report.workload.batch_size}, step {report.workload.step_ms:g} ms, "
                   f"{len(report.results)} configurations in {report.elapsed_s:.0f} s"]
         header += [f"  {reason}" for reason in report.reasons]
+        if findings:
+            header.append("findings on this machine:")
+            header += [f"  [{f.severity}] {f.rule_id}: {f.symptom}" for f in findings]
         written = write_export(args.export, report.recommended, fmt=args.format, force=args.force, header=header)
         if written is not None:
             print(f"wrote {written}", file=sys.stderr)

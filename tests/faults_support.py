@@ -1,0 +1,108 @@
+"""Helpers for tests/test_faults_*.py: run loaderdoc as a user does and find what it left behind.
+
+Every command runs with a unique ``LOADERDOC_FAULT_TAG`` in its environment. Child processes
+inherit it, so after the command is gone any process still carrying the tag was left behind,
+even one reparented to init.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+TESTS = Path(__file__).parent
+DATASETS = str(TESTS / "probe_datasets")
+TAG_VAR = "LOADERDOC_FAULT_TAG"
+
+
+def fault_env(extra: dict[str, str] | None = None, pythonpath: list[str] | None = None) -> tuple[dict, str]:
+    tag = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    paths = (pythonpath or []) + [DATASETS] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env.update({"PYTHONPATH": os.pathsep.join(paths), TAG_VAR: tag, "NO_COLOR": "1"})
+    env.update(extra or {})
+    return env, tag
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose environment carries ``tag``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(TAG_VAR) == tag:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def assert_nothing_left(tag: str, timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    left = tagged(tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = tagged(tag)
+    described = []
+    for p in left:
+        try:
+            described.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            described.append(str(p.pid))
+    for p in left:  # do not leak them into the rest of the suite
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    assert not left, f"processes left behind: {described}"
+
+
+def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
+              prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m loaderdoc ARGS`` to completion; asserts that no process it started survives."""
+    if env is None:
+        env, tag = fault_env()
+    else:
+        tag = env[TAG_VAR]
+    cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    assert_nothing_left(tag)
+    return proc
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:
+    """The command failed with ``code`` and exactly one line on stderr containing the needles."""
+    assert proc.returncode == code, f"exit {proc.returncode}\nstderr: {proc.stderr}\nstdout: {proc.stdout[-2000:]}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def namespaces_usable() -> str | None:
+    """None if `unshare --mount` can mount a tmpfs here, else the reason it can't."""
+    if os.geteuid() != 0:
+        return "needs root (CAP_SYS_ADMIN) for unshare --mount and mount"
+    try:
+        proc = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm && df /dev/shm"],
+            capture_output=True, text=True, timeout=20,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare not available: {exc}"
+    if proc.returncode != 0:
+        return f"unshare --mount / mount not permitted here: {proc.stderr.strip()[:200]}"
+    return None
+
+
+def in_small_shm(size: str = "16m") -> list[str]:
+    """A command prefix that runs the rest in a mount namespace with a ``size`` /dev/shm."""
+    return ["unshare", "--mount", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"', "sh"]

@@ -1,0 +1,137 @@
+"""Datasets that fail the way real ones do, for tests/test_faults_*.py (``faults_data:FACTORY``).
+
+Each is small and quick; the fault tests use budgets of a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+MiB = 1024 * 1024
+
+
+class Big(Dataset):
+    """3 MiB uint8 samples made on the fly: batches of 16 are 48 MiB, more than a 16 MiB /dev/shm."""
+
+    def __len__(self) -> int:
+        return 10_000
+
+    def __getitem__(self, i: int):
+        return torch.full((3, 1024, 1024), i % 251, dtype=torch.uint8)
+
+
+def make_big():
+    return Big()
+
+
+class Small(Dataset):
+    """Tiny samples with a few ms of latency, so a probe is still measuring when a test stops it."""
+
+    def __init__(self, io_ms: float = 5.0, n: int = 100_000) -> None:
+        self.io_ms = io_ms
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(self.io_ms / 1000)
+        return torch.full((4,), float(i))
+
+
+def make_slow():
+    return Small(io_ms=20.0)
+
+
+class RaisesOnSome(Small):
+    """Index 7 of every 50 is corrupt: the first batches load, then a worker raises."""
+
+    def __getitem__(self, i: int):
+        if i % 50 == 7:
+            raise OSError(f"cannot decode sample {i}: truncated file")
+        return super().__getitem__(i)
+
+
+def make_raises_on_some():
+    return RaisesOnSome(io_ms=1.0, n=2000)
+
+
+class KillsItsWorker(Small):
+    """A worker is SIGKILLed (as the OOM killer does) once it has loaded a few batches."""
+
+    def __init__(self) -> None:
+        super().__init__(io_ms=2.0)
+        self.loaded = 0
+
+    def __getitem__(self, i: int):
+        if get_worker_info() is not None:
+            self.loaded += 1
+            if self.loaded == 40:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().__getitem__(i)
+
+
+def make_kills_its_worker():
+    return KillsItsWorker()
+
+
+class HangsInWorker(Small):
+    """A worker stops delivering after a few batches (a stuck network read)."""
+
+    def __init__(self) -> None:
+        super().__init__(io_ms=2.0)
+        self.loaded = 0
+
+    def __getitem__(self, i: int):
+        if get_worker_info() is not None:
+            self.loaded += 1
+            if self.loaded >= 20:
+                time.sleep(3600)
+        return super().__getitem__(i)
+
+
+def make_hangs_in_worker():
+    return HangsInWorker()
+
+
+class Hoarder(Small):
+    """Keeps 16 MiB for every sample it loads (a cache that never evicts): memory grows per item."""
+
+    def __init__(self) -> None:
+        super().__init__(io_ms=1.0)
+        self.kept: list[bytes] = []
+
+    def __getitem__(self, i: int):
+        self.kept.append(b"\x01" * (16 * MiB))  # touches every page: real, resident memory
+        return super().__getitem__(i)
+
+
+def make_hoarder():
+    return Hoarder()
+
+
+# ---- factories that are wrong ------------------------------------------------------------------
+def needs_an_argument(root):
+    return Small()
+
+
+class NotADataset:
+    def __getitem__(self, i):
+        return i
+
+
+def returns_getitem_without_len():
+    return NotADataset()
+
+
+def returns_a_list_of_tensors_tuple():
+    return ([torch.zeros(1)], [torch.zeros(1)], 3)
+
+
+def raises_keyboard_interrupt_like():
+    raise SystemExit(2)

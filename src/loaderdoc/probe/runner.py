@@ -118,6 +118,9 @@ def run_config(
                 if not data:
                     break
                 chunks.append(data)
+                if data.endswith(b"\n"):
+                    # the whole result: don't wait for EOF, a hung worker still holds the pipe open
+                    break
     finally:
         os.close(read_fd)
         kill_process_group(pid)
@@ -220,7 +223,10 @@ def _child_main(read_fd: int, write_fd: int, workload: Workload, settings: Loade
             result = measure_in_process(workload, settings, plan, keep_alive=[])
         except BaseException as exc:
             result = failure_result(settings, exc)
-        payload = json.dumps(to_dict(result)).encode()
+            # the traceback holds the failed loader: releasing it would shut its workers down,
+            # joining a hung worker for 5 s each, before the result is sent (the watchdog fires first)
+            failed = exc  # noqa: F841
+        payload = json.dumps(to_dict(result)).encode() + b"\n"  # one line: the parent stops reading at its end
         view = memoryview(payload)
         while view:
             written = os.write(write_fd, view)

@@ -53,11 +53,25 @@ def _preset_name(args: argparse.Namespace) -> str | None:
     return positional or option
 
 
+TORCH_INSTALL = ("pip install torch (CPU-only: pip install torch --index-url "
+                 "https://download.pytorch.org/whl/cpu)")
+
+
+def require_torch() -> None:
+    """The probe measures real DataLoaders: without an importable torch, say what to install."""
+    try:
+        import torch  # noqa: F401
+    except Exception as exc:  # ImportError, or OSError from a broken shared library
+        text = str(exc).strip()
+        why = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+        raise UserError(f"the probe runs real DataLoaders and needs PyTorch, which does not import here ({why}); "
+                        f"install it in this environment: {TORCH_INSTALL}") from None
+
+
 def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = None) -> ProbeReport:
     """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt).
 
     ``facts`` (MachineFacts) are the machine the probe sizes its search for; None detects them."""
-    from loaderdoc.probe.api import probe
     from loaderdoc.probe.workloads import get_preset, load_user_dataset
 
     preset = _preset_name(args)
@@ -66,6 +80,11 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         raise UserError(f"give a preset ({preset!r}) or --dataset, not both")
     if not preset and not dataset_spec:
         raise UserError(f"name a preset to probe ({', '.join(PRESETS)}) or your own data with --dataset MOD:FACTORY")
+    if preset:
+        get_preset(preset)  # an unknown name is the first thing to hear about
+    require_torch()
+    from loaderdoc.probe.api import probe
+
     kwargs: dict[str, Any] = dict(
         batch_size=getattr(args, "batch_size", None),
         step_ms=getattr(args, "step_ms", None),

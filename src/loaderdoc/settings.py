@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -234,6 +235,8 @@ def read_config(path: str | Path) -> ConfigFile:
 
 # ---- helpers ------------------------------------------------------------------------------
 _BOOL_KEYS = {"shuffle", "pin_memory", "drop_last", "persistent_workers"}
+_SETTING_NAMES = {"batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "timeout", "prefetch_factor",
+                  "persistent_workers", "multiprocessing_context"}
 _INT_KEYS = {"num_workers"}
 _OPT_INT_KEYS = {"batch_size", "prefetch_factor"}
 
@@ -256,6 +259,8 @@ def _coerce(key: str, raw: Any, loc: str) -> Any:
     if key == "timeout":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise SettingsError(f"{loc}timeout must be a number of seconds, got {raw!r}")
+        if not math.isfinite(raw):  # torch's queue wait overflows on inf; nan disables every check
+            raise SettingsError(f"{loc}timeout must be a finite number of seconds (0 = wait forever), got {raw!r}")
         return float(raw)
     if key == "multiprocessing_context":
         if raw is None or raw == "":
@@ -288,8 +293,21 @@ def _pick_table(data: dict[str, Any], path: Path) -> dict[str, Any]:
             table = data[name]
             if not isinstance(table, dict):
                 raise SettingsError(f"{path}: [{name}] must be a table of settings")
+            both = sorted(k for k in data if k in _SETTING_NAMES)
+            if both:  # which one would torch get? the file contradicts itself
+                raise SettingsError(f"{path}: {', '.join(both)} set both in [{name}] and at the top level; "
+                                    "keep one")
             return table
     return {k: v for k, v in data.items() if k != "training"}
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
 
 
 def _as_mapping(data: Any, path: Path) -> dict[str, Any]:
@@ -322,17 +340,33 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
 
 def _parse_json(text: str, path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise SettingsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise SettingsError(f"{path}: not valid JSON: {exc}") from None
     return _as_mapping(data, path)
 
 
 def _parse_yaml(text: str, path: Path) -> dict[str, Any]:
     import yaml
 
+    class UniqueKeyLoader(yaml.SafeLoader):
+        """YAML takes the last of two equal keys silently; a config that says both is contradictory."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key_node.value!r} (first on line {seen[key_node.value]})",
+                            key_node.start_mark)
+                    seen[key_node.value] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

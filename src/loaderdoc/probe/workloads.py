@@ -241,7 +241,7 @@ def _import_module(module: str, spec: str) -> Any:
             f"--dataset {spec}: importing {module} failed: it needs {missing!r}, which is not "
             "installed here; install it in this environment"
         ) from None
-    except Exception as exc:  # the user's module raised while importing
+    except (Exception, SystemExit) as exc:  # raised while importing (sys.exit / argparse at import too)
         raise DatasetImportError(
             f"--dataset {spec}: importing {module} raised {type(exc).__name__}: {_first_line(exc)}; "
             "fix the module so that it imports"
@@ -273,7 +273,7 @@ def load_user_dataset(spec: str) -> tuple[Any, Callable | None]:
         )
     try:
         made = obj()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a factory that calls sys.exit() must not end loaderdoc silently
         raise DatasetFactoryError(
             f"--dataset {spec}: {attr_path}() raised {type(exc).__name__}: {_first_line(exc)}; "
             "fix the factory (it is called with no arguments)",

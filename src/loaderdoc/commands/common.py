@@ -19,6 +19,8 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value > 1_000_000:  # as in config files
+        raise argparse.ArgumentTypeError(f"{value} is absurd; use a value below 1,000,000")
     return value
 
 

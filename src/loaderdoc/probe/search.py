@@ -237,7 +237,7 @@ class Search:
         step_ms = max(base0.step_ms_achieved or 0.0, 1.0)
         fetch_ms = base0.wait.mean_ms
         needed = math.ceil(fetch_ms / step_ms)
-        reason = f"num_workers=0: loading one batch took {fetch_ms:.0f} ms against a {step_ms:.0f} ms step, so about {needed} workers keep up"
+        reason = f"num_workers=0: loading one batch took {fetch_ms:.0f} ms against a {step_ms:.0f} ms step, so about {needed} worker{'s' if needed != 1 else ''} keep{'s' if needed == 1 else ''} up"
         cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0
         guess = needed
         if cpu_share > 0.2:

@@ -36,7 +36,7 @@ def test_quota_and_affinity_are_shown():
 
 def test_docker_default_shm_is_named():
     rows = {(r.section, r.label): r for r in model.machine_rows(load_machine("docker-64m-shm"))}
-    assert rows[("/dev/shm", "size")].value == "64.0 MiB (Docker's default)"
+    assert rows[("/dev/shm", "size")].value == "64 MiB (Docker's default)"
 
 
 def test_pending_slow_facts_say_so_instead_of_unknown():

@@ -1,21 +1,44 @@
-"""Human-readable numbers for reports."""
+"""Numbers as people read them, shared by every report, rule and view.
+
+Sizes are shown in binary units (MiB, GiB) because /dev/shm, cgroup limits and Docker's
+``--shm-size`` all count in powers of two.
+"""
 
 from __future__ import annotations
 
+import math
 
-def fmt_bytes(n: int | float | None) -> str:
-    """1536 -> '1.5 KiB'; None -> 'unknown'."""
+MiB = 1024**2
+GiB = 1024**3
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """A byte count as people read it: ``19.1 MiB``, ``1.5 GiB``, ``512 KiB``."""
     if n is None:
         return "unknown"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    n = float(n)
+    for unit, size in (("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value >= 100 or value == int(value) else f"{value:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def fmt_num(x: float) -> str:
+    """A count that may be fractional (a CPU quota of 2.5): no trailing ``.0``."""
+    return f"{x:g}" if x == int(x) else f"{x:.2g}" if x < 1 else f"{x:.1f}"
+
+
+def cpus_text(x: float) -> str:
+    """``1 CPU``, ``2.5 CPUs``, ``4 CPUs``."""
+    return f"{fmt_num(x)} CPU" + ("" if x == 1 else "s")
+
+
+def shm_size_flag(needed_bytes: float) -> str:
+    """A Docker ``--shm-size`` value with 2x head-room, rounded up to whole GiB (at least 1g)."""
+    return f"{max(1, math.ceil(2 * needed_bytes / GiB))}g"
 
 
 def fmt_cpus(n: float | None) -> str:
-    if n is None:
-        return "unknown"
-    return f"{n:g}"
+    """A CPU count or budget without a trailing ``.0``; ``unknown`` for None."""
+    return "unknown" if n is None else fmt_num(n)

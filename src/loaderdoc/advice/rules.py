@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from loaderdoc.advice.findings import CRITICAL, SEVERITY_ORDER, WARNING, Finding
-from loaderdoc.advice.units import GiB, MiB, cpus_text, fmt_bytes, fmt_num, shm_size_flag
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
+from loaderdoc.units import GiB, MiB, cpus_text, fmt_bytes, fmt_num, shm_size_flag
 
 # ---- thresholds (each rule's `threshold` text says where its number comes from) -----------
 STARVED_WARN_PCT = 20.0  # step waits >= 20% of the time: utilisation below the usual 80% target

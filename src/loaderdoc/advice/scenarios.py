@@ -18,11 +18,11 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
-from loaderdoc.advice.units import MiB
 from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine
+from loaderdoc.units import MiB
 
 # real probe runs recorded on this project's CI box (facts + probe report as JSON); present in a
 # source checkout, absent from an installed wheel, where those scenarios are simply left out

@@ -26,10 +26,10 @@ from loaderdoc.advice.rules import (
     worker_target,
     workers_text,
 )
-from loaderdoc.advice.units import cpus_text, fmt_bytes, fmt_num
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
+from loaderdoc.units import cpus_text, fmt_bytes, fmt_num
 
 KNOB_ORDER = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 BOOLEAN_KNOBS = ("pin_memory", "persistent_workers")  # "raising" = turning on

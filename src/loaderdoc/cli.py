@@ -85,7 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
         )
         importlib.import_module(module_name).add_arguments(sp)
         sp.set_defaults(_module=module_name)
+        _keep_top_level_values(parser, sp)
     return parser
+
+
+def _keep_top_level_values(parser: argparse.ArgumentParser, sub: argparse.ArgumentParser) -> None:
+    """Options both levels define (--batch-size, --export, ...) work on either side of COMMAND.
+
+    argparse lets a subcommand's defaults overwrite what was given before the command name;
+    suppressing those defaults keeps `loaderdoc --batch-size 64 check` from losing the 64.
+    """
+    top_dests = {a.dest for a in parser._actions}
+    for action in sub._actions:
+        if action.dest in top_dests and action.dest != "help":
+            action.default = argparse.SUPPRESS
 
 
 def _terminate_as_interrupt(signum, frame) -> None:
@@ -101,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command:
             return int(importlib.import_module(args._module).run(args))
-        if args.export:
+        if args.export is not None:  # '' too: an error, not the app
             from loaderdoc.commands import export_cmd
 
             return export_cmd.run(args)

@@ -26,6 +26,8 @@ _SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json"}
 
 def format_for(path: str, fmt: str | None) -> str:
     """The export format: ``fmt`` if given, else from the path's suffix."""
+    if not path.strip():
+        raise ExportError("--export needs a file name (or '-' for stdout), got an empty one")
     if fmt:
         if fmt not in FORMATS:
             raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")

@@ -293,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     if args.json and args.export == "-":
         raise UserError("--json and --export - both write to stdout; export to a file instead")
-    if args.export and args.export != "-":
+    if args.export is not None and args.export != "-":
         from pathlib import Path
 
         from loaderdoc.export import check_writable, format_for
@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
         print("loaderdoc: error: no DataLoader configuration could be measured (see the failures above)",
               file=sys.stderr)
         return EXIT_PROBE_FAILED
-    if args.export:
+    if args.export is not None:
         from loaderdoc.export import write_export
 
         header = [f"DataLoader settings measured by `loaderdoc probe` on {report.workload.name}",

@@ -172,3 +172,13 @@ def test_training_table_feeds_the_context_rules(tmp_path):
     assert "drop-last-batchnorm" not in {f["rule_id"] for f in doc["findings"]}
     cfg.write_text("[dataloader]\nnum_workers = 1\n[training]\nuses_batchnrom = true\n")
     assert_one_line_error(run("check", "--config", str(cfg)), EXIT_USAGE, "[training]", "uses_batchnrom")
+
+
+def test_shared_options_work_before_or_after_the_command(tmp_path):
+    before = json.loads(run("--batch-size", "64", "--sample-shape", "3x224x224", "check", "--machine", "ci-2core",
+                            "--json").stdout)
+    after = json.loads(run("check", "--machine", "ci-2core", "--batch-size", "64", "--sample-shape", "3x224x224",
+                           "--json").stdout)
+    assert before["batch_bytes"] == after["batch_bytes"] == 64 * 3 * 224 * 224
+    neither = json.loads(run("check", "--machine", "ci-2core", "--json").stdout)
+    assert neither["batch_bytes"] is None

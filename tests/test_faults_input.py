@@ -1,0 +1,185 @@
+"""Bad input, through `python -m loaderdoc` as a user runs it: config files, flags, `--dataset`
+factories and export targets. Each is one line on stderr, exit 3, and nothing written or changed.
+
+Cases already covered elsewhere are listed in docs/faults.md and not repeated here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from faults_support import fault_env, loaderdoc, namespaces_usable, one_line_error
+
+from loaderdoc.errors import EXIT_CRITICAL, EXIT_PROBE_FAILED, EXIT_USAGE
+
+NS_REASON = namespaces_usable()
+
+
+# ---- config files -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, content, needles", [
+    ("a.json", '{"num_workers": 4,', ["a.json:1", "not valid JSON"]),
+    ("b.json", '{"num_workers": 2, "num_workers": 4}', ["b.json", "duplicate key 'num_workers'"]),
+    ("c.yaml", "- 1\n- 2\n", ["c.yaml", "expected a mapping"]),
+    ("d.yaml", "num_workers: 4\nnum_workers: 8\n", ["d.yaml:2", "duplicate key 'num_workers'"]),
+    ("e.yaml", "dataloader:\n  num_workers: 2\nnum_workers: 3\n", ["both in [dataloader] and at the top level"]),
+    ("f.toml", "[dataloader]\nnum_workers = 2\n[dataloader]\nnum_workers = 3\n", ["f.toml", "not valid TOML"]),
+    ("g.yaml", "timeout: .nan\n", ["g.yaml:1", "timeout must be a finite number"]),
+    ("h.yaml", "timeout: .inf\n", ["timeout must be a finite number"]),
+    ("i.yaml", "num_workers: -1\n", ["i.yaml:1", "num_workers must be >= 0"]),
+    ("j.yaml", "num_workers: '4'\n", ["num_workers must be a whole number"]),
+    ("k.toml", "num_workers = 2.5\n", ["k.toml:1", "num_workers must be a whole number"]),
+    ("l.yaml", "batch_size: 99999999999999999999\n", ["batch_size", "absurd"]),
+    ("m.yaml", "prefetch_factor: 1000000000\nnum_workers: 2\n", ["prefetch_factor", "absurd"]),
+    ("n.yaml", "batch_size: 0\n", ["batch_size must be a positive integer"]),
+    ("o.yaml", "multiprocessing_context: threads\nnum_workers: 2\n", ["multiprocessing_context must be one of"]),
+    ("p.yaml", "dataloader: 4\n", ["[dataloader] must be a table"]),
+])
+def test_bad_config_files_are_one_line_exit_3(tmp_path, name, content, needles):
+    cfg = tmp_path / name
+    cfg.write_text(content)
+    one_line_error(loaderdoc("check", "--machine", "ci-2core", "--config", str(cfg)), EXIT_USAGE, *needles)
+
+
+def test_unreadable_config_files(tmp_path):
+    binary = tmp_path / "x.toml"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    one_line_error(loaderdoc("check", "--config", str(binary)), EXIT_USAGE, "cannot read it")
+    folder = tmp_path / "dir.yaml"
+    folder.mkdir()
+    one_line_error(loaderdoc("check", "--config", str(folder)), EXIT_USAGE, "is a directory")
+
+
+def test_contradictory_settings_torch_would_refuse_are_critical_findings(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("num_workers: 0\npersistent_workers: true\nbatch_size: 8\n")
+    proc = loaderdoc("check", "--machine", "ci-2core", "--config", str(cfg))
+    assert proc.returncode == EXIT_CRITICAL, proc.stderr
+    assert "settings-rejected" in proc.stdout and "persistent_workers" in proc.stdout
+
+
+# ---- command-line flags -------------------------------------------------------------------------
+@pytest.mark.parametrize("args, needle", [
+    (["check", "--batch-size", "0"], "must be >= 1"),
+    (["check", "--batch-size", "10000000000"], "absurd"),
+    (["check", "--batch-size", "lots"], "expected a whole number"),
+    (["check", "--sample-shape", "0x3"], "dimensions must be positive"),
+    (["check", "--sample-shape", "100000x100000x100000"], "over a trillion"),
+    (["check", "--dtype", "float128"], "invalid choice"),
+    (["probe", "tensor", "--budget", "-1"], "must be a finite number >= 0"),
+    (["probe", "tensor", "--budget", "nan"], "must be a finite number >= 0"),
+    (["probe", "tensor", "--budget", "0"], "must be > 0"),
+    (["probe", "tensor", "--step-ms", "inf"], "must be a finite number >= 0"),
+    (["--export", ""], "needs a file name"),
+    (["probe", "tensor", "--export", ""], "needs a file name"),
+    (["probe", "tensor", "--json", "--export", "-"], "both write to stdout"),
+])
+def test_bad_flags_are_one_line_exit_3(args, needle):
+    one_line_error(loaderdoc(*args, timeout=60), EXIT_USAGE, needle)
+
+
+# ---- --dataset ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec, needles", [
+    ("faults_data:needs_an_argument", ["raised TypeError", "called with no arguments"]),
+    ("faults_data:returns_getitem_without_len", ["returned NotADataset, not a Dataset"]),
+    ("faults_data:returns_a_list_of_tensors_tuple", ["returned tuple, not a Dataset"]),
+    ("faults_data:raises_keyboard_interrupt_like", ["raised SystemExit"]),  # sys.exit() in a factory
+    ("probe_userdata:factory_raises", ["raised FileNotFoundError", "/data/train does not exist"]),
+    ("probe_userdata:returns_none", ["returned NoneType"]),
+    ("probe_userdata:returns_empty", ["empty"]),
+    ("probe_userdata:make_typo", ["has no attribute", "did you mean"]),
+])
+def test_bad_dataset_factories_are_one_line_exit_3(spec, needles):
+    one_line_error(loaderdoc("probe", "--dataset", spec, "--budget", "2"), EXIT_USAGE, f"--dataset {spec}", *needles)
+
+
+def test_a_training_script_that_parses_argv_at_import(tmp_path):
+    # a common mistake: --dataset train:make where train.py runs argparse when imported
+    (tmp_path / "train.py").write_text(
+        "import argparse\nargs = argparse.ArgumentParser().parse_args()\n\ndef make():\n    return []\n")
+    proc = loaderdoc("probe", "--dataset", "train:make", "--budget", "2", cwd=tmp_path)
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("loaderdoc: error: --dataset train:make: importing train")
+
+
+def test_a_bad_dataset_through_the_probed_export_writes_nothing(tmp_path):
+    out = tmp_path / "loader.toml"
+    one_line_error(loaderdoc("--export", str(out), "--dataset", "probe_userdata:NOT_CALLABLE"), EXIT_USAGE,
+                   "not a callable")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- export targets -----------------------------------------------------------------------------
+@pytest.mark.skipif(NS_REASON is not None, reason=NS_REASON or "")
+def test_export_into_a_read_only_directory_as_root(tmp_path):
+    # root passes os.access; a read-only bind mount is refused by the kernel itself
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    env, _ = fault_env()
+    prefix = ["unshare", "--mount", "sh", "-c", f'mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && exec "$@"',
+              "sh"]
+    proc = loaderdoc("--export", str(ro / "loader.toml"), env=env, prefix=prefix)
+    one_line_error(proc, EXIT_USAGE, "cannot write", str(ro))
+    assert list(ro.iterdir()) == []
+
+
+@pytest.mark.skipif(NS_REASON is not None, reason=NS_REASON or "")
+def test_export_onto_a_full_filesystem_leaves_no_partial_file(tmp_path):
+    full = tmp_path / "full"
+    full.mkdir()
+    env, _ = fault_env()
+    # a 64 KiB tmpfs filled up, then the export, then what is left in it (inside the namespace)
+    script = (f"mount -t tmpfs -o size=64k tmpfs {full} && (dd if=/dev/zero of={full}/filler bs=4k 2>/dev/null; true)"
+              f' && "$@"; rc=$?; ls -A {full}; exit $rc')
+    proc = loaderdoc("--export", str(full / "loader.toml"), env=env, prefix=["unshare", "--mount", "sh", "-c", script,
+                                                                             "sh"])
+    one_line_error(proc, EXIT_USAGE, "loader.toml", "No space left on device")
+    assert proc.stdout.split() == ["filler"], proc.stdout  # no half-written export, no temporary file
+
+
+@pytest.mark.parametrize("where, needle", [
+    ("{file}/loader.toml", "is not a directory"),
+    ("{missing}/loader.toml", "does not exist"),
+    ("/proc/loader.toml", "cannot write"),
+])
+def test_export_to_paths_that_cannot_hold_a_file(tmp_path, where, needle):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    target = where.format(file=afile, missing=tmp_path / "no" / "such")
+    one_line_error(loaderdoc("--export", target), EXIT_USAGE, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and afile.read_text() == "x"
+
+
+@pytest.fixture
+def precious(tmp_path):
+    path = tmp_path / "loader.toml"
+    data = b"# hand-tuned, do not lose\n[dataloader]\nnum_workers = 3\n\x00\xff"
+    path.write_bytes(data)
+    os.utime(path, (1_000_000_000, 1_000_000_000))
+    return path, data
+
+
+def assert_untouched(path, data) -> None:
+    assert path.read_bytes() == data
+    assert path.stat().st_mtime == 1_000_000_000
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary sibling
+
+
+def test_an_existing_export_is_byte_identical_after_every_refusal(precious):
+    path, data = precious
+    one_line_error(loaderdoc("--export", str(path)), EXIT_USAGE, "already exists", "--force")
+    assert_untouched(path, data)
+    one_line_error(loaderdoc("probe", "tensor", "--budget", "1", "--export", str(path)), EXIT_USAGE, "already exists")
+    assert_untouched(path, data)
+    one_line_error(loaderdoc("--export", str(path), "--preset", "tensor", "--budget", "1"), EXIT_USAGE,
+                   "already exists")
+    assert_untouched(path, data)
+
+
+def test_a_probe_that_measures_nothing_does_not_replace_the_export_even_with_force(precious):
+    path, data = precious
+    proc = loaderdoc("probe", "--dataset", "probe_userdata:make_raising", "--budget", "4", "--no-progress",
+                     "--export", str(path), "--force")
+    assert proc.returncode == EXIT_PROBE_FAILED, proc.stderr
+    assert_untouched(path, data)

@@ -241,3 +241,17 @@ def test_tolerance_is_three_percent_without_repeats_and_capped_at_ten():
         r.batches_per_s = rate
         s.results.append(r)
     assert s.tolerance() == 0.10
+
+
+def test_a_search_cut_short_while_starved_says_its_pick_is_provisional():
+    # I/O-bound data, a budget that fits only the 0-worker baseline: its 0 workers are no answer
+    model = Model(fetch_ms=320, cpu_share=0.03, cost_s=4.0)
+    s, out = search(model, budget_s=3.0)
+    assert out.stopped == "budget"
+    assert out.recommended.num_workers == 0
+    assert any(r.startswith("provisional: the probe stopped (budget)") for r in out.reasons), out.reasons
+    # a search that ran its course while starved (the step cannot be fed) is not provisional
+    model = Model(fetch_ms=200, cpu_share=1.0, worker_overhead=0.02, step_ms=5)
+    s, out = search(model)
+    assert out.stopped != "budget"
+    assert not any(r.startswith("provisional") for r in out.reasons)

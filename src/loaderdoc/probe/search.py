@@ -443,6 +443,12 @@ class Search:
                 reasons.append("pin_memory=True: CUDA is present and pinned copies can overlap the step (not measured)")
         else:
             reasons.append("pin_memory=False: no CUDA device, pinning would only cost RAM (torch warns and ignores it)")
+        chosen_starved = statistics.fmean(r.starvation_pct or 0 for r in self.measured(*candidate))
+        if self.stopped in ("budget", "cancelled", "interrupted") and chosen_starved >= NOT_STARVED_PCT:
+            # the best so far is not an answer when the search was cut short while still starved
+            reasons.insert(1, f"provisional: the probe stopped ({self.stopped}) while the step still waited "
+                              f"{chosen_starved:.0f} % of the time; this is the best measured so far, not what "
+                              "the data needs: rerun with a larger --budget")
         if len(table) == 1 and self.stopped == "budget":
             reasons.append(f"only num_workers={next(iter(table))[0]} could be measured within the "
                            f"{self.limits.budget_s:.0f} s budget; a larger budget lets the probe try other sizes")

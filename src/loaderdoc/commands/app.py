@@ -44,5 +44,25 @@ def run_app(args: argparse.Namespace) -> int:
     from loaderdoc.tui.app import make_app
 
     app = make_app(workload=workload_from_args(args), early_facts=early)
-    result = app.run()
+    try:
+        result = app.run()
+    except KeyboardInterrupt:  # SIGTERM (the CLI turns it into KeyboardInterrupt) ends the app's loop
+        _stop_probe(app)
+        raise
     return EXIT_OK if result is None else int(result)
+
+
+def _stop_probe(app, wait_s: float = 10.0) -> None:
+    """Cancel a probe still running in the app's thread and wait for it: it kills its measuring
+    process group within about 0.1 s. Otherwise the thread would go on probing, forking workers
+    for the rest of the budget, before the interpreter could exit."""
+    import threading
+    import time
+
+    cancel = getattr(app, "_cancel", None)
+    if cancel is not None:
+        cancel.set()
+    deadline = time.monotonic() + wait_s
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))

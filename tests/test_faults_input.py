@@ -34,6 +34,7 @@ NS_REASON = namespaces_usable()
     ("n.yaml", "batch_size: 0\n", ["batch_size must be a positive integer"]),
     ("o.yaml", "multiprocessing_context: threads\nnum_workers: 2\n", ["multiprocessing_context must be one of"]),
     ("p.yaml", "dataloader: 4\n", ["[dataloader] must be a table"]),
+    ("q.yaml", "num_workers: .inf\n", ["num_workers must be a whole number"]),
 ])
 def test_bad_config_files_are_one_line_exit_3(tmp_path, name, content, needles):
     cfg = tmp_path / name

@@ -100,14 +100,14 @@ def make_hangs_in_worker():
 
 
 class Hoarder(Small):
-    """Keeps 16 MiB for every sample it loads (a cache that never evicts): memory grows per item."""
+    """Keeps 32 MiB for every sample it loads (a cache that never evicts): memory grows per item."""
 
     def __init__(self) -> None:
         super().__init__(io_ms=1.0)
         self.kept: list[bytes] = []
 
     def __getitem__(self, i: int):
-        self.kept.append(b"\x01" * (16 * MiB))  # touches every page: real, resident memory
+        self.kept.append(b"\x01" * (32 * MiB))  # touches every page: real, resident memory
         return super().__getitem__(i)
 
 

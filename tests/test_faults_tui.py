@@ -100,7 +100,7 @@ def test_sigterm_to_the_app_mid_probe_leaves_no_worker(tmp_path):
         while len(tagged(tag)) < 4 and time.monotonic() < deadline:  # app, measuring process, 2+ workers
             time.sleep(0.05)
         procs = tagged(tag)
-        assert len(procs) >= 4, "the probe never started workers"
+        assert len(procs) >= 4, f"the probe never started workers; the terminal shows:\n{tmux('capture-pane', '-p').stdout}"
         app = next(p for p in procs if p.ppid() not in {q.pid for q in procs})
         workers = [p for p in procs if p.pid != app.pid]
         app.terminate()  # SIGTERM, as `kill`, systemd or a job scheduler sends it

@@ -1117,6 +1117,32 @@ def _worker_crashed(i: Inputs) -> Finding | None:
     return get_rule("worker-crashed").finding(CRITICAL, symptom, evidence, cause, fix, {})
 
 
+@rule("worker-hung", WARNING, "A DataLoader worker delivered nothing within the timeout", "probe",
+      "a probed configuration ended with status 'timeout' (the DataLoader's `timeout`: a worker that "
+      "delivers no batch for that long), unless the open-file limit explains it")
+def _worker_hung(i: Inputs) -> Finding | None:
+    if i.probe is None:
+        return None
+    hung = [r for r in i.probe.results if r.status == "timeout"]
+    if not hung or _open_files(i) is not None:
+        return None  # a worker starved of file descriptors also times out: that rule names the fix
+    evidence = [f"{describe(r.settings)}: {r.error or 'timed out'}" for r in hung[:3]]
+    fine = [r for r in i.probe.ok_results if r.settings.num_workers == 0]
+    if fine:
+        evidence.append(f"{describe(fine[0].settings)}: loaded normally in the training process")
+    return get_rule("worker-hung").finding(
+        WARNING,
+        "A DataLoader worker hung: no batch arrived within the timeout",
+        evidence,
+        "Something in the dataset blocks inside a forked worker: typically a lock, thread pool or network "
+        "client created before the fork (in __init__) and used in __getitem__, or a read that never returns.",
+        "Create such clients lazily inside each worker (worker_init_fn or on first use in __getitem__), "
+        "or use multiprocessing_context='spawn'; keep a DataLoader timeout (e.g. timeout=120) in training so "
+        "a hang becomes an error instead of an idle GPU.",
+        {},
+    )
+
+
 def _innermost_frame(tb: str) -> str | None:
     """``brokends.py:10 in __getitem__``: the last frame of a traceback outside torch itself."""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', tb)

@@ -412,6 +412,18 @@ def _scenarios() -> list[Scenario]:
         expect=frozenset({"worker-crashed"}),
     ))
     s.append(Scenario(
+        "ci-worker-hangs",
+        "a dataset opens a client in __init__ that blocks after fork: the 2-worker run hits the 5 s timeout",
+        "ci-2core",
+        LoaderSettings(batch_size=32, num_workers=2, persistent_workers=True, timeout=5.0),
+        probe=report([
+            measured(0, bps=8.0, starved=60, p50=70, p95=80, batch_size=32),
+            measured(2, status="timeout", batch_size=32,
+                     error="DataLoader timed out after 5 seconds (no batch from the workers)"),
+        ], batch_size=32, step_ms=50),
+        expect=frozenset({"worker-hung"}),
+    ))
+    s.append(Scenario(
         "docker-probe-oom-kill",
         "the probe's 16-worker run was killed by SIGKILL (the OOM killer) before it reported",
         "docker-64m-shm",

@@ -397,7 +397,8 @@ def measure_in_process(
     sampler = None if isinstance(dataset, IterableDataset) else _StoppableSampler(len(dataset), workload.seed)
     kwargs = settings.as_kwargs()
     kwargs.pop("shuffle", None)  # the sampler shuffles
-    kwargs["timeout"] = plan.loader_timeout_s if settings.num_workers > 0 else 0
+    # whole tenths, so torch's "timed out after 2.7 seconds" reads cleanly
+    kwargs["timeout"] = round(plan.loader_timeout_s, 1) if settings.num_workers > 0 else 0
     loader = DataLoader(dataset, sampler=sampler, collate_fn=workload.collate_fn, **kwargs)
     result = ConfigResult(settings=settings)
     clock = time.perf_counter

@@ -70,6 +70,7 @@ def test_a_hung_worker_times_out_in_seconds_not_at_the_watchdog():
     assert "DataLoader timed out" in hung[0]["error"] and "hangs" in hung[0]["error"]
     assert hung[0]["duration_s"] < 6, hung[0]["duration_s"]
     assert elapsed < 20
+    assert "worker-hung" in {f["rule_id"] for f in doc["findings"]}
 
 
 def memory_cgroup_dir() -> tuple[Path | None, str]:

@@ -162,9 +162,6 @@ class LoaderSettings:
             out["persistent_workers"] = False
         return {k: v for k, v in out.items() if v is not None or k == "batch_size"}
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.as_kwargs()
-
     def to_json(self, indent: int = 2) -> str:
         return json.dumps(self.as_kwargs(), indent=indent)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING, UserError
 
@@ -56,7 +55,7 @@ def load_facts(machine: str | None, *, cpu_info: bool = False):
 def build_report(args: argparse.Namespace) -> dict:
     """Everything `check` knows, as the documented JSON structure."""
     from loaderdoc.advice.findings import worst
-    from loaderdoc.advice.recommend import recommend
+    from loaderdoc.advice.recommend import batch_bytes_for, recommend
     from loaderdoc.advice.rules import TrainingContext, evaluate
     from loaderdoc.commands.common import sample_bytes
     from loaderdoc.errors import SettingsError
@@ -77,7 +76,7 @@ def build_report(args: argparse.Namespace) -> dict:
                 raise SettingsError(f"{config.path}: [training]: {exc}") from None
     batch_size = args.batch_size or (settings.batch_size if settings else None)
     per_sample = sample_bytes(args.sample_shape, args.dtype)
-    batch_bytes = batch_size * per_sample if (batch_size and per_sample) else None
+    batch_bytes = batch_bytes_for(batch_size, per_sample)
     findings = evaluate(facts, settings, batch_bytes=batch_bytes, context=context)
     status = worst(findings)
     rec = recommend(facts, batch_size=batch_size, sample_bytes=per_sample)
@@ -144,8 +143,6 @@ def render_text(report: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.config and not Path(args.config).exists():
-        raise UserError(f"{args.config}: no such file; check the --config path")
     report = build_report(args)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
 
@@ -62,9 +64,7 @@ def gpu_line(facts: MachineFacts) -> str:
             return f"none ({gpu.nvml.unknown})"
         vis = gpu.visible_devices.get()
         return "none visible" + (f" (CUDA_VISIBLE_DEVICES={vis!r})" if vis is not None else "")
-    names: dict[str, int] = {}
-    for dev in gpu.devices:
-        names[str(dev.name.get("unknown GPU"))] = names.get(str(dev.name.get("unknown GPU")), 0) + 1
+    names = Counter(str(dev.name.get("unknown GPU")) for dev in gpu.devices)
     first = gpu.devices[0]
     parts = [", ".join(f"{n}x {name}" for name, n in names.items())]
     if first.memory_total.get():

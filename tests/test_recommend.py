@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loaderdoc.advice.recommend import recommend
-from loaderdoc.probe.result import ProbeReport, WorkloadInfo
+from loaderdoc.probe.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
@@ -87,7 +87,7 @@ def test_single_cpu_gets_no_workers():
 
 
 def test_probe_choice_is_the_starting_point():
-    facts = load_machine("ci-2core")
+    facts = load_machine("laptop-rtx3050")  # 8 CPUs: the probe's 3 workers are within the budget
     report = ProbeReport(
         workload=WorkloadInfo(name="image", batch_size=32, batch_bytes=32 * IMAGE),
         recommended=LoaderSettings(batch_size=32, num_workers=3, prefetch_factor=4, persistent_workers=True),
@@ -97,6 +97,26 @@ def test_probe_choice_is_the_starting_point():
     assert rec.source == "probe"
     assert rec.settings.num_workers == 3 and rec.settings.prefetch_factor == 4
     assert rec.reasons["num_workers"].startswith("num_workers=3")
+
+
+def test_a_probe_pick_beyond_the_cpus_without_the_measurement_that_justifies_it_is_capped():
+    # a report whose pick exceeds this machine's 2 CPUs, with measurements showing no gain past them
+    facts = load_machine("ci-2core")
+    s = LoaderSettings(batch_size=32, num_workers=6, persistent_workers=True)
+    report = ProbeReport(
+        workload=WorkloadInfo(name="image", batch_size=32, batch_bytes=32 * IMAGE),
+        results=[ConfigResult(settings=s.replace(num_workers=2), batches_per_s=10.0, starvation_pct=20),
+                 ConfigResult(settings=s, batches_per_s=10.4, starvation_pct=18)],
+        recommended=s,
+    )
+    rec = recommend(facts, probe=report)
+    assert rec.settings.num_workers == 2
+    assert "no measurement showed more workers than CPUs paying off" in rec.reasons["num_workers"]
+    # the same pick with the measurement that justifies it (I/O-bound: 2 -> 6 workers, 2x) stands
+    report.results[0].batches_per_s = 5.0
+    rec = recommend(facts, probe=report)
+    assert rec.settings.num_workers == 6
+    assert "more workers than CPUs because 2 -> 6 workers went 5.0 -> 10.4 batches/s" in rec.reasons["num_workers"]
 
 
 @pytest.mark.parametrize("name", ["ci-2core", "laptop-rtx3050", "docker-64m-shm", "k8s-4cpu-quota", "h100x8-node"])

@@ -11,6 +11,10 @@ import math
 MiB = 1024**2
 GiB = 1024**3
 
+# bytes per element of each tensor dtype a sample may be given in (--dtype, presets)
+DTYPE_BYTES = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
+               "float32": 4, "int32": 4, "float64": 8, "int64": 8}
+
 
 def fmt_bytes(n: float | int | None) -> str:
     """A byte count as people read it: ``19.1 MiB``, ``1.5 GiB``, ``512 KiB``."""

@@ -15,35 +15,44 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
+from loaderdoc import policy
 from loaderdoc.advice.findings import CRITICAL, SEVERITY_ORDER, WARNING, Finding
+from loaderdoc.policy import (
+    BEYOND_CPUS_PAYS,
+    BURSTY_RATIO,
+    CPU_BUSY_SHARE,
+    CPU_IDLE_SHARE,
+    RAM_SAFE_SHARE,
+    SHM_SAFE_SHARE,
+    ZERO_WORKERS,
+    fewer_workers,
+    worker_target,
+    workers_text,
+)
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.units import GiB, MiB, cpus_text, fmt_bytes, fmt_num, shm_size_flag
 
 # ---- thresholds (each rule's `threshold` text says where its number comes from) -----------
+# Sizing thresholds (CPU budget, /dev/shm and memory shares, "as fast", bursts) live in
+# loaderdoc.policy, shared with recommend and the probe's search; these are the rules' own.
 STARVED_WARN_PCT = 20.0  # step waits >= 20% of the time: utilisation below the usual 80% target
 STARVED_CRIT_PCT = 50.0  # the step waits more than it computes
-SHM_WARN_SHARE = 0.5  # batches in flight above half of free /dev/shm: no margin left
 SHM_SMALL_BYTES = 256 * MiB  # machine-level: too small for torch's default 2 workers x 2 batches
-RAM_WARN_SHARE = 0.8  # worker memory above 80% of what the process tree may use
 NOFILE_LINUX_DEFAULT = 1024  # the usual soft `ulimit -n` on Linux
-SPIKE_RATIO = 3.0  # p95 wait at least 3x the median wait ...
 PERSISTENT_SHARE = 0.10  # worker start-up >= 10% of an epoch
 H2D_MIN_SAVING = 0.3  # pinned copies at least 30% faster ...
-NO_WORKERS_MARGIN = 0.95  # 0 workers reaches >= 95% of the best throughput with workers
 QUOTA_HIDDEN_RATIO = 0.5  # cgroup quota below half of os.cpu_count()
 BN_SMALL_BATCH = 8  # last batches below this size degrade BatchNorm statistics
-CPU_IDLE_SHARE, CPU_BUSY_SHARE = 0.3, 0.7  # below: waiting on I/O; above: CPU work; between: can't tell
-OVERSUB_PAYS = 1.2  # more workers than CPUs measured >= 20% faster than fewer: I/O-bound, not oversubscribed
 
 # torch's words for an exhausted /dev/shm; SIGBUS is how a worker dies when a shm page can't be backed
 SHM_ERROR_MARKERS = ("shared memory", "bus error", "sigbus", "no space left on device", "/dev/shm")
 OOM_MARKERS = ("sigkill", "signal: killed", "out of memory", "memoryerror")
 NOFILE_ERROR_MARKERS = ("too many open files", "received 0 items of ancdata")
-ZERO_WORKERS = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
 
 
 @dataclass
@@ -115,7 +124,7 @@ class Inputs:
         """The probe's measurement of the user's own settings, if the probe tried them."""
         if self.probe is None or self.settings is None:
             return None
-        matches = [r for r in self.probe.results if same_config(r.settings, self.settings)]
+        matches = [r for r in self.probe.results if policy.same_stream(r.settings, self.settings)]
         ok = [r for r in matches if r.ok]
         if ok:  # measured more than once: the best run (rules then err towards silence)
             return max(ok, key=lambda r: r.batches_per_s or 0.0)
@@ -135,6 +144,22 @@ class Inputs:
         return self.probe.workload.step_ms or None
 
     @property
+    def per_rank(self) -> float | None:
+        """CPUs per rank, None when no CPU count was read."""
+        return policy.cpus_per_rank(self.facts)
+
+    @property
+    def room(self) -> policy.Room:
+        return policy.Room.of(self.facts)
+
+    def choice(self) -> policy.Choice | None:
+        """What the policy picks among the probe's measurements at these settings' batch size."""
+        if self.probe is None:
+            return None
+        return policy.choose(self.probe.results, per_rank=self.per_rank, room=self.room,
+                             batch_bytes=self.batch_bytes)
+
+    @property
     def on_gpu(self) -> bool:
         if self.probe is not None and self.probe.device.startswith("cuda"):
             return True
@@ -144,26 +169,10 @@ class Inputs:
 def batch_bytes_from_probe(probe: ProbeReport | None, settings: LoaderSettings | None) -> int | None:
     """Bytes of one batch of ``settings.batch_size`` from the batch the probe measured (scaled per
     sample when the batch sizes differ)."""
-    if probe is None or not probe.workload.batch_bytes:
+    if probe is None:
         return None
-    measured, size = probe.workload.batch_bytes, probe.workload.batch_size
-    if settings is None or not settings.batch_size or not size or settings.batch_size == size:
-        return measured
-    return measured * settings.batch_size // size
-
-
-def same_config(a: LoaderSettings, b: LoaderSettings) -> bool:
-    """True when two settings stream batches the same way in the probe.
-
-    The batch size is the workload's; persistent_workers only changes the start of an epoch, which
-    the persistent-workers rule reads from the measurements explicitly.
-    """
-    return (
-        a.num_workers == b.num_workers
-        and a.effective_prefetch_factor == b.effective_prefetch_factor
-        and a.pin_memory == b.pin_memory
-        and (a.batch_size == b.batch_size or a.batch_size is None or b.batch_size is None)
-    )
+    return policy.scale_batch_bytes(probe.workload.batch_bytes, probe.workload.batch_size,
+                                    settings.batch_size if settings is not None else None)
 
 
 def describe(s: LoaderSettings) -> str:
@@ -186,19 +195,10 @@ def gpu_absence_known(facts: MachineFacts) -> bool:
                 or (torch.cuda_build.source and torch.cuda_build.known and not torch.cuda_build.value))
 
 
-def workers_text(n: int) -> str:
-    return f"{n} worker" + ("" if n == 1 else "s")
-
-
 def change_text(change: dict[str, Any]) -> str:
     """``num_workers=1, prefetch_factor=1`` (a settings change as the user would write it)."""
     shown = {k: v for k, v in change.items() if not (k == "multiprocessing_context" and v is None)}
     return ", ".join(f"{k}={v}" for k, v in shown.items())
-
-
-def fewer_workers(n: int) -> dict[str, Any]:
-    """A settings change to ``n`` workers that LoaderSettings accepts (0 clears worker-only keys)."""
-    return dict(ZERO_WORKERS) if n <= 0 else {"num_workers": n}
 
 
 @dataclass(frozen=True)
@@ -322,62 +322,40 @@ def _cpu_evidence(i: Inputs) -> list[str]:
     return out
 
 
-def scales_beyond(probe: ProbeReport, cpus: float) -> tuple[ConfigResult, ConfigResult] | None:
-    """Two measured worker counts a < b, b above ``cpus``, where b is clearly faster than a.
-
-    That is the probe showing the workers are not CPU-bound (they wait on storage or the network),
-    so more workers than CPUs is not oversubscription. "Clearly" means at least 20% faster (probe
-    runs on a busy machine vary by ~10%), and a run without workers that spent most of its fetch
-    time on the CPU vetoes it. Comparisons with 0 workers don't count: any worker beats none when
-    loading overlaps the step.
-    """
-    zero = [r for r in probe.ok_results if r.settings.num_workers == 0 and getattr(r, "fetch_cpu_pct", None)]
-    if zero and max(r.fetch_cpu_pct for r in zero) > 100 * CPU_BUSY_SHARE:
-        return None
-    measured = [r for r in probe.ok_results if r.batches_per_s and r.settings.num_workers > 0]
-    for b in measured:
-        if b.settings.num_workers <= cpus:
-            continue
-        for a in measured:
-            if a.settings.num_workers < b.settings.num_workers and b.batches_per_s > OVERSUB_PAYS * a.batches_per_s:
-                return a, b
-    return None
-
-
-def worker_target(cpus_per_rank: float) -> int:
-    """Workers that leave one CPU of the rank's budget to the training process itself."""
-    if cpus_per_rank >= 2:
-        return int(math.floor(cpus_per_rank)) - 1
-    return 1 if cpus_per_rank >= 1 else 0
-
-
 @rule("cpu-oversubscribed", WARNING, "More workers than CPUs", "settings",
       "num_workers above the CPUs one rank may use: the least of os.cpu_count(), the affinity set and "
       "the cgroup quota, divided by the ranks on this node (torch's own warning counts the affinity set only); "
-      "silent when the probe measured throughput still rising 20% or more with a worker count above that "
-      "budget (I/O-bound workers; 20% clears the ~10% run-to-run noise of probe runs on a busy machine)")
+      f"silent when the probe measured a worker count above that budget at least {BEYOND_CPUS_PAYS - 1:.0%} "
+      "faster than one at or above it (I/O-bound workers: CPU-bound work cannot speed up past its CPUs; "
+      f"{BEYOND_CPUS_PAYS - 1:.0%} clears the ~10% run-to-run noise of probe runs on a busy machine)")
 def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     if i.settings is None or i.settings.num_workers <= 0:
         return None
-    if not i.facts.cpu._limits():
-        return None  # no CPU count was read: nothing to compare with
-    per_rank = i.facts.cpus_per_rank
+    per_rank = i.per_rank
     n = i.settings.num_workers
-    if n <= per_rank:
-        return None
+    if per_rank is None or not policy.oversubscribed(n, per_rank):
+        return None  # no CPU count was read, or within the budget
     target = worker_target(per_rank)
     evidence = [f"num_workers = {n}"] + _cpu_evidence(i)
     if i.ranks > 1:
         evidence.append(f"{n} workers x {i.ranks} ranks = {n * i.ranks} worker processes on this node")
     if i.probe is not None:
-        scaling = scales_beyond(i.probe, per_rank)
-        if scaling is not None:
+        if policy.beyond_cpus_evidence(i.probe.results, per_rank) is not None:
             return None  # measured: throughput keeps rising past the CPU count (workers wait on I/O)
         measured = sorted((r for r in i.probe.ok_results if r.batches_per_s and r.settings.num_workers > 0),
                           key=lambda r: r.settings.num_workers)
         if measured:
             evidence.append("measured: " + ", ".join(
                 f"{r.settings.num_workers} workers {r.batches_per_s:.1f} batches/s" for r in measured))
+    fix_text = ("(one CPU left for the training process)" if per_rank >= 2
+                else "(sharing the CPU with the training process)")
+    change = fewer_workers(target)
+    choice = i.choice() if i.same_batch_as_probe else None
+    if choice is not None and choice.workers > 0 and not choice.oversubscribed:
+        # measurement outranks the rule of thumb: the policy's pick among what the probe measured
+        target = choice.workers
+        fix_text = f"(the cheapest measured within {choice.tolerance:.0%} of the fastest that fits the CPUs)"
+        change = policy.key_change(i.settings, choice.key)
     quota = i.facts.cpu.cgroup_quota.get()
     cause = (
         f"{n} workers (plus the training process) compete for {cpus_text(per_rank)}; they take turns, "
@@ -390,10 +368,9 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
         f"{n} workers{' per rank' if i.ranks > 1 else ''} on {cpus_text(per_rank)}: the loader is oversubscribed",
         evidence,
         cause,
-        f"Use at most {workers_text(target)}{' per rank' if i.ranks > 1 else ''} "
-        + ("(one CPU left for the training process)" if per_rank >= 2 else "(sharing the CPU with the training process)")
-        + "; if the step still waits for data, make each batch cheaper rather than adding workers.",
-        fewer_workers(target),
+        f"Use at most {workers_text(target)}{' per rank' if i.ranks > 1 else ''} {fix_text}"
+        "; if the step still waits for data, make each batch cheaper rather than adding workers.",
+        change,
     )
 
 
@@ -448,26 +425,25 @@ def _shm_command(i: Inputs, needed: float) -> str:
     return f"docker run --shm-size={size} ... (or --ipc=host to share the host's /dev/shm)"
 
 
-def _fit_in_shm(i: Inputs, room: float) -> dict[str, Any]:
-    """Settings that keep the batches in flight within ``room`` bytes of /dev/shm."""
+def _fit_in_shm(i: Inputs) -> dict[str, Any]:
+    """The settings change that keeps the batches in flight within the policy's room (empty when
+    these settings already fit: then the fix is more /dev/shm)."""
     assert i.settings is not None and i.batch_bytes
-    fits = int(room // (i.batch_bytes * i.ranks))
-    n = i.settings.num_workers
-    if fits >= n:
-        change: dict[str, Any] = {"prefetch_factor": max(1, fits // n)}
-    elif fits >= 1:
-        change = {"num_workers": fits, "prefetch_factor": 1}
-    else:
-        change = dict(ZERO_WORKERS)
-    current = {"num_workers": n, "prefetch_factor": i.settings.prefetch_factor}
-    if all(current.get(k, object()) == v for k, v in change.items()):
-        return {}  # these settings already fit; the fix is more /dev/shm
+    n, pf = i.settings.num_workers, i.settings.effective_prefetch_factor
+    workers, prefetch, limited, _ = policy.fit_in_flight(n, pf, i.batch_bytes, i.room)
+    if not limited:
+        return {}
+    if workers == 0:
+        return dict(ZERO_WORKERS)
+    change: dict[str, Any] = {"num_workers": workers} if workers != n else {}
+    change["prefetch_factor"] = prefetch
     return change
 
 
 @rule("shm-too-small", CRITICAL, "/dev/shm too small for the batches in flight", "machine",
       "workers pass every batch through /dev/shm: num_workers x prefetch_factor x batch bytes (x ranks on "
-      f"the node) must fit in free /dev/shm (critical) with a 2x margin (warning); without a batch size, "
+      f"the node) must fit in free /dev/shm (critical) and in {SHM_SAFE_SHARE:.0%} of it (warning; the policy's "
+      "margin for transient tensors and other processes); without a batch size, "
       f"/dev/shm under {fmt_bytes(SHM_SMALL_BYTES)} cannot hold torch's default 2 workers x 2 batches of "
       "64 x 3x224x224 float32 (4 x 36.8 MiB)")
 def _shm_too_small(i: Inputs) -> Finding | None:
@@ -508,8 +484,7 @@ def _shm_too_small(i: Inputs) -> Finding | None:
             "flight don't fit, the worker is killed by SIGBUS or the allocation fails.",
             f"Give the container more shared memory: {_shm_command(i, max(needed, GiB / 2))}; "
             "or lower num_workers / prefetch_factor / batch_size.",
-            _fit_in_shm(i, SHM_WARN_SHARE * free) if (s and s.num_workers and i.batch_bytes
-                                                      and free is not None) else {},
+            _fit_in_shm(i) if (s and s.num_workers and i.batch_bytes and free is not None) else {},
         )
     if free is None:
         return None
@@ -542,7 +517,7 @@ def _shm_too_small(i: Inputs) -> Finding | None:
     inflight = s.batches_in_flight
     per_rank = inflight * i.batch_bytes
     needed = per_rank * i.ranks
-    if needed <= SHM_WARN_SHARE * free:
+    if policy.shm_level(needed, free) == "fits":
         return None
     formula = (f"{s.num_workers} workers x prefetch {s.effective_prefetch_factor} x {fmt_bytes(i.batch_bytes)} "
                f"= {fmt_bytes(per_rank)}")
@@ -550,8 +525,8 @@ def _shm_too_small(i: Inputs) -> Finding | None:
     if i.ranks > 1:
         evidence.append(f"x {i.ranks} ranks on this node sharing one /dev/shm = {fmt_bytes(needed)}")
     evidence.append(shm_line)
-    critical = needed > free
-    fit = _fit_in_shm(i, SHM_WARN_SHARE * free)
+    critical = policy.shm_level(needed, free) == "over"
+    fit = _fit_in_shm(i)
     return r.finding(
         CRITICAL if critical else WARNING,
         (f"The batches in flight ({fmt_bytes(needed)}) don't fit in /dev/shm ({fmt_bytes(free)} free): "
@@ -561,8 +536,9 @@ def _shm_too_small(i: Inputs) -> Finding | None:
         evidence,
         "Every batch a worker has prepared waits in /dev/shm until the training loop takes it; the batch "
         "being consumed (and other programs) need room too.",
-        f"Give the container more shared memory: {_shm_command(i, needed)}; or hold fewer batches in flight: "
-        f"{change_text(fit)} fits half of the free space.",
+        f"Give the container more shared memory: {_shm_command(i, needed)}"
+        + (f"; or hold fewer batches in flight: {change_text(fit)} fits {SHM_SAFE_SHARE:.0%} of the free space."
+           if fit else "."),
         fit,
     )
 
@@ -681,40 +657,35 @@ def _consumer(i: Inputs) -> str:
 
 @rule("data-starved", CRITICAL, "The step waits for data, and a measured configuration feeds it better", "probe",
       f"the probe's measurement of these settings: the step waits >= {STARVED_WARN_PCT:g}% of the time "
-      f"(GPU utilisation under the common 80% target; critical >= {STARVED_CRIT_PCT:g}%) while a probed "
-      "configuration waits less than half as much")
+      f"(GPU utilisation under the common 80% target; critical >= {STARVED_CRIT_PCT:g}%) while the configuration "
+      "the policy picks from the measurements (the cheapest within noise of the fastest that fits the CPU budget, "
+      "/dev/shm and memory) waits less than half as much")
 def _data_starved(i: Inputs) -> Finding | None:
     mine = i.subject
     if i.probe is None or mine is None or not mine.ok or mine.starvation_pct is None:
         return None
     if mine.starvation_pct < STARVED_WARN_PCT:
         return None
-    better = [r for r in i.probe.ok_results if r.starvation_pct is not None
-              and r.starvation_pct <= mine.starvation_pct / 2 and r is not mine]
-    if not better:
-        return None  # nothing measured feeds it better: see transform-bound
-    # the cheapest measured configuration that feeds the step (fewest workers, within the CPU budget
-    # when possible), else the one that waits least
-    fed = [r for r in better if r.starvation_pct < STARVED_WARN_PCT]
-    in_budget = [r for r in fed if r.settings.num_workers <= i.facts.cpus_per_rank]
-    pool = in_budget or fed
-    if pool:
-        best = min(pool, key=lambda r: (r.settings.num_workers, r.starvation_pct))
-    else:
-        best = min(better, key=lambda r: (r.starvation_pct, r.settings.num_workers))
+    choice = i.choice()
+    if choice is None or choice.key == policy.stream_key(mine.settings):
+        return None  # these settings are the pick: nothing measured feeds it better (see transform-bound)
+    rows = [r for r in i.probe.ok_results if policy.stream_key(r.settings) == choice.key
+            and r.starvation_pct is not None]
+    if not rows:
+        return None
+    waited = sum(r.starvation_pct for r in rows) / len(rows)
+    if waited > mine.starvation_pct / 2:
+        return None  # the pick waits about as much: not a better configuration, just another one
     who = _consumer(i)
     evidence = [f"{describe(mine.settings)}: the {who} waited {mine.starvation_pct:.0f}% of the time"
                 + (f", {mine.batches_per_s:.1f} batches/s" if mine.batches_per_s else "")]
-    evidence.append(f"{describe(best.settings)}: waited {best.starvation_pct:.0f}%"
-                    + (f", {best.batches_per_s:.1f} batches/s" if best.batches_per_s else ""))
-    change: dict[str, Any] = {}
-    for key in ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers"):
-        a, b = getattr(mine.settings, key), getattr(best.settings, key)
-        if a != b:
-            change[key] = b
-    if best.settings.num_workers == 0:
-        change = dict(ZERO_WORKERS) | ({"pin_memory": best.settings.pin_memory}
-                                       if best.settings.pin_memory != mine.settings.pin_memory else {})
+    evidence.append(f"{policy.key_text(choice.key)}: waited {waited:.0f}%, {choice.rate:.1f} batches/s"
+                    + (" (the fastest measured)" if choice.key == choice.best_key else
+                       f" (within {choice.tolerance:.0%} of the fastest, {policy.key_text(choice.best_key)} at "
+                       f"{choice.best_rate:.1f} batches/s)"))
+    if choice.beyond_cpus is not None and choice.oversubscribed:
+        evidence.append("more workers than CPUs: " + choice.beyond_cpus.text(choice.per_rank))
+    change = policy.key_change(mine.settings, choice.key)
     severity = CRITICAL if mine.starvation_pct >= STARVED_CRIT_PCT else WARNING
     return get_rule("data-starved").finding(
         severity,
@@ -722,7 +693,7 @@ def _data_starved(i: Inputs) -> Finding | None:
         evidence,
         f"With {workers_text(mine.settings.num_workers)} the loader produces batches more slowly than the step "
         "consumes them; the probe measured a configuration that keeps up better.",
-        f"Switch to {describe(best.settings)} (measured on this machine).",
+        f"Switch to {policy.key_text(choice.key)} (measured on this machine).",
         change,
     )
 
@@ -792,18 +763,19 @@ def _transform_bound(i: Inputs) -> Finding | None:
 
 
 @rule("spiky-batches", WARNING, "Batch wait times spike (p95 far above the median)", "probe",
-      f"wait p95 >= {SPIKE_RATIO:g} x p50 and p95 >= the step time (so 1 in 20 steps loses at least a "
-      f"whole step; 10 ms when no step is simulated) while the step waits < {STARVED_WARN_PCT:g}% on average: "
-      "occasional stalls a buffer can absorb, not a throughput shortfall")
+      f"wait p95 >= {BURSTY_RATIO:g} x p50 and p95 >= the step time (so 1 in 20 steps loses at least a "
+      f"whole step; {policy.BURSTY_FLOOR_MS:g} ms when no step is simulated) while the step waits < "
+      f"{STARVED_WARN_PCT:g}% on average: occasional stalls a buffer can absorb, not a throughput shortfall; "
+      "a deeper prefetch is proposed only where it fits /dev/shm and the probe did not already measure it")
 def _spiky(i: Inputs) -> Finding | None:
     if i.probe is None:
         return None
     r = i.subject if i.settings is not None else i.probe.best
     if r is None or not r.ok or r.wait.p95_ms is None or r.wait.p50_ms is None:
         return None
-    step = r.step_ms_achieved or i.step_ms or 10.0
+    step = r.step_ms_achieved or i.step_ms or policy.BURSTY_FLOOR_MS
     p50, p95 = r.wait.p50_ms, r.wait.p95_ms
-    if p95 < SPIKE_RATIO * max(p50, 0.0) or p95 < step:
+    if not policy.bursty(p50, p95, step):
         return None
     if r.starvation_pct is not None and r.starvation_pct >= STARVED_WARN_PCT:
         # starved on average: workers deliver in bursts and the median wait is short, but the real
@@ -817,13 +789,20 @@ def _spiky(i: Inputs) -> Finding | None:
     if s.num_workers > 0:
         deeper = s.effective_prefetch_factor * 2
         fits = True
-        free = i.facts.shm.free.get(i.facts.shm.total.get())
-        if i.batch_bytes and free is not None:
-            need = s.num_workers * deeper * i.batch_bytes * i.ranks
-            fits = need <= SHM_WARN_SHARE * free
+        free = i.room.shm_free
+        need = policy.in_flight_bytes(s.num_workers, deeper, i.batch_bytes, i.ranks)
+        if need is not None and free is not None:
+            fits = policy.shm_level(need, free) == "fits"
             evidence.append(f"prefetch_factor {deeper}: {s.num_workers} x {deeper} x {fmt_bytes(i.batch_bytes)} = "
                             f"{fmt_bytes(need / i.ranks)} of /dev/shm ({fmt_bytes(free)} free)")
-        if fits:
+        tried = [x for x in i.probe.ok_results if policy.stream_key(x.settings)[0] == s.num_workers
+                 and policy.stream_key(x.settings)[1] > s.effective_prefetch_factor and x.batches_per_s]
+        if tried:
+            # measurement outranks the rule: a deeper queue was measured here and not picked
+            t = max(tried, key=lambda x: x.batches_per_s)
+            evidence.append(f"measured with prefetch_factor {t.settings.effective_prefetch_factor}: "
+                            f"{t.batches_per_s:.1f} batches/s against {r.batches_per_s or 0:.1f}")
+        elif fits:
             change = {"prefetch_factor": deeper}
     return get_rule("spiky-batches").finding(
         WARNING,
@@ -831,8 +810,9 @@ def _spiky(i: Inputs) -> Finding | None:
         evidence,
         "Occasional slow reads (network or disk stalls, cache misses, many small files) hold up one "
         "worker's batch while the others are already used up.",
-        ("Buffer more: raise prefetch_factor" + (f" to {change['prefetch_factor']}" if change else "")
-         + "; cache the data on local disk; store it in sequential shards (WebDataset, FFCV) so reads are large "
+        (("Buffer more: raise prefetch_factor" + (f" to {change['prefetch_factor']}; " if change else "; ")
+          if change or not any("measured with prefetch_factor" in e for e in evidence) else "")
+         + "cache the data on local disk; store it in sequential shards (WebDataset, FFCV) so reads are large "
            "and streaming." if s.num_workers > 0 else
          "Use workers (num_workers > 0) so reads overlap the step; cache locally; use sequential shards "
          "(WebDataset, FFCV)."),
@@ -880,8 +860,10 @@ def _persistent_off(i: Inputs) -> Finding | None:
 
 
 @rule("workers-only-add-ipc", WARNING, "Cheap in-memory data: workers only add inter-process cost", "probe",
-      f"the probe's num_workers=0 run reaches >= {NO_WORKERS_MARGIN:.0%} of the best throughput measured with "
-      "workers (with at least as many workers as the settings, or the settings themselves)")
+      "the policy's pick from the probe's measurements is num_workers=0: loading in the training process is "
+      f"within noise ({policy.TOLERANCE:.0%}, up to {policy.MAX_NOISE:.0%} when repeats differ) of the fastest "
+      "configuration with workers (measured with at least as many workers as the settings, or the settings "
+      "themselves)")
 def _workers_only_ipc(i: Inputs) -> Finding | None:
     if i.settings is None or i.settings.num_workers == 0 or i.probe is None or not i.same_batch_as_probe:
         return None
@@ -890,11 +872,20 @@ def _workers_only_ipc(i: Inputs) -> Finding | None:
     with_workers = [r for r in ok if r.settings.num_workers > 0]
     if not zero or not with_workers:
         return None
-    z = max(zero, key=lambda r: r.batches_per_s)
-    w = max(with_workers, key=lambda r: r.batches_per_s)
-    if w.settings.num_workers < i.settings.num_workers and i.subject is None:
+    if max(r.settings.num_workers for r in with_workers) < i.settings.num_workers and i.subject is None:
         return None  # nothing measured with as many workers as these settings use
-    if z.batches_per_s < NO_WORKERS_MARGIN * w.batches_per_s:
+    choice = i.choice()
+    if choice is None or choice.key[0] != 0:
+        return None
+    z = max(zero, key=lambda r: r.batches_per_s)
+    # "as fast" against every worker count that fits, oversubscribed ones too: the CPU budget
+    # limits the pick, it does not make a measured speed-up disappear
+    fitting = [r for r in with_workers
+               if policy.misfit(i.probe.results, policy.stream_key(r.settings), i.room, i.batch_bytes) is None]
+    if not fitting:
+        return None
+    w = max(fitting, key=lambda r: r.batches_per_s)
+    if z.batches_per_s < (1 - choice.tolerance) * w.batches_per_s:
         return None
     waited = f", waited {z.starvation_pct:.0f}%" if z.starvation_pct is not None else ""
     evidence = [f"{describe(z.settings)}: {z.batches_per_s:.1f} batches/s{waited}",
@@ -919,56 +910,24 @@ def _workers_only_ipc(i: Inputs) -> Finding | None:
     )
 
 
-def workers_pss_at(probe: ProbeReport, n: int) -> tuple[float, str]:
-    """Summed worker PSS for ``n`` workers and how it was obtained: measured, or a straight line
-    through the measured worker counts (a fixed part plus a per-worker part), never below 0.
-    Call only when :func:`per_worker_pss` found measurements."""
-    points = {r.settings.num_workers: r.worker_pss_bytes for r in probe.results
-              if r.settings.num_workers > 0 and r.worker_pss_bytes}
-    if n in points:
-        return float(points[n]), "measured"
-    slope = per_worker_pss(probe) or 0.0
-    xs = sorted(points)
-    if len(xs) >= 2:
-        mx = sum(xs) / len(xs)
-        my = sum(points[x] for x in xs) / len(xs)
-        return max(0.0, my + slope * (n - mx)), f"extrapolated in a straight line from {', '.join(map(str, xs))} workers, measured"
-    return slope * n, f"{fmt_bytes(slope)} per worker measured with {workers_text(xs[0])}"
-
-
-def per_worker_pss(probe: ProbeReport) -> float | None:
-    """Bytes of PSS one more worker costs: the slope over probed worker counts, or the mean."""
-    points = [(r.settings.num_workers, r.worker_pss_bytes) for r in probe.results
-              if r.settings.num_workers > 0 and r.worker_pss_bytes]
-    if not points:
-        return None
-    xs = {n for n, _ in points}
-    if len(xs) >= 2:
-        mx = sum(n for n, _ in points) / len(points)
-        my = sum(b for _, b in points) / len(points)
-        sxx = sum((n - mx) ** 2 for n, _ in points)
-        slope = sum((n - mx) * (b - my) for n, b in points) / sxx
-        if slope > 0:
-            return slope
-    return sum(b / n for n, b in points) / len(points)
-
-
 @rule("ram-pressure", CRITICAL, "Worker memory close to what the machine or cgroup allows", "probe",
-      f"measured PSS per worker x num_workers (x ranks) plus the batches in flight above {RAM_WARN_SHARE:.0%} "
+      f"measured PSS per worker x num_workers (x ranks) plus the batches in flight at or above {RAM_SAFE_SHARE:.0%} "
       "of the memory budget (available RAM, capped by the cgroup limit; critical above 100%: the OOM killer)")
 def _ram_pressure(i: Inputs) -> Finding | None:
     s = i.settings
     if s is None or s.num_workers == 0 or i.probe is None:
         return None
     budget = i.facts.memory.budget
-    per_worker = per_worker_pss(i.probe)
+    per_worker = policy.per_worker_pss(i.probe.results)
     if budget is None or per_worker is None:
         return None
-    one_rank, how = workers_pss_at(i.probe, s.num_workers)
+    one_rank, how = policy.workers_pss_at(i.probe.results, s.num_workers)
     workers_bytes = one_rank * i.ranks
-    inflight = (i.batch_bytes or 0) * s.batches_in_flight * i.ranks
-    need = workers_bytes + inflight
-    if need < RAM_WARN_SHARE * budget:
+    inflight = policy.in_flight_bytes(s.num_workers, s.effective_prefetch_factor, i.batch_bytes, i.ranks) or 0
+    key = policy.stream_key(s)
+    need = policy.memory_need(i.probe.results, key, i.batch_bytes, i.ranks)
+    level = policy.ram_level(need, budget)
+    if level == "fits":
         return None
     mem = i.facts.memory
     evidence = [f"workers' PSS with {workers_text(s.num_workers)}: {fmt_bytes(one_rank)} ({how})"
@@ -979,19 +938,16 @@ def _ram_pressure(i: Inputs) -> Finding | None:
     if mem.cgroup_limit.get() is not None:
         line += f", cgroup limit {fmt_bytes(mem.cgroup_limit.value)}"
     evidence.append(line + ")")
-    fit = 0
-    for k in range(s.num_workers - 1, 0, -1):
-        k_need = workers_pss_at(i.probe, k)[0] * i.ranks + (i.batch_bytes or 0) * k * s.effective_prefetch_factor * i.ranks
-        if k_need < RAM_WARN_SHARE * budget:
-            fit = k
-            break
+    fit = next((k for k in range(s.num_workers - 1, 0, -1)
+                if policy.ram_level(policy.memory_need(i.probe.results, (k, key[1]), i.batch_bytes, i.ranks),
+                                    budget) == "fits"), 0)
     uss = [r.worker_uss_bytes / r.settings.num_workers for r in i.probe.results
            if r.worker_uss_bytes and r.settings.num_workers]
     cause = "Every worker holds its own copy of whatever it touches."
     if uss and sum(uss) / len(uss) >= 0.5 * per_worker:
         cause += (f" Most of it is private ({fmt_bytes(sum(uss) / len(uss))} USS per worker): typical of Python "
                   "lists/dicts of objects, whose reference counts turn copy-on-write pages into copies.")
-    critical = need >= budget
+    critical = level == "over"
     return get_rule("ram-pressure").finding(
         CRITICAL if critical else WARNING,
         f"Workers would use {fmt_bytes(need)} of {fmt_bytes(budget)} available memory"
@@ -999,7 +955,7 @@ def _ram_pressure(i: Inputs) -> Finding | None:
         evidence,
         cause,
         "Keep the dataset's bulk in numpy arrays or tensors (one buffer, no per-object refcounts), read "
-        f"lazily from disk, or use fewer workers ({fit} fit in {RAM_WARN_SHARE:.0%} of the budget).",
+        f"lazily from disk, or use fewer workers ({fit} fit in {RAM_SAFE_SHARE:.0%} of the budget).",
         fewer_workers(fit),
     )
 
@@ -1143,10 +1099,29 @@ def _worker_hung(i: Inputs) -> Finding | None:
     )
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../loaderdoc
+
+
+def _is_library_frame(path: str) -> bool:
+    """A frame in torch or in loaderdoc itself, not in the user's code.
+
+    Judged by the file, not by a folder name: a user's project may live under a folder named
+    ``loaderdoc`` or ``torch`` (a plain ``git clone`` of this repository is one). A loaderdoc frame
+    is a path ending in one of this package's own files (tracebacks recorded elsewhere carry
+    another prefix); a torch frame is inside an installed ``torch`` package."""
+    if "/site-packages/torch/" in path or "/dist-packages/torch/" in path:
+        return True
+    if "/loaderdoc/" in path:
+        inside = path.rsplit("/loaderdoc/", 1)[1]
+        if (_PACKAGE_DIR / inside).is_file():
+            return True
+    return False
+
+
 def _innermost_frame(tb: str) -> str | None:
-    """``brokends.py:10 in __getitem__``: the last frame of a traceback outside torch itself."""
+    """``brokends.py:10 in __getitem__``: the last frame of a traceback outside torch and loaderdoc."""
     frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', tb)
-    mine = [f for f in frames if "/torch/" not in f[0] and "/loaderdoc/" not in f[0]]
+    mine = [f for f in frames if not _is_library_frame(f[0])]
     if not mine:
         return None
     path, line, func = mine[-1]

@@ -16,16 +16,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from loaderdoc import policy
 from loaderdoc.advice.knobs import explain
-from loaderdoc.advice.rules import (
-    batch_bytes_from_probe,
-    gpu_absence_known,
-    per_worker_pss,
-    same_config,
-    scales_beyond,
-    worker_target,
-    workers_text,
-)
+from loaderdoc.advice.rules import batch_bytes_from_probe, gpu_absence_known
+from loaderdoc.policy import worker_target, workers_text
 from loaderdoc.probe.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
@@ -86,8 +80,8 @@ class _Here:
         return self.facts.shm.free.get(self.facts.shm.total.get())
 
     def shm_need(self, workers: int, prefetch: int, batch: int | None = None) -> int | None:
-        b = batch if batch is not None else self.batch_bytes
-        return None if not b else workers * prefetch * b * self.ranks
+        return policy.in_flight_bytes(workers, prefetch, batch if batch is not None else self.batch_bytes,
+                                      self.ranks)
 
     def shm_text(self, workers: int, prefetch: int, batch: int | None = None) -> str:
         """``4 x 6 x 19 MiB = 456 MiB`` (prefetch x workers x batch, x ranks when > 1)."""
@@ -98,16 +92,11 @@ class _Here:
         return f"{prefetch} x {workers} x {fmt_bytes(b)}{ranks} = {fmt_bytes(prefetch * workers * b * self.ranks)}"
 
     def fits(self, need: int | None) -> bool | None:
-        free = self.shm_free
-        return None if need is None or free is None else need <= free
+        level = policy.shm_level(need, self.shm_free)
+        return None if level is None else level != "over"
 
     def fit_text(self, need: int | None) -> str:
-        free = self.shm_free
-        if need is None or free is None:
-            return "?"
-        if need > free:
-            return "no"
-        return "tight" if need > free / 2 else "yes"
+        return {None: "?", "over": "no", "tight": "tight", "fits": "yes"}[policy.shm_level(need, self.shm_free)]
 
     def ok_results(self) -> list[ConfigResult]:
         return [r for r in (self.probe.ok_results if self.probe else []) if r.batches_per_s]
@@ -117,14 +106,14 @@ class _Here:
         out: dict[int, ConfigResult] = {}
         for r in self.ok_results():
             n = r.settings.num_workers
-            mine = same_config(r.settings, self.settings.replace(
+            mine = policy.same_stream(r.settings, self.settings.replace(
                 num_workers=n, prefetch_factor=self.settings.prefetch_factor if n else None,
                 persistent_workers=self.settings.persistent_workers and n > 0))
             prev = out.get(n)
             if prev is None:
                 out[n] = r
                 continue
-            prev_mine = same_config(prev.settings, self.settings.replace(
+            prev_mine = policy.same_stream(prev.settings, self.settings.replace(
                 num_workers=n, prefetch_factor=self.settings.prefetch_factor if n else None,
                 persistent_workers=self.settings.persistent_workers and n > 0))
             if (mine, r.batches_per_s) > (prev_mine, prev.batches_per_s):
@@ -173,7 +162,7 @@ def _num_workers(h: _Here) -> KnobTradeoff:
 
     # raising
     up: list[str] = []
-    pss = per_worker_pss(h.probe) if h.probe else None
+    pss = policy.per_worker_pss(h.probe.results) if h.probe else None
     if pss:
         budget = h.facts.memory.budget
         up.append(f"+1 worker ≈ +{fmt_bytes(pss)} PSS (measured"
@@ -202,9 +191,9 @@ def _num_workers(h: _Here) -> KnobTradeoff:
         per = pf * h.batch_bytes * h.ranks
         up.append(f"+{fmt_bytes(per)} of /dev/shm per worker ({pf} x {fmt_bytes(h.batch_bytes)}"
                   + (f" x {h.ranks} ranks" if h.ranks > 1 else "") + f"; {fmt_bytes(h.shm_free)} free, computed)")
-    scaling = scales_beyond(h.probe, cpus) if h.probe else None
+    scaling = policy.beyond_cpus_evidence(h.probe.results, cpus) if h.probe else None
     if scaling is not None:
-        a, b = scaling
+        a, b = scaling.fewer, scaling.more
         up.append(f"the CPU count is not the limit here: {a.settings.num_workers} -> {b.settings.num_workers} "
                   f"workers went {a.batches_per_s:.1f} -> {b.batches_per_s:.1f} batches/s on {cpus_text(cpus)} "
                   "per rank (measured; the workers wait on I/O)")

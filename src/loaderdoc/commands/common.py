@@ -9,7 +9,7 @@ import argparse
 import math
 import re
 
-DTYPE_BYTES = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "float32": 4, "int32": 4, "float64": 8, "int64": 8}
+from loaderdoc.units import DTYPE_BYTES
 
 
 def positive_int(text: str) -> int:

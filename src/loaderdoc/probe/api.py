@@ -56,9 +56,8 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
     from loaderdoc.probe.runner import shm_used_bytes
     from loaderdoc.probe.search import SearchLimits
 
-    known = any(r.get() is not None for r in (facts.cpu.logical, facts.cpu.affinity, facts.cpu.cgroup_quota))
-    if known:
-        cpu = facts.cpu.budget  # the least of logical CPUs, affinity and the cgroup quota
+    if facts.cpu.known:
+        cpu = facts.cpus_per_rank  # the least of logical CPUs, affinity and the cgroup quota, per local rank
     elif hasattr(os, "sched_getaffinity"):
         cpu = float(len(os.sched_getaffinity(0)))
     else:
@@ -80,6 +79,7 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
         cpu_budget=cpu,
         memory_budget_bytes=memory,
         shm_free_bytes=shm_free,
+        ranks=max(1, facts.distributed.ranks_on_this_node),
         cuda=device.startswith("cuda"),
         expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5,
     )

@@ -11,11 +11,16 @@ The strategy, in order, each step only while the budget lasts:
    work, in which case no more than the CPU budget divided by the CPU share of loading can run
    at once. Not capped at the core count: waiting on I/O uses no CPU.
 3. Climb from that guess while the step is starved and throughput still rises by 5 %.
-4. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best.
-5. ``prefetch_factor=4`` if the waits are bursty (a deeper queue smooths bursts, not averages).
-6. Measure the close contenders again (short windows on a small machine are noisy).
-7. ``persistent_workers`` on/off at the chosen size, timing the restart between epochs.
-8. ``pin_memory`` only with CUDA (without it pinning does nothing).
+4. If it went past the CPU budget, measure as many workers as the CPUs allow: more than that is
+   recommended only when measured 20 % faster (:func:`loaderdoc.policy.beyond_cpus_evidence`).
+5. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best.
+6. ``prefetch_factor=4`` if the waits are bursty (a deeper queue smooths bursts, not averages).
+7. Measure the close contenders again (short windows on a small machine are noisy).
+8. ``persistent_workers`` on/off at the chosen size, timing the restart between epochs.
+9. ``pin_memory`` only with CUDA (without it pinning does nothing).
+
+Which configuration wins, what fits memory and what counts as noise is :mod:`loaderdoc.policy`'s
+call (:func:`~loaderdoc.policy.choose`), the same the rules judge the pick with.
 """
 
 from __future__ import annotations
@@ -27,18 +32,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loaderdoc import policy
+from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
 from loaderdoc.probe.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
+from loaderdoc.units import MiB
 
-TOLERANCE = 0.03  # "as fast as the best" means within 3 % of its steps/s
-NOT_STARVED_PCT = 5.0  # the step waits for data less than 5 % of the time
 MIN_GAIN = 0.05  # climbing stops when more workers add less than 5 %
-BURSTY_P95_OVER_P50 = 3.0
-RAM_SHARE = 0.8  # leave 20 % of the RAM budget and of /dev/shm for everything else
 MAX_CONSECUTIVE_FAILURES = 3
-MAX_NOISE = 0.10  # never treat more than a 10 % difference as noise
-
-MiB = 1024**2
 
 Measure = Callable[[LoaderSettings, str, bool], ConfigResult]
 
@@ -46,9 +47,10 @@ Measure = Callable[[LoaderSettings, str, bool], ConfigResult]
 @dataclass
 class SearchLimits:
     budget_s: float = 30.0
-    cpu_budget: float = 1.0  # CPUs this process may use (affinity, cgroup quota)
+    cpu_budget: float | None = 1.0  # CPUs this rank may use (affinity, cgroup quota, / local ranks); None: unknown
     memory_budget_bytes: int | None = None  # RAM available to the process tree
     shm_free_bytes: int | None = None  # free /dev/shm
+    ranks: int = 1  # loader processes on this node sharing /dev/shm and RAM
     cuda: bool = False
     max_workers: int = 64
     expected_cost_s: float = 3.0  # guess for one configuration before any was measured
@@ -62,9 +64,7 @@ class SearchOutcome:
     stopped: str = ""
 
 
-def group_key(settings: LoaderSettings) -> tuple[int, int]:
-    """Configurations whose steady throughput should match: same workers and prefetch depth."""
-    return settings.num_workers, settings.effective_prefetch_factor
+group_key = policy.stream_key
 
 
 def describe(settings: LoaderSettings) -> str:
@@ -152,66 +152,47 @@ class Search:
         pf = 0 if workers == 0 else (prefetch or 2)
         return [r for r in self.results if r.ok and r.batches_per_s and group_key(r.settings) == (workers, pf)]
 
-    def throughput(self, key: tuple[int, int]) -> float | None:
-        values = [r.batches_per_s for r in self.results if r.ok and r.batches_per_s and group_key(r.settings) == key]
-        return statistics.fmean(values) if values else None
-
     def throughputs(self) -> dict[tuple[int, int], float]:
-        keys = {group_key(r.settings) for r in self.results if r.ok and r.batches_per_s}
-        return {k: self.throughput(k) for k in sorted(keys)}  # type: ignore[misc]
+        return policy.throughputs(self.results)
 
-    # ---- memory fit -------------------------------------------------------------------------
+    # ---- the policy's view of what was measured ------------------------------------------------
+    @property
+    def room(self) -> policy.Room:
+        return policy.Room(shm_free=self.limits.shm_free_bytes, memory_budget=self.limits.memory_budget_bytes,
+                           ranks=self.limits.ranks)
+
+    @property
+    def batch_bytes(self) -> int | None:
+        return next((r.batch_bytes for r in self.results if r.batch_bytes), None)
+
+    def choice(self) -> policy.Choice | None:
+        return policy.choose(self.results, per_rank=self.limits.cpu_budget, room=self.room,
+                             batch_bytes=self.batch_bytes)
+
     def misfit(self, key: tuple[int, int]) -> str | None:
         """Why a measured configuration does not fit this machine's RAM or /dev/shm, if it doesn't."""
-        rows = [r for r in self.results if r.ok and group_key(r.settings) == key]
-        pss = max((r.worker_pss_bytes or 0 for r in rows), default=0)
-        shm = max((r.shm_peak_bytes or 0 for r in rows), default=0)
-        ram = self.limits.memory_budget_bytes
-        free_shm = self.limits.shm_free_bytes
-        if ram is not None and pss > RAM_SHARE * ram:
-            return f"its workers use {pss / MiB:.0f} MiB (PSS), over 80 % of the {ram / MiB:.0f} MiB RAM budget"
-        if free_shm is not None and shm > RAM_SHARE * free_shm:
-            return f"it used {shm / MiB:.0f} MiB of /dev/shm, over 80 % of the {free_shm / MiB:.0f} MiB free"
-        return None
+        return policy.misfit(self.results, key, self.room, self.batch_bytes)
 
     def fitting_throughputs(self) -> dict[tuple[int, int], float]:
         return {k: v for k, v in self.throughputs().items() if self.misfit(k) is None}
 
-    def memory_of(self, key: tuple[int, int]) -> int:
-        rows = [r for r in self.results if r.ok and group_key(r.settings) == key]
-        return max(((r.worker_pss_bytes or 0) + (r.shm_peak_bytes or 0) for r in rows), default=0)
-
     def noise(self) -> float:
-        """Half the largest relative spread between repeated runs of one configuration (capped).
-
-        On a small or shared machine two windows of the same configuration can differ by 20 %;
-        differences smaller than that between configurations are not evidence.
-        """
-        spreads = []
-        for key in self.throughputs():
-            values = [r.batches_per_s for r in self.measured(*key)]
-            if len(values) >= 2:
-                spreads.append((max(values) - min(values)) / (2 * statistics.fmean(values)))
-        return min(MAX_NOISE, max(spreads, default=0.0))
+        return policy.noise(self.results)
 
     def tolerance(self) -> float:
-        return max(TOLERANCE, self.noise())
+        return policy.tolerance(self.results)
 
-    def cheapest_near_best(self, within: float | None = None) -> tuple[int, int] | None:
-        table = self.fitting_throughputs()
-        if not table:
-            return None
-        within = self.tolerance() if within is None else within
-        best = max(table.values())
-        near = [k for k, v in table.items() if v >= best * (1 - within)]
-        return min(near, key=lambda k: (k[0], self.memory_of(k), k[1]))
+    def cheapest_near_best(self) -> tuple[int, int] | None:
+        choice = self.choice()
+        return None if choice is None else choice.key
 
     def shm_cap_workers(self, batch_bytes: int | None, prefetch: int = 2) -> int:
-        """Most workers whose in-flight batches fit in 80 % of free /dev/shm."""
-        free = self.limits.shm_free_bytes
-        if not free or not batch_bytes:
+        """Most workers whose batches in flight fit the policy's share of free /dev/shm."""
+        room = self.room.shm_room
+        if room is None or not batch_bytes:
             return self.limits.max_workers
-        return max(1, min(self.limits.max_workers, int(RAM_SHARE * free // (batch_bytes * prefetch))))
+        fits = int(room // (batch_bytes * prefetch * self.room.ranks))
+        return max(1, min(self.limits.max_workers, fits))
 
     # ---- the search -------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
@@ -224,6 +205,7 @@ class Search:
             )
         elif not self._halted():
             self._climb(base0)
+            self._cpu_reference()
             self._refine()
             self._prefetch()
             self._repeat_contenders()
@@ -240,11 +222,12 @@ class Search:
         reason = f"num_workers=0: loading one batch took {fetch_ms:.0f} ms against a {step_ms:.0f} ms step, so about {needed} worker{'s' if needed != 1 else ''} keep{'s' if needed == 1 else ''} up"
         cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0
         guess = needed
-        if cpu_share > 0.2:
-            cpu_cap = math.ceil(self.limits.cpu_budget / cpu_share)
+        cpus = self.limits.cpu_budget
+        if cpu_share > 0.2 and cpus is not None:
+            cpu_cap = math.ceil(cpus / cpu_share)
             if cpu_cap < needed:
                 reason += (f"; but loading is {cpu_share * 100:.0f} % CPU and the CPU budget is "
-                           f"{self.limits.cpu_budget:g}, so no more than ~{cpu_cap} can run at once")
+                           f"{cpus:g}, so no more than ~{cpu_cap} can run at once")
                 guess = cpu_cap
         elif cpu_share:
             reason += f" (loading is only {cpu_share * 100:.0f} % CPU, mostly waiting: more workers than cores can help)"
@@ -257,7 +240,7 @@ class Search:
         best = base0.batches_per_s if base0 is not None and base0.ok and base0.batches_per_s else 0.0
         cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
         cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0 if base0 is not None and base0.ok else 0.0
-        if cpu_share > 0.5:
+        if cpu_share > 0.5 and self.limits.cpu_budget is not None:
             # CPU work: far more processes than CPUs only adds contention and memory
             cap = min(cap, max(2 * workers, math.ceil(self.limits.cpu_budget) + 2))
         best_workers = 0
@@ -292,6 +275,25 @@ class Search:
             step_rate = 1000.0 / max(result.step_ms_achieved or 1.0, 1.0)
             scale = step_rate / rate if rate else 2.0
             workers = min(cap, max(workers + 1, min(2 * workers, math.ceil(workers * scale * 1.1))))
+
+    def _cpu_reference(self) -> None:
+        """Measure as many workers as the CPUs allow when the climb went past them.
+
+        The policy recommends more workers than CPUs only when they measure clearly faster than
+        that many (I/O-bound data); without the reference point the pick would fall back to what
+        was measured below it."""
+        per_rank = self.limits.cpu_budget
+        if per_rank is None or self._halted():
+            return
+        table = self.fitting_throughputs()
+        if not any(policy.oversubscribed(k[0], per_rank) for k in table):
+            return
+        if policy.beyond_cpus_evidence(self.results, per_rank) is not None:
+            return
+        limit = policy.cpu_limit(per_rank)
+        if self.measured(limit):
+            return
+        self.try_config(self.settings_for(limit), f"the CPU budget: as many workers as the {per_rank:g} CPUs allow")
 
     def _refine(self) -> None:
         """Narrow down to the fewest workers within tolerance of the best (default prefetch).
@@ -332,7 +334,7 @@ class Search:
         last = rows[-1]
         starved = (last.starvation_pct or 0) >= NOT_STARVED_PCT
         p50, p95 = last.wait.p50_ms or 0.0, last.wait.p95_ms or 0.0
-        bursty = p95 > BURSTY_P95_OVER_P50 * max(p50, 1.0)
+        bursty = policy.bursty(p50, p95, last.step_ms_achieved)
         if not bursty:
             # a deeper queue smooths bursts; it cannot raise the average rate the workers produce at
             if starved:
@@ -387,18 +389,21 @@ class Search:
             outcome.reasons = ["no configuration could be measured"] + self.notes
             return outcome
         reasons: list[str] = []
-        for key in table:
-            misfit = self.misfit(key)
-            if misfit:
-                reasons.append(f"excluded num_workers={key[0]}, prefetch_factor={key[1]}: {misfit}")
-        candidate = self.cheapest_near_best()
-        if candidate is None:
+        choice = self.choice()
+        misfits = {k: why for k in table if (why := self.misfit(k))}
+        for key, why in misfits.items():
+            reasons.append(f"excluded num_workers={key[0]}, prefetch_factor={key[1]}: {why}")
+        if choice is None:
             outcome.reasons = reasons + ["no measured configuration fits this machine's memory"] + self.notes
             return outcome
-        fitting = self.fitting_throughputs()
-        best_key = max(fitting, key=fitting.get)
-        best_rate, rate = fitting[best_key], fitting[candidate]
-        tol = self.tolerance()
+        for key, why in choice.excluded.items():
+            if key not in misfits:
+                reasons.append(f"not chosen: {policy.key_text(key)} ({table[key]:.1f} steps/s): {why}")
+        candidate = choice.key
+        fitting = {k: v for k, v in table.items() if k not in choice.excluded}
+        best_key = choice.best_key
+        best_rate, rate = choice.best_rate, choice.rate
+        tol = choice.tolerance
         if tol > TOLERANCE:
             reasons.append(f"tolerance {tol * 100:.0f} % instead of {TOLERANCE * 100:.0f} %: repeated runs of one "
                            "configuration differed that much here, so smaller gaps are noise")
@@ -415,6 +420,9 @@ class Search:
                 f"prefetch_factor={best_key[1]})")
             reasons.insert(0, f"num_workers={workers}: {rate:.1f} steps/s (mean of {count} run{'s' * (count > 1)}), {where}; "
                               "the fewest workers that fast")
+            if choice.oversubscribed and choice.beyond_cpus is not None:
+                reasons.insert(1, f"num_workers={workers} is more than the {self.limits.cpu_budget:g} CPUs because "
+                                  + choice.beyond_cpus.text(self.limits.cpu_budget))
             fewer = [k for k in fitting if k[0] < workers]
             if fewer:
                 k = max(fewer)

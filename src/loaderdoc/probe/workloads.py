@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoc.errors import UserError
-
-DTYPE_BYTES = {"uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "int16": 2, "uint16": 2,
-               "float32": 4, "int32": 4, "float64": 8, "int64": 8}
+from loaderdoc.units import DTYPE_BYTES
 
 
 # ---- errors: each names the fix in one line ---------------------------------------------------

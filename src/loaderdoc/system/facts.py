@@ -77,6 +77,11 @@ class CpuFacts:
         # on a tie name the plainest limit: a restriction is only news when it is tighter
         return min(limits, key=lambda item: item[0])[1]
 
+    @property
+    def known(self) -> bool:
+        """At least one CPU count (logical, affinity or quota) was read."""
+        return bool(self._limits())
+
     def _limits(self) -> list[tuple[float, str]]:
         out: list[tuple[float, str]] = []
         if self.logical.get() is not None:

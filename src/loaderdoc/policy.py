@@ -1,0 +1,465 @@
+"""The one sizing policy: every question about how big a loader may be is answered here, once.
+
+- how many workers one rank's CPU budget allows, and when a measurement shows more pay off;
+- how many batches in flight fit ``/dev/shm`` and the memory budget, with which margins;
+- what "the same configuration" and "as fast as" mean when comparing measurements;
+- which measured configuration to recommend (:func:`choose`).
+
+``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
+these functions, so a pick and a finding can never use two different thresholds. Each threshold
+is named once below with the reason for its value. No torch, no textual, and nothing here reads
+the machine: facts and measurements come in as arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus
+
+if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
+    from loaderdoc.probe.result import ConfigResult
+    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.system.facts import MachineFacts
+
+# ---- thresholds -------------------------------------------------------------------------------
+# Comparing measurements
+TOLERANCE = 0.03  # "as fast as the best": within 3 % of its steps/s (a cheaper config within it wins)
+MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larger gaps are real
+NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
+BURSTY_RATIO = 3.0  # wait p95 >= 3 x p50 ...
+BURSTY_FLOOR_MS = 10.0  # ... and p95 >= the step (this when no step is known): stalls, not jitter
+# CPU
+UNMEASURED_WORKER_CAP = 16  # facts only: more workers rarely pay for their memory until measured
+BEYOND_CPUS_PAYS = 1.2  # more workers than CPUs must measure >= 20 % faster than as many as the
+#                         CPUs allow: run-to-run noise of probe windows on a busy machine is ~10 %
+CPU_BUSY_SHARE = 0.7  # a 0-worker fetch that is >= 70 % CPU time is CPU work: extra workers contend
+CPU_IDLE_SHARE = 0.3  # < 30 % CPU time: the fetch waits on storage or the network
+# Memory
+SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: workers also allocate
+#                       transient tensors there, the batch being consumed is still mapped, and other
+#                       processes on the node share it
+RAM_SAFE_SHARE = 0.8  # workers' PSS plus batches in flight may use 80 % of the memory budget
+#                       (available RAM capped by the cgroup); above 100 % the OOM killer acts
+DEFAULT_PREFETCH = 2  # torch's default prefetch_factor
+
+ZERO_WORKERS: dict[str, Any] = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
+                                "multiprocessing_context": None}
+
+Key = tuple[int, int]  # (num_workers, effective prefetch_factor): what decides steady throughput
+
+
+# ---- what "the same configuration" means -------------------------------------------------------
+def stream_key(settings: LoaderSettings) -> Key:
+    """Configurations whose steady throughput should match: same workers and prefetch depth.
+
+    persistent_workers only changes the start of an epoch, pin_memory only the copy to a GPU;
+    neither changes how fast batches stream on the CPU side."""
+    return settings.num_workers, settings.effective_prefetch_factor
+
+
+def same_stream(a: LoaderSettings, b: LoaderSettings) -> bool:
+    """Two settings the probe would measure as one: same workers, prefetch, pinning and batch
+    size (an unset batch size matches any)."""
+    return (
+        stream_key(a) == stream_key(b)
+        and a.pin_memory == b.pin_memory
+        and (a.batch_size == b.batch_size or a.batch_size is None or b.batch_size is None)
+    )
+
+
+def workers_text(n: int) -> str:
+    return f"{n} worker" + ("" if n == 1 else "s")
+
+
+def key_text(key: Key) -> str:
+    return "num_workers=0" if key[0] == 0 else f"num_workers={key[0]}, prefetch_factor={key[1]}"
+
+
+def fewer_workers(n: int) -> dict[str, Any]:
+    """A settings change to ``n`` workers that LoaderSettings accepts (0 clears worker-only keys)."""
+    return dict(ZERO_WORKERS) if n <= 0 else {"num_workers": n}
+
+
+def key_change(settings: LoaderSettings, key: Key) -> dict[str, Any]:
+    """The smallest settings change that moves ``settings`` onto ``key``."""
+    if key[0] == 0:
+        return dict(ZERO_WORKERS) if settings.num_workers else {}
+    change: dict[str, Any] = {}
+    if settings.num_workers != key[0]:
+        change["num_workers"] = key[0]
+    if (settings.prefetch_factor or DEFAULT_PREFETCH) != key[1]:
+        change["prefetch_factor"] = key[1]
+    return change
+
+
+# ---- batch bytes ---------------------------------------------------------------------------
+def batch_bytes_for(batch_size: int | None, sample_bytes: int | None) -> int | None:
+    if batch_size is None or sample_bytes is None:
+        return None
+    return batch_size * sample_bytes
+
+
+def scale_batch_bytes(measured_bytes: int | None, measured_batch: int | None, batch_size: int | None) -> int | None:
+    """Bytes of a batch of ``batch_size`` from one measured batch of ``measured_batch`` samples."""
+    if not measured_bytes:
+        return None
+    if not batch_size or not measured_batch or batch_size == measured_batch:
+        return measured_bytes
+    return measured_bytes * batch_size // measured_batch
+
+
+# ---- CPU ------------------------------------------------------------------------------------
+def cpus_per_rank(facts: MachineFacts) -> float | None:
+    """CPUs one rank's loader may use, or None when no CPU count could be read."""
+    return facts.cpus_per_rank if facts.cpu.known else None
+
+
+def oversubscribed(workers: int, per_rank: float | None) -> bool:
+    """More workers than CPUs for this rank (torch's own check counts the affinity set only)."""
+    return per_rank is not None and workers > per_rank
+
+
+def cpu_limit(per_rank: float) -> int:
+    """The most workers that are not oversubscribed (at least one: a single worker on a fraction
+    of a CPU still overlaps loading with the step)."""
+    return max(1, math.floor(per_rank))
+
+
+def worker_target(per_rank: float) -> int:
+    """Workers that leave one CPU of the rank's budget to the training process itself."""
+    if per_rank >= 2:
+        return math.floor(per_rank) - 1
+    return 1 if per_rank >= 1 else 0
+
+
+def workers_for_cpus(facts: MachineFacts) -> tuple[int, str]:
+    """Workers from the facts alone, and why: one CPU for the training process, real cores only
+    (hyper-threads add little to CPU-bound decoding), at most :data:`UNMEASURED_WORKER_CAP`."""
+    cpu = facts.cpu
+    per_rank = facts.cpus_per_rank
+    ranks = facts.distributed.ranks_on_this_node
+    budget = f"CPU budget {fmt_cpus(cpu.budget)} ({cpu.budget_source})"
+    if ranks > 1:
+        budget += f" / {ranks} local ranks = {fmt_cpus(per_rank)} per rank"
+    usable = math.floor(per_rank)
+    if usable <= 1:
+        return 0, f"0: {budget}; the training process needs that CPU itself, workers would only contend"
+    workers = worker_target(per_rank)
+    reason = f"{workers}: {budget}, one CPU left for the training process"
+    physical = cpu.physical.get()
+    if physical:
+        physical_per_rank = max(1, math.floor(physical / ranks))
+        if physical_per_rank < workers:
+            workers = physical_per_rank
+            reason = f"{workers}: {budget}, but {physical} physical cores" + (
+                f" / {ranks} ranks" if ranks > 1 else ""
+            ) + " (hyper-threads add little to CPU-bound loading; a probe can show I/O-bound data wants more)"
+    if workers > UNMEASURED_WORKER_CAP:
+        workers = UNMEASURED_WORKER_CAP
+        reason = f"{workers}: {budget}; capped at {UNMEASURED_WORKER_CAP} until a probe shows more helps"
+    return workers, reason
+
+
+@dataclass
+class BeyondCpus:
+    """Measured proof that more workers than CPUs pay: ``more`` workers (beyond the CPU budget)
+    ran at least :data:`BEYOND_CPUS_PAYS` times as fast as ``fewer`` (at or above the budget)."""
+
+    fewer: ConfigResult
+    more: ConfigResult
+
+    @property
+    def gain(self) -> float:
+        return (self.more.batches_per_s or 0.0) / (self.fewer.batches_per_s or 1.0)
+
+    def text(self, per_rank: float) -> str:
+        a, b = self.fewer, self.more
+        return (f"{a.settings.num_workers} -> {b.settings.num_workers} workers went {a.batches_per_s:.1f} -> "
+                f"{b.batches_per_s:.1f} batches/s ({self.gain:.1f}x) on {cpus_text(per_rank)} per rank "
+                "(measured: the workers wait on I/O, not on the CPU)")
+
+
+def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None) -> BeyondCpus | None:
+    """Measurements showing that workers beyond the CPU budget are not oversubscribed.
+
+    Two measured worker counts a < b with a at or above the CPU limit and b beyond the budget,
+    b at least 20 % faster: CPU-bound work cannot speed up past the CPUs it has, so the workers
+    wait on storage or the network. Comparisons starting below the CPU limit prove nothing (two
+    workers on two CPUs beat one for CPU work too), and a num_workers=0 run whose fetch was mostly
+    CPU time vetoes it.
+    """
+    if per_rank is None:
+        return None
+    ok = [r for r in results if r.ok and r.batches_per_s]
+    zero = [r for r in ok if r.settings.num_workers == 0 and r.fetch_cpu_pct]
+    if zero and max(r.fetch_cpu_pct for r in zero) > 100 * CPU_BUSY_SHARE:
+        return None
+    limit = cpu_limit(per_rank)
+    lower = [r for r in ok if limit <= r.settings.num_workers]
+    for b in sorted(ok, key=lambda r: -(r.batches_per_s or 0)):
+        if not oversubscribed(b.settings.num_workers, per_rank):
+            continue
+        for a in lower:
+            if a.settings.num_workers < b.settings.num_workers and b.batches_per_s >= BEYOND_CPUS_PAYS * a.batches_per_s:
+                return BeyondCpus(a, b)
+    return None
+
+
+# ---- memory -----------------------------------------------------------------------------------
+@dataclass
+class Room:
+    """What one node offers the loaders: free /dev/shm, the memory budget, the ranks sharing both."""
+
+    shm_free: int | None = None
+    memory_budget: int | None = None
+    ranks: int = 1
+
+    @classmethod
+    def of(cls, facts: MachineFacts) -> Room:
+        shm = facts.shm
+        return cls(shm_free=shm.free.get(shm.total.get()), memory_budget=facts.memory.budget,
+                   ranks=max(1, facts.distributed.ranks_on_this_node))
+
+    @property
+    def shm_room(self) -> float | None:
+        return None if self.shm_free is None else SHM_SAFE_SHARE * self.shm_free
+
+    @property
+    def ram_room(self) -> float | None:
+        return None if self.memory_budget is None else RAM_SAFE_SHARE * self.memory_budget
+
+
+def in_flight_bytes(workers: int, prefetch: int, batch_bytes: int | None, ranks: int = 1) -> int | None:
+    """Bytes of the batches alive at once on the node: workers x prefetch x batch (x ranks)."""
+    if not batch_bytes:
+        return None
+    return workers * prefetch * batch_bytes * max(1, ranks)
+
+
+def shm_level(need: float | None, free: float | None) -> str | None:
+    """"fits", "tight" (over the safe share of free /dev/shm) or "over" (more than is free)."""
+    if need is None or free is None:
+        return None
+    if need > free:
+        return "over"
+    return "tight" if need > SHM_SAFE_SHARE * free else "fits"
+
+
+def ram_level(need: float | None, budget: float | None) -> str | None:
+    """"fits", "tight" (at or over the safe share of the budget) or "over" (the whole budget)."""
+    if need is None or budget is None:
+        return None
+    if need >= budget:
+        return "over"
+    return "tight" if need >= RAM_SAFE_SHARE * budget else "fits"
+
+
+def fit_in_flight(workers: int, prefetch: int, batch_bytes: int | None, room: Room) -> tuple[int, int, str, str]:
+    """Shrink prefetch, then workers, until the batches in flight fit the safe share of /dev/shm
+    and of the memory budget.
+
+    Returns (workers, prefetch, the setting the limit changed or "", why)."""
+    if not batch_bytes or workers == 0:
+        return workers, prefetch, "", ""
+    limits = []
+    if room.shm_room is not None:
+        limits.append((room.shm_room, f"{SHM_SAFE_SHARE:.0%} of /dev/shm's {fmt_bytes(room.shm_free)} free"))
+    if room.ram_room is not None:
+        limits.append((room.ram_room, f"{RAM_SAFE_SHARE:.0%} of the {fmt_bytes(room.memory_budget)} memory budget"))
+    if not limits:
+        return workers, prefetch, "", ""
+    cap, cap_name = min(limits)
+    per_batch = batch_bytes * room.ranks
+    max_batches = int(cap // per_batch)
+    if workers * prefetch <= max_batches:
+        return workers, prefetch, "", ""
+    ranks = f" x {room.ranks} ranks" if room.ranks > 1 else ""
+    held = f"{fmt_bytes(batch_bytes)} batches{ranks} must fit {cap_name} ({fmt_bytes(cap)})"
+    if workers <= max_batches:
+        new_prefetch = max(1, max_batches // workers)
+        return workers, new_prefetch, "prefetch_factor", f"{new_prefetch}: {workers} workers x {new_prefetch} x {held}"
+    if max_batches >= 1:
+        return max_batches, 1, "num_workers", f"{max_batches} workers (memory-bound): {max_batches} x 1 x {held}"
+    return 0, prefetch, "num_workers", (
+        f"0 workers (memory-bound): not even one {held}; enlarge /dev/shm (docker run --shm-size=8g "
+        "or --ipc=host) or shrink the batch"
+    )
+
+
+def _pss_points(results: Iterable[ConfigResult]) -> dict[int, int]:
+    """Worker count -> the largest summed worker PSS measured with it."""
+    points: dict[int, int] = {}
+    for r in results:
+        if r.settings.num_workers > 0 and r.worker_pss_bytes:
+            n = r.settings.num_workers
+            points[n] = max(points.get(n, 0), r.worker_pss_bytes)
+    return points
+
+
+def per_worker_pss(results: Iterable[ConfigResult]) -> float | None:
+    """Bytes of PSS one more worker costs: the slope over measured worker counts, else the mean."""
+    points = _pss_points(results)
+    if not points:
+        return None
+    xs = sorted(points)
+    if len(xs) >= 2:
+        mx = statistics.fmean(xs)
+        my = statistics.fmean(points[x] for x in xs)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (points[x] - my) for x in xs) / sxx
+        if slope > 0:
+            return slope
+    return statistics.fmean(points[x] / x for x in xs)
+
+
+def workers_pss_at(results: Sequence[ConfigResult], n: int) -> tuple[float, str] | None:
+    """Summed worker PSS for ``n`` workers and how it was obtained: measured, or a straight line
+    through the measured worker counts, never below 0. None when no worker memory was measured."""
+    points = _pss_points(results)
+    if not points:
+        return None
+    if n in points:
+        return float(points[n]), "measured"
+    slope = per_worker_pss(results) or 0.0
+    xs = sorted(points)
+    if len(xs) >= 2:
+        mx = statistics.fmean(xs)
+        my = statistics.fmean(points[x] for x in xs)
+        return max(0.0, my + slope * (n - mx)), f"extrapolated in a straight line from {', '.join(map(str, xs))} workers, measured"
+    return slope * n, f"{fmt_bytes(slope)} per worker measured with {workers_text(xs[0])}"
+
+
+def memory_need(results: Sequence[ConfigResult], key: Key, batch_bytes: int | None, ranks: int) -> float | None:
+    """Workers' PSS (measured or extrapolated) plus the batches in flight, for all ranks on the node."""
+    pss = workers_pss_at(results, key[0]) if key[0] else (0.0, "")
+    if pss is None:
+        return None
+    return pss[0] * ranks + (in_flight_bytes(key[0], key[1], batch_bytes, ranks) or 0)
+
+
+def misfit(results: Sequence[ConfigResult], key: Key, room: Room, batch_bytes: int | None) -> str | None:
+    """Why a configuration does not fit this node's /dev/shm or memory budget, if it doesn't.
+
+    /dev/shm is judged on the batches in flight at ``batch_bytes`` (the user's batch size); when
+    that is unknown, on the high-water mark the probe measured."""
+    if key[0] == 0:
+        return None
+    rows = [r for r in results if r.ok and stream_key(r.settings) == key]
+    need = in_flight_bytes(key[0], key[1], batch_bytes, room.ranks)
+    if need is None:
+        peaks = [r.shm_peak_bytes for r in rows if r.shm_peak_bytes]
+        need = max(peaks) * room.ranks if peaks else None
+    if shm_level(need, room.shm_free) in ("tight", "over"):
+        return (f"its batches in flight need {fmt_bytes(need)} of /dev/shm, over {SHM_SAFE_SHARE:.0%} of the "
+                f"{fmt_bytes(room.shm_free)} free")
+    ram = memory_need(results, key, batch_bytes, room.ranks)
+    if ram_level(ram, room.memory_budget) in ("tight", "over"):
+        return (f"its workers and batches in flight use {fmt_bytes(ram)}, over {RAM_SAFE_SHARE:.0%} of the "
+                f"{fmt_bytes(room.memory_budget)} memory budget")
+    return None
+
+
+# ---- choosing among measurements -----------------------------------------------------------
+def bursty(p50_ms: float | None, p95_ms: float | None, step_ms: float | None) -> bool:
+    """Waits that stall now and then: p95 >= 3 x p50 and p95 at least a whole step."""
+    if p50_ms is None or p95_ms is None:
+        return False
+    return p95_ms >= BURSTY_RATIO * max(p50_ms, 0.0) and p95_ms >= (step_ms or BURSTY_FLOOR_MS)
+
+
+def throughputs(results: Iterable[ConfigResult]) -> dict[Key, float]:
+    """Mean measured steps/s per configuration."""
+    groups: dict[Key, list[float]] = {}
+    for r in results:
+        if r.ok and r.batches_per_s:
+            groups.setdefault(stream_key(r.settings), []).append(r.batches_per_s)
+    return {k: statistics.fmean(v) for k, v in sorted(groups.items())}
+
+
+def noise(results: Iterable[ConfigResult]) -> float:
+    """Half the largest relative spread between repeated runs of one configuration, capped at
+    :data:`MAX_NOISE`: on a small or shared machine two windows of one configuration differ, and
+    differences smaller than that between configurations are not evidence."""
+    groups: dict[Key, list[float]] = {}
+    for r in results:
+        if r.ok and r.batches_per_s:
+            groups.setdefault(stream_key(r.settings), []).append(r.batches_per_s)
+    spreads = [(max(v) - min(v)) / (2 * statistics.fmean(v)) for v in groups.values() if len(v) >= 2]
+    return min(MAX_NOISE, max(spreads, default=0.0))
+
+
+def tolerance(results: Iterable[ConfigResult]) -> float:
+    return max(TOLERANCE, noise(results))
+
+
+def _memory_of(results: Iterable[ConfigResult], key: Key) -> int:
+    rows = [r for r in results if r.ok and stream_key(r.settings) == key]
+    return max(((r.worker_pss_bytes or 0) + (r.shm_peak_bytes or 0) for r in rows), default=0)
+
+
+@dataclass
+class Choice:
+    """The configuration to recommend among those measured, and the numbers behind it."""
+
+    key: Key
+    rate: float  # its mean steps/s
+    best_key: Key  # the fastest configuration allowed
+    best_rate: float
+    tolerance: float
+    excluded: dict[Key, str] = field(default_factory=dict)  # measured but not allowed, and why
+    beyond_cpus: BeyondCpus | None = None  # the proof that more workers than CPUs pay, if measured
+    per_rank: float | None = None
+
+    @property
+    def workers(self) -> int:
+        return self.key[0]
+
+    @property
+    def oversubscribed(self) -> bool:
+        return oversubscribed(self.key[0], self.per_rank)
+
+
+def choose(
+    results: Sequence[ConfigResult],
+    *,
+    per_rank: float | None,
+    room: Room | None = None,
+    batch_bytes: int | None = None,
+) -> Choice | None:
+    """The cheapest measured configuration within the noise tolerance of the fastest one allowed.
+
+    Allowed means: it fits /dev/shm and the memory budget (:func:`misfit`), and it has no more
+    workers than CPUs unless a measurement shows more pay (:func:`beyond_cpus_evidence`).
+    Cheapest means the fewest workers, then the least memory, then the shallowest prefetch.
+    None when nothing allowed was measured.
+    """
+    room = room or Room()
+    table = throughputs(results)
+    if not table:
+        return None
+    excluded: dict[Key, str] = {}
+    for key in table:
+        why = misfit(results, key, room, batch_bytes)
+        if why:
+            excluded[key] = why
+    beyond = beyond_cpus_evidence(results, per_rank)
+    if beyond is None and per_rank is not None:
+        for key in table:
+            if key not in excluded and oversubscribed(key[0], per_rank):
+                excluded[key] = (f"{workers_text(key[0])} on {cpus_text(per_rank)} per rank, and no measurement "
+                                 f"showed more workers than CPUs {BEYOND_CPUS_PAYS - 1:.0%} faster than "
+                                 f"{workers_text(cpu_limit(per_rank))}")
+    allowed = {k: v for k, v in table.items() if k not in excluded}
+    if not allowed:
+        return None
+    tol = tolerance(results)
+    best_key = max(allowed, key=allowed.get)
+    near = [k for k, v in allowed.items() if v >= allowed[best_key] * (1 - tol)]
+    key = min(near, key=lambda k: (k[0], _memory_of(results, k), k[1]))
+    return Choice(key=key, rate=allowed[key], best_key=best_key, best_rate=allowed[best_key], tolerance=tol,
+                  excluded=excluded, beyond_cpus=beyond, per_rank=per_rank)

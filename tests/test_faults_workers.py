@@ -45,6 +45,21 @@ def test_a_dataset_raising_on_some_indices_exits_4_with_the_crash_finding():
     assert any("faults_data.py" in e and "__getitem__" in e for e in crash["evidence"]), crash["evidence"]
 
 
+def test_a_crash_in_a_project_under_a_folder_named_loaderdoc_is_named_by_file_and_line(tmp_path):
+    # a plain `git clone` of this repository is such a folder; so is any user's ~/loaderdoc/...
+    project = tmp_path / "loaderdoc" / "myproject"
+    project.mkdir(parents=True)
+    source = (Path(__file__).parent / "probe_datasets" / "faults_data.py").read_text()
+    (project / "faults_data.py").write_text(source)
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "cannot decode sample" in text)
+    env, _ = fault_env(pythonpath=[str(project)])
+    proc, doc = probe_json("make_raises_on_some", env=env)
+    assert proc.returncode == EXIT_PROBE_FAILED, proc.stderr
+    crash = findings(doc)["worker-crashed"]
+    assert f"without workers the traceback ends in faults_data.py:{line} in __getitem__" in crash["evidence"]
+    assert f"faults_data.py:{line}" in crash["fix"]
+
+
 def test_a_worker_sigkilled_mid_epoch_fails_that_configuration_and_is_diagnosed():
     proc, doc = probe_json("make_kills_its_worker")
     assert proc.returncode == EXIT_OK, proc.stderr  # 0 workers still measured: a recommendation

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 import tomllib
 
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
@@ -35,6 +36,17 @@ def test_json_holds_every_configuration_and_the_recommended_kwargs():
     assert doc["results"] and all("settings" in r and "status" in r for r in doc["results"])
     assert "num_workers" in doc["recommended"] and doc["recommended"]["batch_size"] == 128
     assert doc["reasons"] and doc["budget_s"] == 2.0
+
+
+@pytest.mark.parametrize("preset", ["image", "remote"])
+def test_no_finding_proposes_another_worker_count_than_the_recommendation(preset):
+    # CPU-bound decoding and I/O-bound reads: the pick and the probe's own findings are one answer
+    proc = run(preset, "--budget", "6", "--json", "--no-progress")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    doc = json.loads(proc.stdout)
+    workers = doc["recommended"]["num_workers"]
+    for f in doc["findings"]:
+        assert f["settings_change"].get("num_workers", workers) == workers, (f, doc["reasons"])
 
 
 def test_table_and_recommendation_for_a_user_dataset():

@@ -210,15 +210,24 @@ def test_a_search_cut_short_while_starved_says_its_pick_is_provisional():
 
 
 def test_cpu_bound_data_is_not_picked_past_the_cpus_on_noise():
-    # decode-like work on 2 CPUs whose first guess lands past the budget: 3 and 6 workers are as
-    # fast as 2 (within a few %), so the policy keeps the pick at the CPU budget and the search
-    # measures that reference point rather than falling back to fewer workers
+    # decode-like work on 2 CPUs: more workers than CPUs would measure as fast as 2 (within a few %)
     model = Model(fetch_ms=140, cpu_share=0.93, step_ms=20)
     model_rate = model.rate
     model.rate = lambda s: model_rate(s) * (1.04 if s.num_workers > 2 else 1.0)
     s, out = search(model)
     assert out.recommended.num_workers == 2
-    assert any(c.num_workers == 2 for c in model.calls)
+    # CPU work is never picked past the CPUs, so it is not measured past them either
+    assert max(c.num_workers for c in model.calls) == 2
+    assert "loading is CPU work, so no more workers than the 2 CPUs allow (2) are measured" in " ".join(out.reasons)
+
+
+def test_a_pick_past_the_cpus_without_evidence_is_not_chosen():
+    # a fetch the 0-worker run saw as 60 % CPU, but throughput flat past 2 workers (+5 %, noise)
+    model = Model(fetch_ms=140, cpu_share=0.6, step_ms=20)
+    model_rate = model.rate
+    model.rate = lambda s: (model_rate(s.replace(num_workers=2)) * 1.05 if s.num_workers > 2 else model_rate(s))
+    s, out = search(model)
+    assert out.recommended.num_workers <= 2
     assert any(r.startswith("not chosen: num_workers=") and "no measurement showed more workers than CPUs" in r
                for r in out.reasons)
 

@@ -131,7 +131,9 @@ class Search:
         if self._failures_in_a_row >= MAX_CONSECUTIVE_FAILURES:
             self.stopped = "failures"
             return None
-        held_back = self._expected_cost(True) if reserve else 0.0
+        choice = self.choice() if reserve else None
+        # time for the persistence run at the end, which only a pick with workers gets
+        held_back = self._expected_cost(True) if choice is not None and choice.workers > 0 else 0.0
         if self.results and self.elapsed + self._expected_cost(restart) + held_back > self.limits.budget_s:
             if not self.stopped or self.stopped == "not starved":
                 self.stopped = "budget" if not self.stopped else self.stopped
@@ -213,6 +215,19 @@ class Search:
             self._persistence()
         return self._outcome()
 
+    def _cpu_ceiling(self, base0: ConfigResult | None) -> int | None:
+        """The most workers worth measuring for CPU work: as many as the CPUs allow.
+
+        When the 0-worker fetch was mostly CPU time the policy never picks more workers than CPUs
+        (:func:`loaderdoc.policy.beyond_cpus_evidence` is vetoed), so measuring past them only
+        spends the budget."""
+        cpus = self.limits.cpu_budget
+        if cpus is None or base0 is None or not base0.ok or base0.fetch_cpu_pct is None:
+            return None
+        if base0.fetch_cpu_pct <= 100 * policy.CPU_BUSY_SHARE:
+            return None
+        return policy.cpu_limit(cpus)
+
     def _first_guess(self, base0: ConfigResult | None) -> int:
         if base0 is None or not base0.ok or not base0.wait.mean_ms:
             return 2
@@ -231,6 +246,11 @@ class Search:
                 guess = cpu_cap
         elif cpu_share:
             reason += f" (loading is only {cpu_share * 100:.0f} % CPU, mostly waiting: more workers than cores can help)"
+        ceiling = self._cpu_ceiling(base0)
+        if ceiling is not None and guess > ceiling:
+            reason += (f"; loading is CPU work, so no more workers than the {cpus:g} CPUs allow ({ceiling}) are "
+                       "measured: more would only take turns")
+            guess = ceiling
         self.notes.append(reason)
         cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes))
         return max(1, min(guess, cap))
@@ -240,8 +260,11 @@ class Search:
         best = base0.batches_per_s if base0 is not None and base0.ok and base0.batches_per_s else 0.0
         cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
         cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0 if base0 is not None and base0.ok else 0.0
-        if cpu_share > 0.5 and self.limits.cpu_budget is not None:
-            # CPU work: far more processes than CPUs only adds contention and memory
+        ceiling = self._cpu_ceiling(base0)
+        if ceiling is not None:
+            cap = min(cap, ceiling)
+        elif cpu_share > 0.5 and self.limits.cpu_budget is not None:
+            # partly CPU work: far more processes than CPUs only adds contention and memory
             cap = min(cap, max(2 * workers, math.ceil(self.limits.cpu_budget) + 2))
         best_workers = 0
         tried: set[int] = set()
@@ -293,7 +316,8 @@ class Search:
         limit = policy.cpu_limit(per_rank)
         if self.measured(limit):
             return
-        self.try_config(self.settings_for(limit), f"the CPU budget: as many workers as the {per_rank:g} CPUs allow")
+        self.try_config(self.settings_for(limit), f"the CPU budget: as many workers as the {per_rank:g} CPUs allow",
+                        reserve=False)
 
     def _refine(self) -> None:
         """Narrow down to the fewest workers within tolerance of the best (default prefetch).

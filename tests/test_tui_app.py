@@ -7,6 +7,7 @@ with a tiny budget.
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 from pathlib import Path
@@ -334,6 +335,29 @@ async def test_probe_passes_the_workload_and_dataset():
     assert seen["dataset"] == "dataset from mymod:make" and seen["collate_fn"] == "collate"
     assert (seen["batch_size"], seen["step_ms"], seen["budget_s"]) == (8, 5.0, 3.0)
     assert seen["facts"].label == load_machine("ci-2core").label
+
+
+async def test_the_app_probes_a_preset_as_the_probe_command_does():
+    # `loaderdoc probe tensor` measures the preset's own batch size (128) and step; so does the app
+    from loaderdoc.commands.app import workload_from_args
+    from loaderdoc.probe.workloads import get_preset
+
+    seen = {}
+
+    def probe(dataset=None, **kwargs):
+        seen.update(kwargs)
+        return scripted_probe(**kwargs)
+
+    spec = get_preset("tensor")
+    args = argparse.Namespace(preset="tensor", dataset=None, batch_size=None, step_ms=None, budget=7.0,
+                              sample_shape=None, dtype=None)
+    app = app_for(probe_fn=probe, workload=workload_from_args(args))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+r")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+    assert (seen["preset"], seen["batch_size"], seen["step_ms"], seen["budget_s"]) == (
+        "tensor", spec.batch_size, spec.step_ms, 7.0)
 
 
 async def test_probe_workload_form_edits_apply():

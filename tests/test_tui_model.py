@@ -179,3 +179,15 @@ def test_app_module_does_not_import_torch():
     code = "import sys, loaderdoc.tui.app; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_choosing_a_preset_takes_its_batch_and_step_unless_the_user_gave_them():
+    from loaderdoc.probe.workloads import get_preset
+
+    large = get_preset("large-image")
+    w = model.Workload()
+    model.choose_preset(w, "large-image")
+    assert (w.preset, w.batch_size, w.step_ms) == ("large-image", large.batch_size, large.step_ms)
+    mine = model.Workload(batch_size=48, batch_size_given=True, step_ms=7.0, step_ms_given=True)
+    model.choose_preset(mine, "large-image")
+    assert (mine.preset, mine.batch_size, mine.step_ms) == ("large-image", 48, 7.0)

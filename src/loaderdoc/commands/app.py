@@ -10,7 +10,7 @@ from loaderdoc.errors import EXIT_OK
 
 def workload_from_args(args: argparse.Namespace):
     """The app's starting workload from the command line's workload options."""
-    from loaderdoc.tui.model import Workload
+    from loaderdoc.tui.model import Workload, choose_preset
 
     batch = getattr(args, "batch_size", None) or 32
     w = Workload(
@@ -22,8 +22,11 @@ def workload_from_args(args: argparse.Namespace):
     )
     if getattr(args, "step_ms", None) is not None:
         w.step_ms = float(args.step_ms)
+        w.step_ms_given = True
     if getattr(args, "budget", None) is not None:
         w.budget_s = float(args.budget)
+    if getattr(args, "preset", None) and not w.dataset:
+        choose_preset(w, args.preset)  # the preset's batch size and step where none was given, as `probe` does
     return w
 
 

@@ -508,7 +508,8 @@ def make_app(
     if workload.preset is None and workload.dataset is None:
         names, _ = model.preset_names()
         available = [n for n, _ in names]
-        workload.preset = "image" if "image" in available else (available[0] if available else None)
+        if available:
+            model.choose_preset(workload, "image" if "image" in available else available[0])
     return LoaderDocApp(
         facts=facts,
         detect_fn=detect_fn,

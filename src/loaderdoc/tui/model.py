@@ -57,6 +57,7 @@ class Workload:
     budget_s: float = 30.0
     sample_bytes: int | None = None  # from --sample-shape x --dtype, for memory sizing
     batch_size_given: bool = False  # False: 32 is only the probe's default, not the user's size
+    step_ms_given: bool = False  # False: the preset's typical step, as `loaderdoc probe PRESET` uses
 
     @property
     def source(self) -> str:
@@ -68,6 +69,20 @@ class Workload:
 
 
 DATASET_CHOICE = "__dataset__"
+
+
+def choose_preset(workload: Workload, name: str) -> None:
+    """Make ``name`` the workload, with the preset's own batch size and step wherever the user gave
+    none: the app then probes exactly what `loaderdoc probe NAME` probes."""
+    workload.preset, workload.dataset = name, None
+    try:
+        spec = core("loaderdoc.probe.workloads", "PRESETS")[name]
+    except (Unavailable, KeyError):
+        return
+    if not workload.batch_size_given:
+        workload.batch_size = spec.batch_size
+    if not workload.step_ms_given:
+        workload.step_ms = spec.step_ms
 
 
 def preset_names() -> tuple[list[tuple[str, str]], str | None]:

@@ -120,7 +120,12 @@ class ProbePane(VerticalScroll):
         if event.value == model.DATASET_CHOICE:
             w.dataset = self.app.dataset_arg
         else:
-            w.preset, w.dataset = str(event.value), None
+            model.choose_preset(w, str(event.value))
+            for key in ("batch_size", "step_ms"):  # the preset's own, unless the user typed one
+                field = self.query_one(f"#{key}", Input)
+                if field.value != f"{getattr(w, key):g}":
+                    field.value = f"{getattr(w, key):g}"
+            self.app.workload_changed()
         self.query_one("#workload-desc", Static).update(self._describe())
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -137,6 +142,8 @@ class ProbePane(VerticalScroll):
             if key == "batch_size":
                 self.app.workload.batch_size_given = True
                 self.app.workload_changed()
+            elif key == "step_ms":
+                self.app.workload.step_ms_given = True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "run":

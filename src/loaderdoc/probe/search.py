@@ -428,7 +428,7 @@ class Search:
         best_key = choice.best_key
         best_rate, rate = choice.best_rate, choice.rate
         tol = choice.tolerance
-        if tol > TOLERANCE:
+        if round(tol * 100) > round(TOLERANCE * 100):
             reasons.append(f"tolerance {tol * 100:.0f} % instead of {TOLERANCE * 100:.0f} %: repeated runs of one "
                            "configuration differed that much here, so smaller gaps are noise")
         workers, prefetch = candidate

@@ -27,7 +27,6 @@ from loaderdoc.units import cpus_text, fmt_bytes, fmt_num
 
 KNOB_ORDER = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 BOOLEAN_KNOBS = ("pin_memory", "persistent_workers")  # "raising" = turning on
-PLATEAU_SHARE = 0.95  # "flat" = within 5% of the best measured throughput
 
 
 @dataclass
@@ -172,7 +171,8 @@ def _num_workers(h: _Here) -> KnobTradeoff:
         evidence.append(f"worker memory: each worker adds ≈ {fmt_bytes(pss)} PSS (measured, {how})")
     if measured:
         best_bps = max(r.batches_per_s for r in measured.values())
-        flat_from = min(k for k, r in measured.items() if r.batches_per_s >= PLATEAU_SHARE * best_bps)
+        flat = 1 - policy.tolerance(h.probe.results)  # "flat" is the policy's "as fast as"
+        flat_from = min(k for k, r in measured.items() if r.batches_per_s >= flat * best_bps)
         beyond = [k for k in measured if k > flat_from]
         if flat_from == 0 and beyond:
             top = max(beyond, key=lambda k: measured[k].batches_per_s)

@@ -228,8 +228,9 @@ def render_report(report: ProbeReport, console: Any) -> None:
 def _same(r: ConfigResult, settings: Any) -> bool:
     """Rows measured with the recommended workers and prefetch (persistence and pinning do not
     change steady throughput, so any of those rows is evidence for the pick)."""
-    a, b = r.settings, settings
-    return r.ok and (a.num_workers, a.effective_prefetch_factor) == (b.num_workers, b.effective_prefetch_factor)
+    from loaderdoc.policy import stream_key
+
+    return r.ok and stream_key(r.settings) == stream_key(settings)
 
 
 def _console() -> Any:

@@ -37,7 +37,7 @@ def userdata(monkeypatch):
 def test_probe_front_modules_do_not_import_torch():
     code = (
         "import sys\n"
-        "import loaderdoc.probe.workloads, loaderdoc.probe.cli, loaderdoc.probe.result, loaderdoc.probe\n"
+        "import loaderdoc.probe.workloads, loaderdoc.commands.probe, loaderdoc.probe.result, loaderdoc.probe\n"
         "from loaderdoc.probe.workloads import PRESETS\n"
         "assert PRESETS['image'].sample_bytes == 3 * 224 * 224\n"
         "print('torch' in sys.modules)\n"

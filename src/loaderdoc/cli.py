@@ -36,7 +36,7 @@ exit codes:
 # subcommand -> module with add_arguments(parser) and run(args) -> int
 COMMANDS = {
     "check": ("loaderdoc.commands.check", "health check of this machine (and a config) before a long run"),
-    "probe": ("loaderdoc.probe.cli", "measure real DataLoaders on this machine and recommend settings"),
+    "probe": ("loaderdoc.commands.probe", "measure real DataLoaders on this machine and recommend settings"),
     "facts": ("loaderdoc.commands.facts", "print the detected machine facts (JSON records a fixture)"),
 }
 

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     facts = load_facts(getattr(args, "machine", None))
     probe_report = None
     if args.preset or args.dataset:
-        from loaderdoc.probe.cli import probe_from_args
+        from loaderdoc.commands.probe import probe_from_args
 
         probe_report = probe_from_args(args, progress=sys.stderr.isatty())
     rec = recommend(

@@ -37,49 +37,18 @@ def plan_for_budget(budget_s: float):
     return RunPlan(window_s=window, loader_timeout_s=loader_timeout)
 
 
-def _facts_or_detect(facts: MachineFacts | None) -> MachineFacts:
-    if facts is not None:
-        return facts
-    try:
-        from loaderdoc.system.detect import detect
-    except ImportError:  # the fact readers are optional for the probe
-        return MachineFacts()
-    try:
-        return detect()
-    except Exception:  # a fact reader failing must not stop a measurement
-        return MachineFacts()
-
-
 def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
-    import os
-
-    from loaderdoc.probe.runner import shm_used_bytes
+    """The search's limits, from the facts alone (loaderdoc.system reads the machine)."""
+    from loaderdoc import policy
     from loaderdoc.probe.search import SearchLimits
 
-    if facts.cpu.known:
-        cpu = facts.cpus_per_rank  # the least of logical CPUs, affinity and the cgroup quota, per local rank
-    elif hasattr(os, "sched_getaffinity"):
-        cpu = float(len(os.sched_getaffinity(0)))
-    else:
-        cpu = float(os.cpu_count() or 1)
-    shm_free = facts.shm.free.get()
-    if shm_free is None and shm_used_bytes() is not None:
-        st = os.statvfs("/dev/shm")
-        shm_free = st.f_bavail * st.f_frsize
-    memory = facts.memory.budget
-    if memory is None:
-        try:
-            import psutil
-
-            memory = psutil.virtual_memory().available
-        except Exception:
-            memory = None
+    room = policy.Room.of(facts)
     return SearchLimits(
         budget_s=budget_s,
-        cpu_budget=cpu,
-        memory_budget_bytes=memory,
-        shm_free_bytes=shm_free,
-        ranks=max(1, facts.distributed.ranks_on_this_node),
+        cpu_budget=policy.cpus_per_rank(facts),  # None: no CPU count could be read, no CPU cap
+        memory_budget_bytes=room.memory_budget,
+        shm_free_bytes=room.shm_free,
+        ranks=room.ranks,
         cuda=device.startswith("cuda"),
         expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5,
     )
@@ -156,7 +125,10 @@ def probe(
     if budget_s <= 0:
         raise UserError(f"the probe budget must be > 0 seconds, got {budget_s:g}")
     started = time.monotonic()
-    facts = _facts_or_detect(facts)
+    if facts is None:
+        from loaderdoc.system.detect import detect
+
+        facts = detect()  # never raises: a fact that can't be read is unknown
     dataset, collate_fn, info, preset_batch, preset_step = build_workload(
         dataset, preset=preset, collate_fn=collate_fn, overrides=overrides)
     if name:

@@ -31,8 +31,7 @@ from typing import Any
 from loaderdoc._serde import from_dict, to_dict
 from loaderdoc.probe.result import ConfigResult, WaitStats
 from loaderdoc.settings import LoaderSettings
-
-SHM_PATH = "/dev/shm"
+from loaderdoc.system.shm import shm_used_bytes
 
 
 @dataclass
@@ -346,14 +345,6 @@ class _Monitor(threading.Thread):
         self.pss = pss if self.pss is None else max(self.pss, pss)
         self.uss = uss if self.uss is None else max(self.uss, uss)
         self.rss = rss if self.rss is None else max(self.rss, rss)
-
-
-def shm_used_bytes(path: str = SHM_PATH) -> int | None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def busy_seconds() -> float:

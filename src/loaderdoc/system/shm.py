@@ -46,3 +46,14 @@ def read_shm(tree: Tree, host: Host, path: str = SHM_PATH) -> ShmFacts:
         if fallback.known:
             total = fallback
     return ShmFacts(path=path, total=total, free=free)
+
+
+def shm_used_bytes(path: str = SHM_PATH) -> int | None:
+    """Bytes in use on the /dev/shm file system right now (the probe samples it while measuring)."""
+    import os
+
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize

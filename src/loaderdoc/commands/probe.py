@@ -241,18 +241,6 @@ def _console() -> Any:
     return Console(file=sys.stdout, width=200, color_system=None, soft_wrap=False)
 
 
-def detect_facts() -> Any:
-    """This machine's facts for the probe and its findings; a reader failing never stops a probe."""
-    try:
-        from loaderdoc.system.detect import detect
-
-        return detect()
-    except Exception:
-        from loaderdoc.system.facts import MachineFacts
-
-        return MachineFacts()
-
-
 def probe_findings(report: ProbeReport, facts: Any) -> list[Any]:
     """The diagnoses `check` runs, fed with what the probe measured, judged for the recommendation."""
     from loaderdoc.advice.rules import evaluate
@@ -302,8 +290,9 @@ def run(args: argparse.Namespace) -> int:
         format_for(args.export, args.format)  # a bad path or format fails now, not after 30 s
         check_writable(Path(args.export).expanduser(), force=args.force)
     from loaderdoc.probe.api import ProbeInterrupted
+    from loaderdoc.system.detect import detect
 
-    facts = detect_facts()
+    facts = detect()
     try:
         report = probe_from_args(args, progress=progress, facts=facts)
     except ProbeInterrupted as interrupted:

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from loaderdoc._serde import to_dict
 from loaderdoc.probe.api import probe
-from loaderdoc.probe.runner import RunPlan, Workload, run_config
+from loaderdoc.probe.isolate import run_config
+from loaderdoc.probe.measure import RunPlan, Workload
 from loaderdoc.probe.workloads import PRESETS
 from loaderdoc.settings import LoaderSettings
 

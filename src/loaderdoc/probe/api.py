@@ -30,7 +30,7 @@ class ProbeInterrupted(KeyboardInterrupt):
 
 def plan_for_budget(budget_s: float):
     """Measurement windows sized so that about a dozen configurations fit in the budget."""
-    from loaderdoc.probe.runner import RunPlan
+    from loaderdoc.probe.measure import RunPlan
 
     window = min(2.5, max(0.25, budget_s / 20.0))
     loader_timeout = min(30.0, max(2.0, budget_s / 3.0))
@@ -118,7 +118,8 @@ def probe(
     worker process is left running.
     """
     from loaderdoc.probe.consumer import SleepConsumer
-    from loaderdoc.probe.runner import Workload, run_config
+    from loaderdoc.probe.isolate import run_config
+    from loaderdoc.probe.measure import Workload
     from loaderdoc.probe.search import Search
     from loaderdoc.settings import LoaderSettings
 

@@ -1,11 +1,8 @@
-"""One DataLoader configuration -> one measured :class:`ConfigResult`.
+"""The measurement of one DataLoader configuration, in the current process.
 
-Each configuration runs in a forked *measuring process* in its own process group; the
-DataLoader's workers are forked from it and share the group. The parent only waits on a pipe,
-so it can always stop a configuration: on a watchdog deadline, on ``cancel`` or on Ctrl+C it
-kills the whole group, and no worker process is left behind whatever the dataset did (hung
-in ``__getitem__`` with 0 workers, killed a worker, deadlocked). Forking also means the user's
-dataset is never pickled.
+:func:`measure_in_process` builds the loader, lets its workers start, measures steady-state waits
+and steps against the simulated training step, samples worker memory and /dev/shm, and times the
+epoch restart. :mod:`loaderdoc.probe.isolate` runs it in a forked measuring process.
 
 Inside the measuring process torch runs single-threaded (``torch.set_num_threads(1)``), as
 DataLoader workers do: torch's OpenMP pool does not survive a fork, and using it after one hangs.
@@ -14,21 +11,13 @@ DataLoader workers do: torch's OpenMP pool does not survive a fork, and using it
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
-import os
-import select
-import signal
 import statistics
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc._serde import from_dict, to_dict
 from loaderdoc.probe.result import ConfigResult, WaitStats
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.shm import shm_used_bytes
@@ -77,192 +66,6 @@ class RunPlan:
 
 
 # ---- parent side ------------------------------------------------------------------------------
-def run_config(
-    workload: Workload,
-    settings: LoaderSettings,
-    plan: RunPlan,
-    *,
-    cancel: threading.Event | None = None,
-    purpose: str = "",
-) -> ConfigResult:
-    """Measure one configuration in a forked process; never hangs, never leaves a worker behind.
-
-    KeyboardInterrupt propagates after the process group was killed.
-    """
-    read_fd, write_fd = os.pipe()
-    started = time.perf_counter()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-        _child_main(read_fd, write_fd, workload, settings, plan)
-    os.close(write_fd)
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
-    chunks: list[bytes] = []
-    stopped = ""
-    deadline = started + plan.watchdog_s
-    try:
-        while True:
-            if cancel is not None and cancel.is_set():
-                stopped = "cancelled"
-                break
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                stopped = "timeout"
-                break
-            ready, _, _ = select.select([read_fd], [], [], min(0.1, remaining))
-            if ready:
-                data = os.read(read_fd, 1 << 16)
-                if not data:
-                    break
-                chunks.append(data)
-                if data.endswith(b"\n"):
-                    # the whole result: don't wait for EOF, a hung worker still holds the pipe open
-                    break
-    finally:
-        os.close(read_fd)
-        kill_process_group(pid)
-        wait_status = _reap(pid)
-    duration = time.perf_counter() - started
-    if stopped == "cancelled":
-        result = ConfigResult(settings=settings, status="cancelled", error="cancelled before it finished")
-    elif stopped == "timeout":
-        result = ConfigResult(
-            settings=settings,
-            status="timeout",
-            error=f"no result within {plan.watchdog_s:.0f} s, stopped by the watchdog: "
-            "the dataset or a worker probably hangs",
-        )
-    else:
-        try:
-            result = from_dict(ConfigResult, json.loads(b"".join(chunks).decode()))
-        except (ValueError, TypeError):
-            result = ConfigResult(
-                settings=settings,
-                status="failed",
-                error=f"the measuring process died ({_describe_wait_status(wait_status)}) before reporting",
-            )
-    result.settings = settings
-    result.duration_s = duration
-    result.purpose = purpose
-    return result
-
-
-def kill_process_group(pgid: int, wait_s: float = 3.0) -> None:
-    """SIGKILL every process in the group (the measuring process and its DataLoader workers),
-    and wait until the workers are really gone (a killed process takes a moment to exit)."""
-    import psutil
-
-    try:
-        workers = psutil.Process(pgid).children(recursive=True)
-    except psutil.Error:
-        workers = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    for proc in workers:  # a worker that left the group (setsid) is still ours to stop
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    deadline = time.monotonic() + wait_s
-    while workers and time.monotonic() < deadline:
-        workers = [p for p in workers if _alive(p)]
-        if workers:
-            time.sleep(0.01)
-
-
-def _alive(proc: Any) -> bool:
-    """Running and not a zombie (a zombie holds no memory; whoever adopted it reaps it)."""
-    import psutil
-
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _reap(pid: int) -> int | None:
-    try:
-        _, status = os.waitpid(pid, 0)
-        return status
-    except ChildProcessError:
-        return None
-
-
-def _describe_wait_status(status: int | None) -> str:
-    if status is None:
-        return "status unknown"
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = str(sig)
-        return f"killed by signal {name}"
-    return f"exit code {os.WEXITSTATUS(status)}"
-
-
-# ---- child side -------------------------------------------------------------------------------
-def _child_main(read_fd: int, write_fd: int, workload: Workload, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
-    code = 0
-    try:
-        os.close(read_fd)
-        with contextlib.suppress(OSError):
-            os.setpgid(0, 0)
-        _die_with_parent()
-        # Ctrl+C reaches the parent, which kills this whole group; the child must not race it
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        try:
-            import torch
-
-            torch.set_num_threads(1)  # OpenMP does not survive fork (see module docstring)
-            # keep the loader alive: a graceful worker shutdown can take seconds, and the parent
-            # kills this process group the moment the result is read
-            result = measure_in_process(workload, settings, plan, keep_alive=[])
-        except BaseException as exc:
-            result = failure_result(settings, exc)
-            # the traceback holds the failed loader: releasing it would shut its workers down,
-            # joining a hung worker for 5 s each, before the result is sent (the watchdog fires first)
-            failed = exc  # noqa: F841
-        payload = json.dumps(to_dict(result)).encode() + b"\n"  # one line: the parent stops reading at its end
-        view = memoryview(payload)
-        while view:
-            written = os.write(write_fd, view)
-            view = view[written:]
-        os.close(write_fd)
-    except BaseException:
-        code = 1
-    finally:
-        os._exit(code)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - child
-    """Linux: SIGKILL this process if the probe itself dies (prctl PR_SET_PDEATHSIG)."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)
-
-
-def failure_result(settings: LoaderSettings, exc: BaseException) -> ConfigResult:
-    """A failed configuration, keeping the worker's traceback and a one-line cause."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    message = str(exc).strip()
-    lines = [line for line in message.splitlines() if line.strip()]
-    status = "failed"
-    if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
-        # torch re-raises a worker's exception with the original traceback in the message
-        error = f"{lines[0].removeprefix('Caught ').rstrip('.')}: {lines[-1].strip()}"
-    elif "timed out after" in message and "DataLoader" in message:
-        status = "timeout"
-        error = f"{lines[0]} (a worker did not deliver a batch in time: it hangs or is far too slow)"
-    else:
-        error = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return ConfigResult(settings=settings, status=status, error=error, traceback=text)
-
-
 class _StoppableSampler:
     """Random indices, epoch after epoch, until ``stop`` is set: then the epoch ends for real.
 

@@ -9,6 +9,7 @@ import pytest
 
 from loaderdoc._compat import tomllib
 from loaderdoc.advice.recommend import recommend
+from loaderdoc.config import load_settings
 from loaderdoc.errors import ExportError
 from loaderdoc.export import export_header, format_for, render, write_export
 from loaderdoc.settings import LoaderSettings
@@ -34,7 +35,7 @@ def test_written_files_load_back(tmp_path, fmt):
     text = path.read_text()
     if fmt == "toml":
         assert tomllib.loads(text)["dataloader"]["num_workers"] == 2
-        assert LoaderSettings.load(path).as_kwargs() == SETTINGS.as_kwargs()
+        assert load_settings(path).as_kwargs() == SETTINGS.as_kwargs()
     elif fmt == "json":
         assert json.loads(text)["dataloader"] == SETTINGS.as_kwargs()
     else:

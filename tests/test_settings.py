@@ -7,7 +7,9 @@ import json
 import pytest
 
 from loaderdoc._compat import tomllib
+from loaderdoc.config import load_settings
 from loaderdoc.errors import SettingsError
+from loaderdoc.export import render, to_python, to_toml
 from loaderdoc.settings import LoaderSettings
 
 
@@ -71,55 +73,55 @@ def test_our_validation_agrees_with_torch():
 # ---- loading ------------------------------------------------------------------------------
 def test_yaml_with_zero_one_booleans(tmp_path):
     path = write(tmp_path, "config.yaml", "num_workers: 8\npin_memory: 1\npersistent_workers: 1\nprefetch_factor: 2\n")
-    s = LoaderSettings.load(path)
+    s = load_settings(path)
     assert (s.num_workers, s.pin_memory, s.persistent_workers, s.prefetch_factor) == (8, True, True, 2)
 
 
 def test_toml_dataloader_table_and_top_level(tmp_path):
     table = write(tmp_path, "a.toml", "[model]\nlr = 0.1\n[dataloader]\nnum_workers = 4\nshuffle = true\n")
-    assert LoaderSettings.load(table).num_workers == 4
+    assert load_settings(table).num_workers == 4
     top = write(tmp_path, "b.toml", "num_workers = 2\nbatch_size = 16\n")
-    assert LoaderSettings.load(top).batch_size == 16
+    assert load_settings(top).batch_size == 16
 
 
 def test_unknown_key_named_with_suggestion_and_line(tmp_path):
     path = write(tmp_path, "c.toml", "[dataloader]\nnum_workers = 4\nnum_worker = 2\n")
     with pytest.raises(SettingsError, match=r"c\.toml:3: unknown setting 'num_worker' \(did you mean 'num_workers'\?\)"):
-        LoaderSettings.load(path)
+        load_settings(path)
 
 
 def test_wrong_types_named(tmp_path):
     with pytest.raises(SettingsError, match=r"d\.yaml:2: pin_memory must be true/false \(or 1/0\), got 2"):
-        LoaderSettings.load(write(tmp_path, "d.yaml", "num_workers: 2\npin_memory: 2\n"))
+        load_settings(write(tmp_path, "d.yaml", "num_workers: 2\npin_memory: 2\n"))
     with pytest.raises(SettingsError, match="num_workers must be a whole number, got 'eight'"):
-        LoaderSettings.load(write(tmp_path, "e.yaml", "num_workers: eight\n"))
+        load_settings(write(tmp_path, "e.yaml", "num_workers: eight\n"))
     with pytest.raises(SettingsError, match="num_workers must be a whole number, got 2.5"):
-        LoaderSettings.load(write(tmp_path, "f.toml", "num_workers = 2.5\n"))
+        load_settings(write(tmp_path, "f.toml", "num_workers = 2.5\n"))
 
 
 def test_malformed_files_name_the_line(tmp_path):
     with pytest.raises(SettingsError, match=r"bad\.toml: not valid TOML: .*line 2"):
-        LoaderSettings.load(write(tmp_path, "bad.toml", "num_workers = 4\npin_memory = \n"))
+        load_settings(write(tmp_path, "bad.toml", "num_workers = 4\npin_memory = \n"))
     with pytest.raises(SettingsError, match=r"bad\.yaml:2: not valid YAML"):
-        LoaderSettings.load(write(tmp_path, "bad.yaml", "num_workers: 4\n  pin_memory: [1\n"))
+        load_settings(write(tmp_path, "bad.yaml", "num_workers: 4\n  pin_memory: [1\n"))
     with pytest.raises(SettingsError, match="no such file"):
-        LoaderSettings.load(tmp_path / "missing.toml")
+        load_settings(tmp_path / "missing.toml")
 
 
 def test_contradictions_raise_when_strict_and_pass_for_linting(tmp_path):
     path = write(tmp_path, "g.toml", "num_workers = 0\nprefetch_factor = 4\n")
     with pytest.raises(SettingsError, match=r"g\.toml:2: prefetch_factor needs num_workers > 0"):
-        LoaderSettings.load(path)
-    lenient = LoaderSettings.load(path, strict=False)
+        load_settings(path)
+    lenient = load_settings(path, strict=False)
     assert lenient.combination_problems()
     # negative counts are wrong on their own: never lenient
     with pytest.raises(SettingsError, match="num_workers must be >= 0"):
-        LoaderSettings.load(write(tmp_path, "h.toml", "num_workers = -2\n"), strict=False)
+        load_settings(write(tmp_path, "h.toml", "num_workers = -2\n"), strict=False)
 
 
 def test_absurd_values_refused(tmp_path):
     with pytest.raises(SettingsError, match="absurd"):
-        LoaderSettings.load(write(tmp_path, "i.toml", "num_workers = 100000000\n"))
+        load_settings(write(tmp_path, "i.toml", "num_workers = 100000000\n"))
 
 
 # ---- output and round trips ---------------------------------------------------------------
@@ -133,18 +135,19 @@ SAMPLES = [
 
 @pytest.mark.parametrize("settings", SAMPLES)
 def test_toml_round_trip(tmp_path, settings):
-    path = write(tmp_path, "rt.toml", settings.to_toml(["made for a test"]))
+    path = write(tmp_path, "rt.toml", to_toml(settings, ["made for a test"]))
     assert path.read_text().startswith("# made for a test\n")
     assert tomllib.loads(path.read_text())["dataloader"]["num_workers"] == settings.num_workers
-    loaded = LoaderSettings.load(path)
+    loaded = load_settings(path)
     assert loaded.as_kwargs() == settings.as_kwargs()
 
 
 @pytest.mark.parametrize("settings", SAMPLES)
 def test_json_round_trip(tmp_path, settings):
-    path = write(tmp_path, "rt.json", settings.to_json())
-    assert LoaderSettings.load(path).as_kwargs() == settings.as_kwargs()
-    assert json.loads(settings.to_json()) == settings.as_kwargs()
+    text = render(settings, "json", ["made for a test"])
+    path = write(tmp_path, "rt.json", text)
+    assert load_settings(path).as_kwargs() == settings.as_kwargs()
+    assert json.loads(text)["dataloader"] == settings.as_kwargs()
 
 
 @pytest.mark.parametrize("settings", SAMPLES)
@@ -153,7 +156,7 @@ def test_python_snippet_runs_and_builds_that_loader(settings):
     from torch.utils.data import TensorDataset
 
     namespace: dict = {}
-    exec(compile(settings.to_python(["header line"]), "<snippet>", "exec"), namespace)
+    exec(compile(to_python(settings, ["header line"]), "<snippet>", "exec"), namespace)
     loader = namespace["make_loader"](TensorDataset(torch.arange(8.0)), timeout=0 if settings.num_workers == 0 else 30)
     assert loader.num_workers == settings.num_workers
     assert loader.pin_memory == settings.pin_memory

@@ -1,4 +1,4 @@
-"""Write chosen settings as TOML, a Python DataLoader snippet or JSON, atomically.
+"""Every output format of chosen settings (TOML, a Python DataLoader snippet, JSON), written atomically.
 
 A file is written to a temporary sibling and renamed into place, so a failure never leaves a
 half-written file, and an existing file is never replaced without ``force``.
@@ -42,12 +42,43 @@ def format_for(path: str, fmt: str | None) -> str:
     return _SUFFIXES[suffix]
 
 
+def to_toml(settings: LoaderSettings, header: list[str] | None = None) -> str:
+    """A ``[dataloader]`` table, with the header as comments."""
+    import tomli_w  # small; only the export path needs it
+
+    # TOML has no null: an unset batch_size (automatic batching off) is written as "none"
+    table = {k: ("none" if v is None else v) for k, v in settings.as_kwargs().items()}
+    return _comment_block(header) + tomli_w.dumps({"dataloader": table})
+
+
+def to_python(settings: LoaderSettings, header: list[str] | None = None) -> str:
+    """A runnable ``make_loader(dataset, **overrides)`` with the settings."""
+    args = "".join(f"        {k}={v!r},\n" for k, v in settings.as_kwargs().items())
+    return (
+        _comment_block(header)
+        + "from torch.utils.data import DataLoader\n\n\n"
+        + "def make_loader(dataset, **overrides):\n"
+        + '    """Build the DataLoader with the settings loaderdoc chose for this machine."""\n'
+        + "    kwargs = dict(\n"
+        + args
+        + "    )\n"
+        + "    kwargs.update(overrides)\n"
+        + "    return DataLoader(dataset, **kwargs)\n"
+    )
+
+
+def _comment_block(lines: list[str] | None) -> str:
+    if not lines:
+        return ""
+    return "".join(f"# {line}".rstrip() + "\n" for line in lines) + "\n"
+
+
 def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = ()) -> str:
     header = list(header)
     if fmt == "toml":
-        return settings.to_toml(header)
+        return to_toml(settings, header)
     if fmt == "py":
-        return settings.to_python(header)
+        return to_python(settings, header)
     if fmt == "json":
         doc = {"generated_by": f"loaderdoc {__version__}", "notes": header, "dataloader": settings.as_kwargs()}
         return json.dumps(doc, indent=2) + "\n"

@@ -58,8 +58,9 @@ def build_report(args: argparse.Namespace) -> dict:
     from loaderdoc.advice.recommend import batch_bytes_for, recommend
     from loaderdoc.advice.rules import TrainingContext, evaluate
     from loaderdoc.commands.common import sample_bytes
+    from loaderdoc.config import read_config
     from loaderdoc.errors import SettingsError
-    from loaderdoc.settings import LoaderSettings, read_config
+    from loaderdoc.settings import LoaderSettings
     from loaderdoc.summary import machine_summary
 
     facts = load_facts(args.machine)

@@ -5,7 +5,7 @@ The public API is lazy so that ``import loaderdoc`` stays cheap: torch is import
 
     >>> import loaderdoc
     >>> facts = loaderdoc.detect()                      # machine facts, no torch import
-    >>> rec = loaderdoc.recommend(facts, batch_size=64, sample_shape=(3, 224, 224))
+    >>> rec = loaderdoc.recommend(facts, batch_size=64, sample_bytes=3 * 224 * 224)
     >>> rec.settings.as_kwargs()                        # goes into DataLoader(dataset, **...)
 """
 
@@ -15,23 +15,33 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "detect": ("loaderdoc.system.detect", "detect"),
-    "MachineFacts": ("loaderdoc.system.facts", "MachineFacts"),
-    "LoaderSettings": ("loaderdoc.settings", "LoaderSettings"),
-    "recommend": ("loaderdoc.advice.recommend", "recommend"),
-    "probe": ("loaderdoc.probe.api", "probe"),
-    "ProbeReport": ("loaderdoc.probe.result", "ProbeReport"),
-}
-
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = ["LoaderSettings", "MachineFacts", "ProbeReport", "__version__", "detect", "probe", "recommend"]
 
 
 def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'loaderdoc' has no attribute {name!r}") from None
-    import importlib
+    """The public API, imported on first use (torch only with :func:`probe`)."""
+    if name == "detect":
+        from loaderdoc.system.detect import detect
 
-    return getattr(importlib.import_module(module_name), attr)
+        return detect
+    if name == "MachineFacts":
+        from loaderdoc.system.facts import MachineFacts
+
+        return MachineFacts
+    if name == "LoaderSettings":
+        from loaderdoc.settings import LoaderSettings
+
+        return LoaderSettings
+    if name == "recommend":
+        from loaderdoc.advice.recommend import recommend
+
+        return recommend
+    if name == "probe":
+        from loaderdoc.probe.api import probe
+
+        return probe
+    if name == "ProbeReport":
+        from loaderdoc.probe.result import ProbeReport
+
+        return ProbeReport
+    raise AttributeError(f"module 'loaderdoc' has no attribute {name!r}")

@@ -7,7 +7,6 @@ Kept cheap to import: nothing here imports torch or textual at module load, so `
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 import threading
@@ -33,11 +32,11 @@ exit codes:
   {EXIT_INTERRUPTED}  interrupted (Ctrl+C / SIGTERM); stopped cleanly
 """
 
-# subcommand -> module with add_arguments(parser) and run(args) -> int
+# subcommand -> what it does; its module in loaderdoc.commands has add_arguments(parser) and run(args)
 COMMANDS = {
-    "check": ("loaderdoc.commands.check", "health check of this machine (and a config) before a long run"),
-    "probe": ("loaderdoc.commands.probe", "measure real DataLoaders on this machine and recommend settings"),
-    "facts": ("loaderdoc.commands.facts", "print the detected machine facts (JSON records a fixture)"),
+    "check": "health check of this machine (and a config) before a long run",
+    "probe": "measure real DataLoaders on this machine and recommend settings",
+    "facts": "print the detected machine facts (JSON records a fixture)",
 }
 
 
@@ -68,14 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--export", metavar="PATH", help="write the recommended settings to PATH ('-' = stdout)")
     export.add_argument("--format", choices=["toml", "py", "json"], help="export format (default: from PATH's suffix)")
     export.add_argument("--force", action="store_true", help="overwrite an existing export file")
-    from loaderdoc.commands.check import add_machine_argument
+    from loaderdoc.commands import check, facts, probe  # none imports torch or textual at load
     from loaderdoc.commands.common import add_workload_arguments
 
-    add_machine_argument(export)
+    check.add_machine_argument(export)
     add_workload_arguments(parser, with_probe=True)
 
+    modules = {"check": check, "probe": probe, "facts": facts}
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, (module_name, help_text) in COMMANDS.items():
+    for name, help_text in COMMANDS.items():
         sp = sub.add_parser(
             name,
             help=help_text,
@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=EXIT_CODES_HELP,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        importlib.import_module(module_name).add_arguments(sp)
-        sp.set_defaults(_module=module_name)
+        modules[name].add_arguments(sp)
+        sp.set_defaults(_run=modules[name].run)
         _keep_top_level_values(parser, sp)
     return parser
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         if args.command:
-            return int(importlib.import_module(args._module).run(args))
+            return int(args._run(args))
         if args.export is not None:  # '' too: an error, not the app
             from loaderdoc.commands import export_cmd
 

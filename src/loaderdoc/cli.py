@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 
-from loaderdoc import __version__
+from loaderdoc._version import __version__
 from loaderdoc.errors import (
     EXIT_CRITICAL,
     EXIT_INTERRUPTED,

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from loaderdoc import __version__
+from loaderdoc._version import __version__
 from loaderdoc.errors import ExportError
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import Dataset
 
-from loaderdoc.probe.workloads import WorkloadSpec
+if TYPE_CHECKING:  # workloads builds these datasets; it is not imported back at run time
+    from loaderdoc.probe.workloads import WorkloadSpec
 
 _HASH_CHUNK = bytes(64 * 1024)  # ~50-100 us of sha256: fine-grained enough to stop on time
 

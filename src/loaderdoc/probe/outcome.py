@@ -1,0 +1,138 @@
+"""The search's answer: the recommended settings and the reasons, each with its evidence.
+
+What the search measured goes through :func:`loaderdoc.policy.choose`; this module words the
+choice (why these workers, this prefetch, persistence, pinning) for the report. Pure logic.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from loaderdoc import policy
+from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
+from loaderdoc.probe.result import ConfigResult
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.units import MiB
+
+if TYPE_CHECKING:
+    from loaderdoc.probe.search import Search
+
+
+@dataclass
+class SearchOutcome:
+    results: list[ConfigResult] = field(default_factory=list)
+    recommended: LoaderSettings | None = None
+    reasons: list[str] = field(default_factory=list)
+    stopped: str = ""
+
+
+# ---- the recommendation -----------------------------------------------------------------
+def outcome(self: Search) -> SearchOutcome:
+    outcome = SearchOutcome(results=self.results, stopped=self.stopped or "done")
+    table = self.throughputs()
+    if not table:
+        if outcome.stopped == "done":
+            outcome.stopped = "failures"
+        outcome.reasons = ["no configuration could be measured"] + self.notes
+        return outcome
+    reasons: list[str] = []
+    choice = self.choice()
+    misfits = {k: why for k in table if (why := self.misfit(k))}
+    for key, why in misfits.items():
+        reasons.append(f"excluded num_workers={key[0]}, prefetch_factor={key[1]}: {why}")
+    if choice is None:
+        outcome.reasons = reasons + ["no measured configuration fits this machine's memory"] + self.notes
+        return outcome
+    for key, why in choice.excluded.items():
+        if key not in misfits:
+            reasons.append(f"not chosen: {policy.key_text(key)} ({table[key]:.1f} steps/s): {why}")
+    candidate = choice.key
+    fitting = {k: v for k, v in table.items() if k not in choice.excluded}
+    best_key = choice.best_key
+    best_rate, rate = choice.best_rate, choice.rate
+    tol = choice.tolerance
+    if round(tol * 100) > round(TOLERANCE * 100):
+        reasons.append(f"tolerance {tol * 100:.0f} % instead of {TOLERANCE * 100:.0f} %: repeated runs of one "
+                       "configuration differed that much here, so smaller gaps are noise")
+    workers, prefetch = candidate
+    settings = self.base.replace(num_workers=workers)
+    if workers == 0:
+        reasons.insert(0, f"num_workers=0: {rate:.1f} steps/s" + (
+            " is the best measured" if best_key == candidate else
+            f", within {tol * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]})"))
+    else:
+        count = len(self.measured(*candidate))
+        where = "the best measured" if best_key == candidate else (
+            f"within {tol * 100:.0f} % of the best ({best_rate:.1f} steps/s at num_workers={best_key[0]}, "
+            f"prefetch_factor={best_key[1]})")
+        reasons.insert(0, f"num_workers={workers}: {rate:.1f} steps/s (mean of {count} run{'s' * (count > 1)}), {where}; "
+                          "the fewest workers that fast")
+        if choice.oversubscribed and choice.beyond_cpus is not None:
+            reasons.insert(1, f"num_workers={workers} is more than the {self.limits.cpu_budget:g} CPUs because "
+                              + choice.beyond_cpus.text(self.limits.cpu_budget))
+        fewer = [k for k in fitting if k[0] < workers]
+        if fewer:
+            k = max(fewer)
+            reasons.append(f"num_workers={k[0]} reached only {fitting[k]:.1f} steps/s")
+        settings = settings.replace(prefetch_factor=prefetch)
+        alt = [k for k in fitting if k[0] == workers and k[1] != prefetch]
+        if alt:
+            k = alt[0]
+            reasons.append(f"prefetch_factor={prefetch}: {rate:.1f} steps/s vs {fitting[k]:.1f} with prefetch_factor={k[1]}")
+        else:
+            rows = self.measured(*candidate)
+            starved = statistics.fmean(r.starvation_pct or 0 for r in rows)
+            reasons.append(f"prefetch_factor={prefetch}: torch's default; a deeper queue was not needed "
+                           f"(the step waited {starved:.0f} % of the time, waits steady)"
+                           if starved < NOT_STARVED_PCT else
+                           f"prefetch_factor={prefetch}: torch's default (a deeper queue was not measured)")
+        settings = settings.replace(persistent_workers=_choose_persistent(self, candidate, reasons))
+    if self.limits.cuda:
+        pinned = [r for r in self.results if r.ok and r.settings.pin_memory]
+        settings = settings.replace(pin_memory=True)
+        if pinned and pinned[-1].h2d_pinned_ms is not None:
+            r = pinned[-1]
+            reasons.append(f"pin_memory=True: a batch copies to the GPU in {r.h2d_pinned_ms:.2f} ms pinned "
+                           f"vs {r.h2d_pageable_ms:.2f} ms pageable")
+        else:
+            reasons.append("pin_memory=True: CUDA is present and pinned copies can overlap the step (not measured)")
+    else:
+        reasons.append("pin_memory=False: no CUDA device, pinning would only cost RAM (torch warns and ignores it)")
+    chosen_starved = statistics.fmean(r.starvation_pct or 0 for r in self.measured(*candidate))
+    if self.stopped in ("budget", "cancelled", "interrupted") and chosen_starved >= NOT_STARVED_PCT:
+        # the best so far is not an answer when the search was cut short while still starved
+        reasons.insert(1, f"provisional: the probe stopped ({self.stopped}) while the step still waited "
+                          f"{chosen_starved:.0f} % of the time; this is the best measured so far, not what "
+                          "the data needs: rerun with a larger --budget")
+    if len(table) == 1 and self.stopped == "budget":
+        reasons.append(f"only num_workers={next(iter(table))[0]} could be measured within the "
+                       f"{self.limits.budget_s:.0f} s budget; a larger budget lets the probe try other sizes")
+    outcome.recommended = settings
+    outcome.reasons = reasons + self.notes
+    return outcome
+
+def _choose_persistent(self: Search, key: tuple[int, int], reasons: list[str]) -> bool:
+    rows = [r for r in self.results if r.ok and policy.stream_key(r.settings) == key and r.epoch_restart_s is not None]
+    on = [r.epoch_restart_s for r in rows if r.settings.persistent_workers]
+    on += [r.epoch_restart_persistent_s for r in rows if r.epoch_restart_persistent_s is not None]
+    off = [r.epoch_restart_s for r in rows if not r.settings.persistent_workers]
+    if on and off:
+        if min(on) < min(off):
+            reasons.append(f"persistent_workers=True: the gap between epochs fell from {min(off):.2f} s to "
+                           f"{min(on):.2f} s (workers are not forked again each epoch)")
+        else:
+            # skipping the fork cannot make the restart slower: a reversed pair is noise
+            pss = max((r.worker_pss_bytes or 0 for r in rows), default=0)
+            reasons.append(f"persistent_workers=True: no saving measured here ({min(off):.2f} s without vs "
+                           f"{min(on):.2f} s with, within noise: loading the first batch dominates), but it "
+                           f"never costs time; it keeps the workers' {pss / MiB:.0f} MiB (PSS) between epochs")
+        return True
+    first = [r.first_batch_s for r in rows or self.measured(*key) if r.first_batch_s is not None]
+    if first:
+        reasons.append(f"persistent_workers=True: starting the workers took {min(first):.2f} s, paid again "
+                       "every epoch without it (restart not measured within the budget)")
+        return True
+    reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
+    return True

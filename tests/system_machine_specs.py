@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support.fake_nvml import FakeGpu, FakeNvml
+
 from loaderdoc.system._files import Tree
 from loaderdoc.system.detect import detect
 from loaderdoc.system.facts import MachineFacts, MiB
-from loaderdoc.system.fake_nvml import FakeGpu, FakeNvml
 from loaderdoc.system.fixtures import MACHINES_DIR
 from loaderdoc.system.host import TreeHost
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support import matrix
+from support.scenarios import SCENARIOS
 
-from loaderdoc.advice import matrix
 from loaderdoc.advice.rules import RULES, evaluate
-from loaderdoc.advice.scenarios import SCENARIOS
 from loaderdoc.probe.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import machine_names
@@ -65,15 +65,15 @@ def test_probe_reports_survive_a_json_round_trip(scenario):
 
 
 def test_docs_matrix_is_current():
-    assert (REPO / matrix.DOC_PATH).exists(), "run python -m loaderdoc.advice.matrix"
+    assert (REPO / matrix.DOC_PATH).exists(), "run python scripts/diagnoses_docs.py"
     assert (REPO / matrix.DOC_PATH).read_text(encoding="utf-8") == matrix.render(), (
-        "docs/diagnoses.md is stale: run python -m loaderdoc.advice.matrix"
+        "docs/diagnoses.md is stale: run python scripts/diagnoses_docs.py"
     )
 
 
 def test_docs_tradeoffs_is_current():
     assert (REPO / matrix.TRADEOFFS_PATH).read_text(encoding="utf-8") == matrix.render_tradeoffs(), (
-        "docs/tradeoffs.md is stale: run python -m loaderdoc.advice.matrix"
+        "docs/tradeoffs.md is stale: run python scripts/diagnoses_docs.py"
     )
 
 

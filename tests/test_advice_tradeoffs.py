@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 
+from support.scenarios import get_scenario, measured, report
+
 from loaderdoc.advice.knobs import KNOBS, explain
-from loaderdoc.advice.scenarios import get_scenario, measured, report
 from loaderdoc.advice.tradeoffs import KNOB_ORDER, render_text, to_dict, tradeoffs
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading

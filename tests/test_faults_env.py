@@ -78,7 +78,7 @@ def test_no_nvml_library_is_a_fact_not_an_error():
 
 FAKE_PYNVML = """
     import sys
-    from loaderdoc.system.fake_nvml import FakeGpu, FakeNvml, NVMLError_GpuIsLost
+    from support.fake_nvml import FakeGpu, FakeNvml, NVMLError_GpuIsLost
     gpus = [FakeGpu(name="NVIDIA H100 80GB HBM3", uuid=f"GPU-0000000{i}-0000-0000-0000-000000000000",
                     memory_total=80 * 2**30, pcie_gen_current=5, pcie_gen_max=5) for i in range(2)]
     # the second GPU falls off the bus half-way through the query
@@ -94,7 +94,7 @@ def failing_nvml(tmp_path):
     shadow = tmp_path / "nvml"
     shadow.mkdir()
     (shadow / "pynvml.py").write_text(textwrap.dedent(FAKE_PYNVML))
-    env, _ = fault_env(pythonpath=[str(shadow)])
+    env, _ = fault_env(pythonpath=[str(shadow), str(Path(__file__).parent)])  # tests/ holds support.fake_nvml
     return env
 
 

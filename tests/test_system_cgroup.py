@@ -6,13 +6,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.fake_nvml import FakeNvml
 
 from loaderdoc.system._files import Tree
 from loaderdoc.system.cgroup import locate, parse_mountinfo, parse_proc_cgroup
 from loaderdoc.system.cpu import cgroup_cpu
 from loaderdoc.system.detect import detect
 from loaderdoc.system.facts import GiB, MiB
-from loaderdoc.system.fake_nvml import FakeNvml
 from loaderdoc.system.memory import cgroup_memory
 from loaderdoc.system.shm import mount_size
 

@@ -10,13 +10,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.fake_nvml import FakeNvml
 
 from loaderdoc.system._files import Tree, parse_cpu_list
 from loaderdoc.system.container import read_container
 from loaderdoc.system.detect import detect, make_host
 from loaderdoc.system.distributed import expand_tasks_per_node, read_distributed
 from loaderdoc.system.facts import CpuFacts, MachineFacts, Reading
-from loaderdoc.system.fake_nvml import FakeNvml
 from loaderdoc.system.host import LiveHost, TreeHost
 from loaderdoc.system.limits import sharing_strategy
 from loaderdoc.system.shm import read_shm

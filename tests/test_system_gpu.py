@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from loaderdoc.system.facts import MiB
-from loaderdoc.system.fake_nvml import (
+from support.fake_nvml import (
     FakeGpu,
     FakeNvml,
     NVMLError_DriverNotLoaded,
@@ -13,6 +11,8 @@ from loaderdoc.system.fake_nvml import (
     NVMLError_NoPermission,
     NVMLError_NotSupported,
 )
+
+from loaderdoc.system.facts import MiB
 from loaderdoc.system.gpu import format_cuda_version, nvml_call, parse_visible_devices, read_gpus
 
 UUIDS = [

@@ -2,7 +2,7 @@
 that must fire for them (an empty set for a healthy scenario).
 
 The same list drives the scenario tests (``tests/test_advice_scenarios.py``) and the rule x
-scenario matrix in ``docs/diagnoses.md`` (``python -m loaderdoc.advice.matrix``), so the published
+scenario matrix in ``docs/diagnoses.md`` (``python scripts/diagnoses_docs.py``), so the published
 matrix is what the tests assert. Machines are the recorded fixtures shipped in
 ``loaderdoc/system/machines``; a scenario may override a few facts (``machine_overrides``, dotted
 paths to readings, e.g. ``{"distributed.local_world_size": 8}``), which the matrix lists.

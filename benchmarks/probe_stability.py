@@ -27,10 +27,10 @@ import warnings
 from pathlib import Path
 
 from loaderdoc import policy
-from loaderdoc.probe.api import probe
-from loaderdoc.probe.isolate import run_config
-from loaderdoc.probe.measure import RunPlan, Workload
-from loaderdoc.probe.workloads import PRESETS
+from loaderdoc.probing.api import probe
+from loaderdoc.probing.isolate import run_config
+from loaderdoc.probing.measure import RunPlan, Workload
+from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.settings import LoaderSettings
 
 RESULTS_DIR = Path(__file__).with_name("results")

@@ -6,7 +6,7 @@ Writes ``benchmarks/results/probe_vs_grid-<timestamp>.json`` and prints a Markdo
 
 For every workload, in the same run:
 
-1. the probe with its default 30 s budget (``loaderdoc.probe.api.probe``);
+1. the probe with its default 30 s budget (``loaderdoc.probing.api.probe``);
 2. a grid: num_workers 0..16 x prefetch_factor {2, 4} x persistent_workers {off, on}, each with
    the same runner and a 1 s steady window (prefetch 1 and 8 are left out to keep the grid
    under ~25 minutes for all six workloads on a 2-core machine);
@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loaderdoc._serde import to_dict
-from loaderdoc.probe.api import probe
-from loaderdoc.probe.isolate import run_config
-from loaderdoc.probe.measure import RunPlan, Workload
-from loaderdoc.probe.workloads import PRESETS
+from loaderdoc.probing.api import probe
+from loaderdoc.probing.isolate import run_config
+from loaderdoc.probing.measure import RunPlan, Workload
+from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.settings import LoaderSettings
 
 RESULTS_DIR = Path(__file__).with_name("results")

@@ -71,7 +71,7 @@ async def probe(size=BIG, name="probe"):
     from loaderdoc.tui import model
 
     try:
-        model.core("loaderdoc.probe.api", "probe")
+        model.core("loaderdoc.probing.api", "probe")
     except model.Unavailable as exc:
         print(f"skipped {name}: {exc}")
         return

@@ -9,7 +9,7 @@ import pytest
 
 from loaderdoc.advice.findings import CRITICAL, WARNING
 from loaderdoc.advice.rules import RULES, TrainingContext, catalogue, evaluate
-from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine

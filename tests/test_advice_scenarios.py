@@ -10,7 +10,7 @@ from support import matrix
 from support.scenarios import SCENARIOS
 
 from loaderdoc.advice.rules import RULES, evaluate
-from loaderdoc.probe.result import ProbeReport
+from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import machine_names
 

@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"settings"},
     {"config", "system"},
     {"policy"},
-    {"probe"},
+    {"probing"},
     {"advice"},
     {"export", "summary"},
     {"tui"},

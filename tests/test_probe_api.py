@@ -12,9 +12,9 @@ from torch.utils.data import DataLoader
 
 import loaderdoc
 from loaderdoc.errors import UserError
-from loaderdoc.probe.api import plan_for_budget, probe
-from loaderdoc.probe.result import ProbeReport
-from loaderdoc.probe.workloads import PRESETS
+from loaderdoc.probing.api import plan_for_budget, probe
+from loaderdoc.probing.result import ProbeReport
+from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.system.facts import MachineFacts, Reading
 
 sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))

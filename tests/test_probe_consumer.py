@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from loaderdoc.probe.consumer import (
+from loaderdoc.probing.consumer import (
     SleepConsumer,
     batch_nbytes,
     calibrate_spin,

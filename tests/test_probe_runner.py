@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loaderdoc.probe.isolate import failure_result, run_config
-from loaderdoc.probe.measure import RunPlan, Workload
+from loaderdoc.probing.isolate import failure_result, run_config
+from loaderdoc.probing.measure import RunPlan, Workload
 from loaderdoc.settings import LoaderSettings
 
 sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))

@@ -10,8 +10,8 @@ import threading
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
-from loaderdoc.probe.result import WaitStats
-from loaderdoc.probe.search import Search, SearchLimits
+from loaderdoc.probing.result import WaitStats
+from loaderdoc.probing.search import Search, SearchLimits
 from loaderdoc.settings import LoaderSettings
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from loaderdoc.errors import EXIT_USAGE, UserError
-from loaderdoc.probe import workloads
-from loaderdoc.probe.workloads import (
+from loaderdoc.probing import workloads
+from loaderdoc.probing.workloads import (
     PRESETS,
     DatasetAttributeError,
     DatasetFactoryError,
@@ -37,8 +37,8 @@ def userdata(monkeypatch):
 def test_probe_front_modules_do_not_import_torch():
     code = (
         "import sys\n"
-        "import loaderdoc.probe.workloads, loaderdoc.commands.probe, loaderdoc.probe.result, loaderdoc.probe\n"
-        "from loaderdoc.probe.workloads import PRESETS\n"
+        "import loaderdoc.probing.workloads, loaderdoc.commands.probe, loaderdoc.probing.result, loaderdoc.probing\n"
+        "from loaderdoc.probing.workloads import PRESETS\n"
         "assert PRESETS['image'].sample_bytes == 3 * 224 * 224\n"
         "print('torch' in sys.modules)\n"
     )
@@ -73,7 +73,7 @@ def test_unknown_preset_suggests_the_close_one():
 
 
 def test_synthetic_samples_cost_what_the_spec_says():
-    from loaderdoc.probe.synthetic import burn_cpu_holding_gil, burn_cpu_releasing_gil
+    from loaderdoc.probing.synthetic import burn_cpu_holding_gil, burn_cpu_releasing_gil
 
     for burn in (burn_cpu_holding_gil, burn_cpu_releasing_gil):
         cpu0 = time.thread_time()
@@ -101,7 +101,7 @@ def test_text_preset_pads_variable_lengths():
 
 
 def test_spiky_preset_spikes_on_a_fixed_share_of_samples():
-    from loaderdoc.probe.synthetic import _mix
+    from loaderdoc.probing.synthetic import _mix
 
     spec = PRESETS["spiky"]
     spiky = sum(1 for i in range(10_000) if _mix(i) % spec.io_spike_every == 0)

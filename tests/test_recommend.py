@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loaderdoc.advice.recommend import recommend
-from loaderdoc.probe.result import ConfigResult, ProbeReport, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Static, TabbedContent
 
-from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
@@ -46,7 +46,7 @@ def scripted_results(batch_size: int = 32) -> list[ConfigResult]:
 
 def scripted_probe(dataset=None, *, preset=None, collate_fn=None, batch_size=32, step_ms=20.0, budget_s=30.0,
                    facts=None, on_result=None, on_progress=None, cancel=None, delay=0.0):
-    """Stands in for loaderdoc.probe.api.probe: same keywords, scripted results."""
+    """Stands in for loaderdoc.probing.api.probe: same keywords, scripted results."""
     results = []
     for i, r in enumerate(scripted_results(batch_size)):
         if cancel is not None and cancel.is_set():
@@ -340,7 +340,7 @@ async def test_probe_passes_the_workload_and_dataset():
 async def test_the_app_probes_a_preset_as_the_probe_command_does():
     # `loaderdoc probe tensor` measures the preset's own batch size (128) and step; so does the app
     from loaderdoc.commands.app import workload_from_args
-    from loaderdoc.probe.workloads import get_preset
+    from loaderdoc.probing.workloads import get_preset
 
     seen = {}
 
@@ -594,7 +594,7 @@ async def test_missing_core_pieces_are_shown_as_unavailable(monkeypatch):
     real_core = model.core
 
     def core(module, attr):
-        if module in ("loaderdoc.advice.rules", "loaderdoc.advice.tradeoffs", "loaderdoc.probe.api"):
+        if module in ("loaderdoc.advice.rules", "loaderdoc.advice.tradeoffs", "loaderdoc.probing.api"):
             raise model.Unavailable(f"{module} is not available in this build (test)")
         return real_core(module, attr)
 
@@ -611,5 +611,5 @@ async def test_missing_core_pieces_are_shown_as_unavailable(monkeypatch):
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "failed" and "loaderdoc.probe.api is not available" in app.probe_error
+        assert app.probe_state == "failed" and "loaderdoc.probing.api is not available" in app.probe_error
         assert app.findings == [] and app.tradeoffs == []

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from loaderdoc.errors import SettingsError
-from loaderdoc.probe.result import ConfigResult, ProbeReport, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine, machine_names
 from loaderdoc.tui import model
@@ -182,7 +182,7 @@ def test_app_module_does_not_import_torch():
 
 
 def test_choosing_a_preset_takes_its_batch_and_step_unless_the_user_gave_them():
-    from loaderdoc.probe.workloads import get_preset
+    from loaderdoc.probing.workloads import get_preset
 
     large = get_preset("large-image")
     w = model.Workload()

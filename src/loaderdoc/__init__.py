@@ -37,11 +37,11 @@ def __getattr__(name: str) -> Any:
 
         return recommend
     if name == "probe":
-        from loaderdoc.probe.api import probe
+        from loaderdoc.probing.api import probe
 
         return probe
     if name == "ProbeReport":
-        from loaderdoc.probe.result import ProbeReport
+        from loaderdoc.probing.result import ProbeReport
 
         return ProbeReport
     raise AttributeError(f"module 'loaderdoc' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus
 
 if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
-    from loaderdoc.probe.result import ConfigResult
+    from loaderdoc.probing.result import ConfigResult
     from loaderdoc.settings import LoaderSettings
     from loaderdoc.system.facts import MachineFacts
 

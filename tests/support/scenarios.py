@@ -18,7 +18,7 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
-from loaderdoc.probe.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from loaderdoc import policy
 from loaderdoc.policy import DEFAULT_PREFETCH, batch_bytes_for
-from loaderdoc.probe.result import ProbeReport
+from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.units import cpus_text

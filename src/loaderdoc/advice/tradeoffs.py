@@ -20,7 +20,7 @@ from loaderdoc import policy
 from loaderdoc.advice.knobs import explain
 from loaderdoc.advice.rules import batch_bytes_from_probe, gpu_absence_known
 from loaderdoc.policy import worker_target, workers_text
-from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.units import cpus_text, fmt_bytes, fmt_num

@@ -32,7 +32,7 @@ def workload_from_args(args: argparse.Namespace):
 
 def run_app(args: argparse.Namespace) -> int:
     if getattr(args, "preset", None):
-        from loaderdoc.probe.workloads import get_preset
+        from loaderdoc.probing.workloads import get_preset
 
         get_preset(args.preset)  # an unknown name exits with the CLI's usage error, like `probe`
     # read the fast machine facts while textual imports: the machine view paints sooner

@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
-from loaderdoc.probe.result import ConfigResult, ProbeReport
-from loaderdoc.probe.workloads import PRESETS
+from loaderdoc.probing.result import ConfigResult, ProbeReport
+from loaderdoc.probing.workloads import PRESETS
 
 MiB = 1024**2
 
@@ -72,7 +72,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt).
 
     ``facts`` (MachineFacts) are the machine the probe sizes its search for; None detects them."""
-    from loaderdoc.probe.workloads import get_preset, load_user_dataset
+    from loaderdoc.probing.workloads import get_preset, load_user_dataset
 
     preset = _preset_name(args)
     dataset_spec = getattr(args, "dataset", None)
@@ -83,7 +83,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     if preset:
         get_preset(preset)  # an unknown name is the first thing to hear about
     require_torch()
-    from loaderdoc.probe.api import probe
+    from loaderdoc.probing.api import probe
 
     kwargs: dict[str, Any] = dict(
         batch_size=getattr(args, "batch_size", None),
@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
 
         format_for(args.export, args.format)  # a bad path or format fails now, not after 30 s
         check_writable(Path(args.export).expanduser(), force=args.force)
-    from loaderdoc.probe.api import ProbeInterrupted
+    from loaderdoc.probing.api import ProbeInterrupted
     from loaderdoc.system.detect import detect
 
     facts = detect()

@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
 from loaderdoc.errors import SettingsError, UserError
-from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.tui import model
@@ -341,7 +341,7 @@ class LoaderDocApp(App[int]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="probe")
     def _run_probe(self, workload: Workload, facts: MachineFacts | None, cancel: threading.Event) -> None:
         try:
-            probe = self._probe_fn or model.core("loaderdoc.probe.api", "probe")
+            probe = self._probe_fn or model.core("loaderdoc.probing.api", "probe")
             kwargs: dict[str, Any] = dict(
                 batch_size=workload.batch_size,
                 step_ms=workload.step_ms,
@@ -352,7 +352,7 @@ class LoaderDocApp(App[int]):
                 cancel=cancel,
             )
             if workload.dataset:
-                load = self._load_dataset_fn or model.core("loaderdoc.probe.workloads", "load_user_dataset")
+                load = self._load_dataset_fn or model.core("loaderdoc.probing.workloads", "load_user_dataset")
                 loaded = load(workload.dataset)
                 dataset, collate = loaded if isinstance(loaded, tuple) else (loaded, None)
                 report = probe(dataset, collate_fn=collate, **kwargs)
@@ -498,7 +498,7 @@ def make_app(
 
     ``facts`` fixes the machine (a recorded one, for tests and screenshots) instead of
     detecting it; ``detect_fn(cpu_info=...)`` replaces :func:`loaderdoc.system.detect.detect`;
-    ``probe_fn`` replaces :func:`loaderdoc.probe.api.probe` (same keyword arguments);
+    ``probe_fn`` replaces :func:`loaderdoc.probing.api.probe` (same keyword arguments);
     ``header_fn`` replaces :func:`loaderdoc.export.export_header` (snapshots want no clock);
     ``early_facts`` is a future of the fast ``detect(cpu_info=False)`` started before textual
     was imported (``run_app`` does this so the machine view paints sooner).

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from textual.message import Message
 
-from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.system.facts import MachineFacts
 
 

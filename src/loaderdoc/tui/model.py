@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoc.errors import SettingsError
-from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
@@ -76,7 +76,7 @@ def choose_preset(workload: Workload, name: str) -> None:
     none: the app then probes exactly what `loaderdoc probe NAME` probes."""
     workload.preset, workload.dataset = name, None
     try:
-        spec = core("loaderdoc.probe.workloads", "PRESETS")[name]
+        spec = core("loaderdoc.probing.workloads", "PRESETS")[name]
     except (Unavailable, KeyError):
         return
     if not workload.batch_size_given:
@@ -88,7 +88,7 @@ def choose_preset(workload: Workload, name: str) -> None:
 def preset_names() -> tuple[list[tuple[str, str]], str | None]:
     """[(name, one-line description)] of the probe presets, and why not, if unavailable."""
     try:
-        presets = core("loaderdoc.probe.workloads", "PRESETS")
+        presets = core("loaderdoc.probing.workloads", "PRESETS")
     except Unavailable as exc:
         return [], str(exc)
     out: list[tuple[str, str]] = []

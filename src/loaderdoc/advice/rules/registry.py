@@ -21,7 +21,7 @@ from typing import Any
 from loaderdoc import policy
 from loaderdoc.advice.context import TrainingContext
 from loaderdoc.advice.findings import CRITICAL, SEVERITY_ORDER, WARNING, Finding
-from loaderdoc.probe.result import ConfigResult, ProbeReport
+from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.units import MiB

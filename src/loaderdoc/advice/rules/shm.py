@@ -19,7 +19,7 @@ from loaderdoc.policy import (
     SHM_SAFE_SHARE,
     ZERO_WORKERS,
 )
-from loaderdoc.probe.result import ConfigResult
+from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.units import GiB, fmt_bytes, shm_size_flag
 

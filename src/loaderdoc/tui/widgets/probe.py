@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
 
-from loaderdoc.probe.result import ConfigResult
+from loaderdoc.probing.result import ConfigResult
 from loaderdoc.tui import model
 from loaderdoc.tui.widgets.chart import SeriesPlot
 

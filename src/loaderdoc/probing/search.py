@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
-from loaderdoc.probe.outcome import SearchOutcome, outcome
-from loaderdoc.probe.result import ConfigResult
+from loaderdoc.probing.outcome import SearchOutcome, outcome
+from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 
 MIN_GAIN = 0.05  # climbing stops when more workers add less than 5 %

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoc.errors import UserError
-from loaderdoc.probe.result import ConfigResult, ProbeReport, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.system.facts import MachineFacts
 
 DEFAULT_BATCH_SIZE = 32
@@ -30,7 +30,7 @@ class ProbeInterrupted(KeyboardInterrupt):
 
 def plan_for_budget(budget_s: float):
     """Measurement windows sized so that about a dozen configurations fit in the budget."""
-    from loaderdoc.probe.measure import RunPlan
+    from loaderdoc.probing.measure import RunPlan
 
     window = min(2.5, max(0.25, budget_s / 20.0))
     loader_timeout = min(30.0, max(2.0, budget_s / 3.0))
@@ -40,7 +40,7 @@ def plan_for_budget(budget_s: float):
 def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
     """The search's limits, from the facts alone (loaderdoc.system reads the machine)."""
     from loaderdoc import policy
-    from loaderdoc.probe.search import SearchLimits
+    from loaderdoc.probing.search import SearchLimits
 
     room = policy.Room.of(facts)
     return SearchLimits(
@@ -77,7 +77,7 @@ def build_workload(
     overrides: dict[str, Any] | None = None,
 ) -> tuple[Any, Callable | None, WorkloadInfo, int | None, float | None]:
     """(dataset, collate_fn, info, preset batch size, preset step) from a Dataset or a preset name."""
-    from loaderdoc.probe.workloads import get_preset
+    from loaderdoc.probing.workloads import get_preset
 
     if dataset is not None and preset is not None:
         raise UserError("give either a dataset or a preset, not both")
@@ -117,10 +117,10 @@ def probe(
     :class:`ProbeInterrupted` (a KeyboardInterrupt) carrying the partial report. Either way no
     worker process is left running.
     """
-    from loaderdoc.probe.consumer import SleepConsumer
-    from loaderdoc.probe.isolate import run_config
-    from loaderdoc.probe.measure import Workload
-    from loaderdoc.probe.search import Search
+    from loaderdoc.probing.consumer import SleepConsumer
+    from loaderdoc.probing.isolate import run_config
+    from loaderdoc.probing.measure import Workload
+    from loaderdoc.probing.search import Search
     from loaderdoc.settings import LoaderSettings
 
     if budget_s <= 0:

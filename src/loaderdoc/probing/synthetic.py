@@ -1,4 +1,4 @@
-"""Synthetic torch Datasets for the presets in :mod:`loaderdoc.probe.workloads` (imports torch).
+"""Synthetic torch Datasets for the presets in :mod:`loaderdoc.probing.workloads` (imports torch).
 
 Each ``__getitem__`` really spends the preset's costs: CPU time holding the GIL (a Python loop),
 CPU time releasing it (hashing a buffer, which CPython does without the GIL), and I/O wait (a
@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 if TYPE_CHECKING:  # workloads builds these datasets; it is not imported back at run time
-    from loaderdoc.probe.workloads import WorkloadSpec
+    from loaderdoc.probing.workloads import WorkloadSpec
 
 _HASH_CHUNK = bytes(64 * 1024)  # ~50-100 us of sha256: fine-grained enough to stop on time
 

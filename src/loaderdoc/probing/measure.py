@@ -2,7 +2,7 @@
 
 :func:`measure_in_process` builds the loader, lets its workers start, measures steady-state waits
 and steps against the simulated training step, samples worker memory and /dev/shm, and times the
-epoch restart. :mod:`loaderdoc.probe.isolate` runs it in a forked measuring process.
+epoch restart. :mod:`loaderdoc.probing.isolate` runs it in a forked measuring process.
 
 Inside the measuring process torch runs single-threaded (``torch.set_num_threads(1)``), as
 DataLoader workers do: torch's OpenMP pool does not survive a fork, and using it after one hangs.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.probe.result import ConfigResult, WaitStats
+from loaderdoc.probing.result import ConfigResult, WaitStats
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.shm import shm_used_bytes
 
@@ -184,7 +184,7 @@ def measure_in_process(
     import psutil
     from torch.utils.data import DataLoader, IterableDataset
 
-    from loaderdoc.probe.consumer import batch_nbytes, make_consumer
+    from loaderdoc.probing.consumer import batch_nbytes, make_consumer
 
     consumer = make_consumer(workload.step_ms, workload.device)
     dataset = workload.dataset

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
-from loaderdoc.probe.result import ConfigResult
+from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.units import MiB
 
 if TYPE_CHECKING:
-    from loaderdoc.probe.search import Search
+    from loaderdoc.probing.search import Search
 
 
 @dataclass

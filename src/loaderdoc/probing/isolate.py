@@ -6,7 +6,7 @@ share the group. The parent only waits on a pipe, so it can always stop a config
 watchdog deadline, on ``cancel`` or on Ctrl+C it kills the whole group, and no worker process is
 left behind whatever the dataset did (hung in ``__getitem__`` with 0 workers, killed a worker,
 deadlocked). Forking also means the user's dataset is never pickled. What is measured inside is
-:mod:`loaderdoc.probe.measure`'s business.
+:mod:`loaderdoc.probing.measure`'s business.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import traceback
 from typing import Any
 
 from loaderdoc._serde import from_dict, to_dict
-from loaderdoc.probe.measure import RunPlan, Workload, measure_in_process
-from loaderdoc.probe.result import ConfigResult
+from loaderdoc.probing.measure import RunPlan, Workload, measure_in_process
+from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 
 

@@ -136,7 +136,7 @@ class WorkloadSpec:
 
     def build(self) -> tuple[Any, Callable | None]:
         """The torch Dataset and collate_fn for this workload (imports torch)."""
-        from loaderdoc.probe.synthetic import build_synthetic
+        from loaderdoc.probing.synthetic import build_synthetic
 
         return build_synthetic(self)
 

@@ -56,7 +56,7 @@ async def test_quitting_mid_probe_stops_the_real_probe_and_its_workers():
 async def test_a_40x12_terminal_does_not_crash_and_keys_still_work(tab):
     app = make_app(facts=load_machine("docker-64m-shm"), workload=Workload(preset="image", batch_size=32))
     async with app.run_test(size=(40, 12)) as pilot:
-        app.action_show_tab(tab)
+        await app.action_show_tab(tab)
         await pilot.pause()
         await pilot.press("tab", "down", "down", "tab")
         await pilot.pause()

@@ -8,6 +8,7 @@ with a tiny budget.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -451,11 +452,124 @@ async def test_command_palette_lists_the_app_commands():
 async def test_every_view_fits_80x24(tab):
     app = app_for("k8s-4cpu-quota")
     async with app.run_test(size=(80, 24)) as pilot:
-        app.action_show_tab(tab)
+        await app.action_show_tab(tab)  # done once the view is mounted and focused
         await pilot.pause()
         pane = app.screen.query_one(f"#{tab}-pane")
         assert pane.region.width > 0 and pane.region.height >= 10
         assert pane.region.right <= 80 and pane.region.bottom <= 24
+
+
+class _Held:
+    """Holds the building of one part of the app (its compose) until released, so a test can send
+    a key at the moment a user on a slow machine can: after the app started, before that part
+    of it exists."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def wrap(self, cls):
+        held = self
+
+        class Held(cls):
+            async def _on_compose(self, event) -> None:
+                held.entered.set()
+                await held.release.wait()
+                await super()._on_compose(event)
+
+        Held.__name__ = cls.__name__
+        return Held
+
+
+async def _run_from_the_start(app, scenario, held: _Held) -> None:
+    """Run ``app`` headless with ``scenario(pilot)`` starting the moment the app is ready, as a
+    user's keys can (``run_test`` would first wait for the screen to be built); re-raise what
+    the scenario raised, and fail if the app itself crashed."""
+    failed: list[BaseException] = []
+
+    async def pilot_scenario(pilot) -> None:
+        try:
+            await scenario(pilot)
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            held.release.set()  # a failed scenario must not leave the app unable to finish building
+        pilot.app.exit(0)
+
+    await app.run_async(headless=True, size=SIZE, auto_pilot=pilot_scenario)
+    if failed:
+        raise failed[0]
+    assert app.return_code == 0, "the app crashed"
+
+
+@pytest.mark.parametrize("part", ["screen", "probe view"])
+async def test_a_probe_key_before_the_view_is_built_waits_for_it(part, monkeypatch):
+    """ctrl+r as the first thing a user does: before the main screen or the probe view exists
+    (the views are built after the first paint). It used to crash the app (no tab 'probe', or
+    NoMatches '#workload'); now the probe starts and the key is done once its view is shown."""
+    from loaderdoc.tui.screens import main
+
+    held = _Held()
+    if part == "screen":
+        monkeypatch.setattr(main, "MainScreen", held.wrap(main.MainScreen))
+    else:
+        title, view = main.VIEWS["probe"]
+        monkeypatch.setitem(main.VIEWS, "probe", (title, held.wrap(view)))
+    probe_called = threading.Event()
+
+    def probe(*args, **kwargs):
+        probe_called.set()
+        return scripted_probe(*args, **kwargs)
+
+    async def scenario(pilot) -> None:
+        app = pilot.app
+        await held.entered.wait()  # the held part is being built: the key arrives now
+        assert app.main_screen.probe_pane is None
+        key = asyncio.create_task(pilot.press("ctrl+r"))
+        assert await asyncio.to_thread(probe_called.wait, 10), "ctrl+r did not start the probe"
+        assert not key.done()  # handling the key waits for the view ...
+        held.release.set()
+        await key  # ... and ends once it is shown
+        assert app.screen.query_one(TabbedContent).active == "probe"
+        assert app.main_screen.probe_pane is not None
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.probe_state == "done"
+        assert app.screen.query_one("#results", DataTable).row_count == 4
+        assert "stopped: not starved" in str(app.screen.query_one("#probe-summary", Static).render())
+
+    await _run_from_the_start(app_for(probe_fn=probe), scenario, held)
+
+
+async def test_a_view_key_before_the_view_is_built_focuses_it_once_built(monkeypatch):
+    from loaderdoc.tui.screens import main
+
+    held = _Held()
+    title, view = main.VIEWS["settings"]
+    monkeypatch.setitem(main.VIEWS, "settings", (title, held.wrap(view)))
+    asked = asyncio.Event()
+    show_tab = main.MainScreen.show_tab
+
+    def recording_show_tab(self, tab):
+        shown = show_tab(self, tab)
+        asked.set()
+        return shown
+
+    monkeypatch.setattr(main.MainScreen, "show_tab", recording_show_tab)
+
+    async def scenario(pilot) -> None:
+        app = pilot.app
+        await held.entered.wait()
+        key = asyncio.create_task(pilot.press("ctrl+s"))
+        await asked.wait()  # the app handles the key while the view is being built
+        assert not key.done()
+        held.release.set()
+        await key
+        assert app.screen.query_one(TabbedContent).active == "settings"
+        workers = app.screen.query_one("#set-num_workers", Input)
+        assert workers.has_focus and workers.value == str(app.settings.num_workers)
+
+    await _run_from_the_start(app_for(), scenario, held)
 
 
 def test_no_color_is_honoured(monkeypatch):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -134,8 +134,8 @@ class LoaderDocApp(App[int]):
     def refresh_views(self) -> None:
         """Re-render every pane from the app's state."""
         screen = getattr(self, "main_screen", None)
-        if screen is not None and screen.is_mounted:
-            screen.refresh_state()
+        if screen is not None:
+            screen.refresh_state()  # draws the views that are mounted; the others draw themselves then
 
     # ---- machine facts --------------------------------------------------------------------
     def _detect(self) -> DetectFn:
@@ -302,17 +302,16 @@ class LoaderDocApp(App[int]):
     def probe_running(self) -> bool:
         return self.probe_state in ("running", "stopping")
 
-    def action_run_probe(self) -> None:
+    def action_run_probe(self) -> Awaitable[None] | None:
+        """Start the probe and show its view; the result is done once the view is on screen."""
         if not isinstance(self.screen, type(self.main_screen)):
-            return  # a dialog is open
+            return None  # a dialog is open
         if self.probe_running:
             self.notify("A probe is already running; Esc stops it.", severity="warning")
-            return
+            return None
         if not self.workload.preset and not self.workload.dataset:
             self.notify("Choose a workload (a preset or --dataset) first.", severity="warning")
-            self.action_show_tab("probe")
-            return
-        self.action_show_tab("probe")
+            return self.action_show_tab("probe")
         self.live_results = []
         self.report = None
         self.report_complete = False
@@ -322,6 +321,7 @@ class LoaderDocApp(App[int]):
         self._cancel = threading.Event()
         self.refresh_views()
         self._probe_worker = self._run_probe(self.workload, self.facts, self._cancel)
+        return self.action_show_tab("probe")
 
     def action_stop_probe(self) -> None:
         if not self.probe_running or self._cancel is None:
@@ -429,10 +429,12 @@ class LoaderDocApp(App[int]):
         self.exit(0)
 
     # ---- navigation, export, theme --------------------------------------------------------
-    def action_show_tab(self, tab: str) -> None:
+    def action_show_tab(self, tab: str) -> Awaitable[None] | None:
+        """Switch to ``tab``; the result is done once its view is mounted and focused (a key that
+        arrives before the view is built waits for it instead of failing)."""
         if not isinstance(self.screen, type(self.main_screen)):
-            return
-        self.main_screen.show_tab(tab)
+            return None
+        return self.main_screen.show_tab(tab)
 
     def export_header(self) -> list[str]:
         if self.facts is None:

@@ -1,10 +1,21 @@
-"""The main screen: a status bar, one tab per view, and the footer with the key bindings."""
+"""The main screen: a status bar, one tab per view, and the footer with the key bindings.
+
+A key can arrive at any moment after the app starts: before this screen is built, or before
+the view it asks for is mounted (the hidden views mount after the first paint, so the machine
+view comes first). :meth:`MainScreen.show_tab` therefore never touches a widget that is not
+there yet: it records the tab asked for, mounts that view at once if it is not mounting
+already, and switches to it and focuses it as soon as it is mounted. It returns a future
+that is done then; a key binding's action returns it, and textual finishes handling the key
+only when it is done, so the next key (or a test's next step) sees the view.
+"""
 
 from __future__ import annotations
 
+import asyncio
+
 from textual.app import ComposeResult
-from textual.lazy import Lazy
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from loaderdoc.tui.widgets.diagnoses import DiagnosesPane
@@ -14,49 +25,101 @@ from loaderdoc.tui.widgets.settings_editor import SettingsPane
 from loaderdoc.tui.widgets.status import StatusBar
 from loaderdoc.tui.widgets.tradeoffs import TradeoffsPane
 
+VIEWS: dict[str, tuple[str, type[Widget]]] = {
+    "machine": ("1 Machine", MachinePane),
+    "probe": ("2 Probe", ProbePane),
+    "diagnoses": ("3 Diagnoses", DiagnosesPane),
+    "tradeoffs": ("4 Trade-offs", TradeoffsPane),
+    "settings": ("5 Settings", SettingsPane),
+}
+
 
 class MainScreen(Screen):
+    def __init__(self) -> None:
+        super().__init__()
+        self._built = False  # this screen's widgets (the tabs) exist
+        self._views: dict[str, Widget] = {}  # views whose on_mount has run: safe to query and refresh
+        self._mounting: set[str] = set()  # views mounted or being mounted
+        self._wanted: str | None = None  # the tab asked for, switched to and focused once its view is mounted
+        self._shown: dict[str, asyncio.Future[None]] = {}
+
     def compose(self) -> ComposeResult:
         yield Header(icon="")
         yield StatusBar(id="status")
         with TabbedContent(initial="machine", id="tabs"):
-            with TabPane("1 Machine", id="machine"):
-                yield MachinePane(id="machine-pane")
-            # the hidden views mount after the first paint (Lazy): the machine view comes first
-            with TabPane("2 Probe", id="probe"):
-                yield Lazy(ProbePane(id="probe-pane"))
-            with TabPane("3 Diagnoses", id="diagnoses"):
-                yield Lazy(DiagnosesPane(id="diagnoses-pane"))
-            with TabPane("4 Trade-offs", id="tradeoffs"):
-                yield Lazy(TradeoffsPane(id="tradeoffs-pane"))
-            with TabPane("5 Settings", id="settings"):
-                yield Lazy(SettingsPane(id="settings-pane"))
+            for tab, (title, view) in VIEWS.items():
+                with TabPane(title, id=tab):
+                    if tab == "machine":
+                        self._mounting.add(tab)
+                        yield view(id=f"{tab}-pane")
         yield Footer()
 
     @property
     def probe_pane(self) -> ProbePane | None:
-        panes = [p for p in self.query(ProbePane) if p.is_mounted]
-        return panes[0] if panes else None
+        pane = self._views.get("probe")
+        return pane if isinstance(pane, ProbePane) else None
 
     def on_mount(self) -> None:
+        self._built = True
         self.refresh_state()
+        if self._wanted is not None:
+            self._show_wanted()
+        # the hidden views mount after the first paint: the machine view comes first
+        self.call_after_refresh(self._mount_views)
+
+    def _mount_views(self) -> None:
+        for tab in VIEWS:
+            self._mount_view(tab)
+
+    def _mount_view(self, tab: str) -> None:
+        if tab in self._mounting or not self._built:
+            return
+        self._mounting.add(tab)
+        self.query_one(f"TabPane#{tab}", TabPane).mount(VIEWS[tab][1](id=f"{tab}-pane"))
+
+    def view_mounted(self, view: Widget) -> None:
+        """Called by each view at the end of its on_mount (it has drawn the app's state)."""
+        tab = (view.id or "").removesuffix("-pane")
+        self._views[tab] = view
+        if self._wanted == tab and self._built:
+            self._show_wanted()
 
     def refresh_state(self) -> None:
+        if not self._built:
+            return  # on_mount draws it
         self.query_one(StatusBar).refresh_state()
-        for pane_type in (MachinePane, ProbePane, DiagnosesPane, TradeoffsPane, SettingsPane):
-            for pane in self.query(pane_type):  # a Lazy pane may not be mounted yet
-                if pane.is_mounted:
-                    pane.refresh_state()
+        for view in self._views.values():  # a hidden view may not be mounted yet: it draws itself then
+            view.refresh_state()
         self.refresh_bindings()
 
-    def show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
-        panes = self.query(f"#{tab}-pane")
-        if panes:
-            panes.first().focus_main()
-        else:
-            self.call_after_refresh(self._focus_pane, tab)
+    def show_tab(self, tab: str) -> asyncio.Future[None]:
+        """Switch to ``tab`` and focus its main widget, now or as soon as its view is mounted.
 
-    def _focus_pane(self, tab: str) -> None:
-        for pane in self.query(f"#{tab}-pane"):
-            pane.focus_main()
+        The returned future is done once that happened (or a later call asked for another tab).
+        """
+        if self._wanted is not None and self._wanted != tab:
+            self._done(self._wanted)  # superseded: nobody should wait for it any more
+        self._wanted = tab
+        future = self._shown.get(tab)
+        if future is None or future.done():
+            future = self._shown[tab] = asyncio.get_running_loop().create_future()
+        if self._built:
+            self._show_wanted()
+        return future
+
+    def _show_wanted(self) -> None:
+        tab = self._wanted
+        assert tab is not None
+        self.query_one(TabbedContent).active = tab
+        view = self._views.get(tab)
+        if view is None:
+            self._mount_view(tab)  # view_mounted() comes back here
+            return
+        self._wanted = None
+        view.focus_main()
+        self._done(tab)
+
+    def _done(self, tab: str) -> None:
+        future = self._shown.pop(tab, None)
+        if future is not None and not future.done():
+            future.set_result(None)

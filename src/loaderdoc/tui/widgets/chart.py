@@ -8,6 +8,13 @@ from textual_plotext import PlotextPlot
 
 from loaderdoc.tui.model import ChartSeries
 
+# Fixed colours: left to plotext, a series takes the next colour of the plot's theme, which is
+# plotext's own 16-colour palette until the widget first renders (a hidden tab never has) and
+# textual-plotext's truecolour palette after, so the same results were drawn in different colours
+# depending on whether the probe view had been on screen before they arrived.
+LINE_COLOR = (0, 130, 200)
+POINT_COLOR = (60, 180, 75)
+
 
 class SeriesPlot(PlotextPlot):
     """One measured quantity against num_workers (best configuration at each worker count)."""
@@ -33,8 +40,8 @@ class SeriesPlot(PlotextPlot):
         if points:
             xs = [p[0] for p in points]
             # quadrant blocks, not braille: more terminal fonts (and SVG->PNG) have them
-            plt.plot(xs, [p[1] for p in points], marker="hd")
-            plt.scatter(xs, [p[1] for p in points], marker="●")
+            plt.plot(xs, [p[1] for p in points], marker="hd", color=LINE_COLOR)
+            plt.scatter(xs, [p[1] for p in points], marker="●", color=POINT_COLOR)
             plt.xticks(xs)
             plt.title(self._title + (f" ({self._unit})" if self._unit else ""))
         else:

@@ -28,9 +28,10 @@ class DiagnosesPane(Vertical):
 
     def on_mount(self) -> None:
         self.refresh_state()
+        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
 
     def focus_main(self) -> None:
-        self.query_one(OptionList).focus()
+        self.screen.set_focus(self.query_one(OptionList))
 
     def refresh_state(self) -> None:
         app = self.app

@@ -59,9 +59,10 @@ class ProbePane(VerticalScroll):
 
     def on_mount(self) -> None:
         self.refresh_state()
+        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
 
     def focus_main(self) -> None:
-        self.query_one("#workload", Select).focus()
+        self.screen.set_focus(self.query_one("#workload", Select))
 
     # ---- state -> widgets ------------------------------------------------------------------
     def refresh_state(self) -> None:

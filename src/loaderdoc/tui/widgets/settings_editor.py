@@ -46,9 +46,10 @@ class SettingsPane(VerticalScroll):
 
     def on_mount(self) -> None:
         self.refresh_state()
+        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
 
     def focus_main(self) -> None:
-        self.query_one("#set-num_workers", Input).focus()
+        self.screen.set_focus(self.query_one("#set-num_workers", Input))
 
     # ---- state -> widgets ------------------------------------------------------------------
     def refresh_state(self) -> None:

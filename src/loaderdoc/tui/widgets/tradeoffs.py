@@ -38,11 +38,12 @@ class TradeoffsPane(Vertical):
                 yield Static("", id="knob-about")
 
     def focus_main(self) -> None:
-        self.query_one(OptionList).focus()
+        self.screen.set_focus(self.query_one(OptionList))
 
     def on_mount(self) -> None:
         self.query_one(OptionList).highlighted = 0
         self.refresh_state()
+        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
 
     def refresh_state(self) -> None:
         app = self.app

@@ -15,9 +15,9 @@ import pytest
 from faults_support import assert_nothing_left, fault_env, tagged
 
 from loaderdoc.errors import EXIT_INTERRUPTED
+from loaderdoc.session import Workload
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
-from loaderdoc.tui.model import Workload
 
 
 def children() -> set[int]:

@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"probing"},
     {"advice"},
     {"export", "summary"},
+    {"session"},
     {"tui"},
     {"commands"},
     {"cli"},

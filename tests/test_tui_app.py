@@ -17,10 +17,10 @@ import pytest
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Static, TabbedContent
 
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.session import Workload
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
-from loaderdoc.tui.model import Workload
 
 SIZE = (120, 40)
 
@@ -113,16 +113,16 @@ async def test_real_detection_paints_within_a_second_and_fills_slow_facts_later(
     app = make_app(detect_fn=detect)
     async with app.run_test(size=SIZE) as pilot:
         start = time.monotonic()
-        while app.facts is None and time.monotonic() - start < 1.0:
+        while app.session.facts is None and time.monotonic() - start < 1.0:
             await pilot.pause(0.02)
-        assert app.facts is not None, "machine facts not shown within 1 s"
-        assert "cpu_model" in app.pending_facts
+        assert app.session.facts is not None, "machine facts not shown within 1 s"
+        assert "cpu_model" in app.session.pending_facts
         note = str(app.screen.query_one("#machine-note", Static).render())
         assert "still reading" in note
         # the slow stage starts after the first paint, then fills in the CPU model
-        assert await _wait_for(pilot, lambda: app.pending_facts == frozenset(), timeout=10)
+        assert await _wait_for(pilot, lambda: app.session.pending_facts == frozenset(), timeout=10)
         assert slow_started.is_set()
-        assert app.facts.cpu.model.known
+        assert app.session.facts.cpu.model.known
 
 
 async def test_detection_failure_is_shown_not_hidden():
@@ -133,7 +133,7 @@ async def test_detection_failure_is_shown_not_hidden():
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.facts is None
+        assert app.session.facts is None
         assert "sysfs exploded" in str(app.screen.query_one("#machine-note", Static).render())
 
 
@@ -145,17 +145,17 @@ async def test_settings_editor_validates_as_you_type():
         assert app.screen.query_one(TabbedContent).active == "settings"
         workers = app.screen.query_one("#set-num_workers", Input)
         assert workers.has_focus
-        before = app.settings
+        before = app.session.settings
         workers.value = ""
         await pilot.press("x")
         await pilot.pause()
-        assert app.settings == before  # invalid: not applied
+        assert app.session.settings == before  # invalid: not applied
         assert "whole number" in str(app.screen.query_one("#msg-num_workers", Static).render())
         assert workers.has_class("-invalid-value")
         await pilot.press("backspace", "4")
         await pilot.pause()
-        assert app.settings.num_workers == 4
-        assert app.settings_origin == "edited"
+        assert app.session.settings.num_workers == 4
+        assert app.session.settings_origin == "edited"
         assert not workers.has_class("-invalid-value")
 
 
@@ -165,11 +165,11 @@ async def test_settings_editor_names_torch_cross_field_rules():
         await pilot.press("ctrl+s")
         app.screen.query_one("#set-num_workers", Input).value = "0"
         await pilot.pause()
-        assert app.settings.num_workers == 2
+        assert app.session.settings.num_workers == 2
         assert "prefetch_factor needs num_workers > 0" in str(app.screen.query_one("#msg-prefetch_factor", Static).render())
         app.screen.query_one("#set-prefetch_factor", Input).value = ""
         await pilot.pause()
-        assert app.settings.num_workers == 0 and app.settings.prefetch_factor is None
+        assert app.session.settings.num_workers == 0 and app.session.settings.prefetch_factor is None
 
 
 async def test_settings_checkbox_toggles_from_keyboard():
@@ -179,7 +179,7 @@ async def test_settings_checkbox_toggles_from_keyboard():
         app.screen.query_one("#set-persistent_workers", Checkbox).focus()
         await pilot.press("space")
         await pilot.pause()
-        assert app.settings.persistent_workers is True
+        assert app.session.settings.persistent_workers is True
 
 
 # ---- diagnoses ----------------------------------------------------------------------------
@@ -191,18 +191,18 @@ async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
         await pilot.press("3")
         options = app.screen.query_one("#findings", OptionList)
         assert options.has_focus
-        ids = [f.rule_id for f in app.findings]
+        ids = [f.rule_id for f in app.session.findings]
         assert ids[0] == "shm-too-small"
-        finding = app.findings[0]
+        finding = app.session.findings[0]
         assert finding.severity == "critical" and finding.settings_change
         detail = str(app.screen.query_one("#finding-detail", Static).render())
         assert "Evidence on this machine" in detail and "Fix" in detail
         await pilot.press("a")
         await pilot.pause()
         for key, value in finding.settings_change.items():
-            assert getattr(app.settings, key) == value
-        assert app.settings_origin == "fix applied: shm-too-small"
-        assert "shm-too-small" not in [f.rule_id for f in app.findings if f.severity == "critical"]
+            assert getattr(app.session.settings, key) == value
+        assert app.session.settings_origin == "fix applied: shm-too-small"
+        assert "shm-too-small" not in [f.rule_id for f in app.session.findings if f.severity == "critical"]
         await pilot.press("ctrl+s")  # the editor shows the fixed settings
         await pilot.pause()
         for key, value in finding.settings_change.items():
@@ -214,7 +214,7 @@ async def test_healthy_machine_says_so():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("3")
         note = str(app.screen.query_one("#diagnoses-note", Static).render())
-        if not app.findings:
+        if not app.session.findings:
             assert note.startswith("No problems found")
 
 
@@ -247,7 +247,7 @@ async def test_export_writes_toml(tmp_path: Path):
         await pilot.pause()
         written = (tmp_path / "loaderdoc.toml").read_text()
         assert written == toml_preview
-        assert f"num_workers = {app.settings.num_workers}" in written
+        assert f"num_workers = {app.session.settings.num_workers}" in written
         assert app.screen is app.main_screen
 
 
@@ -295,8 +295,8 @@ async def test_export_header_says_when_settings_differ_from_the_recommendation()
     app = app_for("ci-2core")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        app.set_settings(app.settings.replace(num_workers=0, prefetch_factor=None, persistent_workers=False), "edited")
-        header = app.export_header()
+        app.set_settings(app.session.settings.replace(num_workers=0, prefetch_factor=None, persistent_workers=False), "edited")
+        header = app.session.export_header()
         assert "settings: edited" in header
         assert any(line.startswith("differs from the recommendation: num_workers") for line in header)
 
@@ -308,14 +308,14 @@ async def test_probe_run_fills_table_chart_and_recommendation():
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "done"
+        assert app.session.probe_state == "done"
         table = app.screen.query_one("#results", DataTable)
         assert table.row_count == 4
         chart = app.screen.query_one("#chart-throughput")
         assert chart._series.workers == [0, 1, 2, 3]
-        assert app.recommendation.source == "probe"
-        assert app.settings.num_workers == 2  # untouched settings follow the probe
-        assert "recommended from the probe" in app.settings_origin
+        assert app.session.recommendation.source == "probe"
+        assert app.session.settings.num_workers == 2  # untouched settings follow the probe
+        assert "recommended from the probe" in app.session.settings_origin
         summary = str(app.screen.query_one("#probe-summary", Static).render())
         assert "stopped: not starved" in summary
 
@@ -389,14 +389,14 @@ async def test_probe_cancel_with_escape():
         await pilot.press("ctrl+r")
         assert await _wait_for(pilot, started.is_set)
         await pilot.pause()
-        assert app.probe_state == "running"
+        assert app.session.probe_state == "running"
         assert app.screen.query_one("#results", DataTable).row_count == 1
         await pilot.press("escape")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "cancelled"
+        assert app.session.probe_state == "cancelled"
         assert app.screen.query_one("#results", DataTable).row_count == 1
-        assert app.recommendation.source == "facts"  # a partial search does not replace it
+        assert app.session.recommendation.source == "facts"  # a partial search does not replace it
 
 
 async def test_probe_failure_is_shown():
@@ -410,7 +410,7 @@ async def test_probe_failure_is_shown():
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "failed"
+        assert app.session.probe_state == "failed"
         assert "cannot import module 'nope'" in str(app.screen.query_one("#probe-summary", Static).render())
 
 
@@ -422,7 +422,7 @@ async def test_quit_while_probing_cancels_the_probe_first():
         assert await _wait_for(pilot, started.is_set)
         await pilot.press("ctrl+q")
         await pilot.pause()
-    assert app._cancel.is_set()
+    assert app.session.cancel.is_set()
     assert app.return_value == 0
 
 
@@ -534,7 +534,7 @@ async def test_a_probe_key_before_the_view_is_built_waits_for_it(part, monkeypat
         assert app.main_screen.probe_pane is not None
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "done"
+        assert app.session.probe_state == "done"
         assert app.screen.query_one("#results", DataTable).row_count == 4
         assert "stopped: not starved" in str(app.screen.query_one("#probe-summary", Static).render())
 
@@ -567,7 +567,7 @@ async def test_a_view_key_before_the_view_is_built_focuses_it_once_built(monkeyp
         await key
         assert app.screen.query_one(TabbedContent).active == "settings"
         workers = app.screen.query_one("#set-num_workers", Input)
-        assert workers.has_focus and workers.value == str(app.settings.num_workers)
+        assert workers.has_focus and workers.value == str(app.session.settings.num_workers)
 
     await _run_from_the_start(app_for(), scenario, held)
 
@@ -597,11 +597,11 @@ async def test_settings_follow_the_recommendation_when_facts_arrive_late():
     async with app.run_test(size=SIZE) as pilot:
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.settings_origin == "recommended from machine facts"
-        assert app.settings == app.recommendation.settings
+        assert app.session.settings_origin == "recommended from machine facts"
+        assert app.session.settings == app.session.recommendation.settings
         await pilot.press("ctrl+s")
         await pilot.pause()
-        assert app.screen.query_one("#set-num_workers", Input).value == str(app.settings.num_workers)
+        assert app.screen.query_one("#set-num_workers", Input).value == str(app.session.settings.num_workers)
 
 
 # ---- the real probe, briefly --------------------------------------------------------------
@@ -624,10 +624,10 @@ async def test_real_probe_short_run_fills_the_view():
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "done", app.probe_error
-        assert app.report is not None and app.report.results
-        assert app.screen.query_one("#results", DataTable).row_count == len(app.report.results)
-        assert app.report.elapsed_s < 10
+        assert app.session.probe_state == "done", app.session.probe_error
+        assert app.session.report is not None and app.session.report.results
+        assert app.screen.query_one("#results", DataTable).row_count == len(app.session.report.results)
+        assert app.session.report.elapsed_s < 10
     assert await _no_children_soon(before)
 
 
@@ -643,8 +643,8 @@ async def test_real_probe_cancel_leaves_no_worker_processes():
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert time.monotonic() - start < 10
-        assert app.probe_state == "cancelled"
-        assert app.report is not None and app.report.stopped == "cancelled"
+        assert app.session.probe_state == "cancelled"
+        assert app.session.report is not None and app.session.report.stopped == "cancelled"
     assert await _no_children_soon(before)
 
 
@@ -673,8 +673,8 @@ async def test_real_probe_of_a_user_dataset_module(tmp_path, monkeypatch):
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "done", app.probe_error
-        assert app.report.results and app.report.workload.batch_size == 16
+        assert app.session.probe_state == "done", app.session.probe_error
+        assert app.session.report.results and app.session.report.workload.batch_size == 16
     assert await _no_children_soon(before)
 
 
@@ -702,22 +702,20 @@ def test_workload_from_args():
     assert w.sample_bytes == 3 * 224 * 224
 
 
-async def test_missing_core_pieces_are_shown_as_unavailable(monkeypatch):
-    from loaderdoc.tui import model
+async def test_failing_core_pieces_are_shown_as_unavailable(monkeypatch):
+    # a bug in the rules, the trade-offs or the probe must not take the app down: each view says so
+    from loaderdoc import session as session_module
 
-    real_core = model.core
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken in this test")
 
-    def core(module, attr):
-        if module in ("loaderdoc.advice.rules", "loaderdoc.advice.tradeoffs", "loaderdoc.probing.api"):
-            raise model.Unavailable(f"{module} is not available in this build (test)")
-        return real_core(module, attr)
-
-    monkeypatch.setattr(model, "core", core)
-    app = app_for()
+    monkeypatch.setattr(session_module, "evaluate", broken)
+    monkeypatch.setattr(session_module, "tradeoffs", broken)
+    app = app_for(probe_fn=broken)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("3")
         await pilot.pause()
-        assert "Diagnoses unavailable: loaderdoc.advice.rules" in str(
+        assert "Diagnoses unavailable: the rules failed: RuntimeError: broken in this test" in str(
             app.screen.query_one("#diagnoses-note", Static).render())
         await pilot.press("4")
         await pilot.pause()
@@ -725,5 +723,5 @@ async def test_missing_core_pieces_are_shown_as_unavailable(monkeypatch):
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert app.probe_state == "failed" and "loaderdoc.probing.api is not available" in app.probe_error
-        assert app.findings == [] and app.tradeoffs == []
+        assert app.session.probe_state == "failed" and "broken in this test" in app.session.probe_error
+        assert app.session.findings == [] and app.session.tradeoffs == []

@@ -10,7 +10,9 @@ import pytest
 
 from loaderdoc.errors import SettingsError
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
+from loaderdoc.session import Workload, apply_change, parse_workload_field
 from loaderdoc.settings import LoaderSettings
+from loaderdoc.summary import settings_diff
 from loaderdoc.system.fixtures import load_machine, machine_names
 from loaderdoc.tui import model
 
@@ -100,15 +102,15 @@ def test_form_context_default_means_none():
 
 def test_apply_change_validates():
     s = LoaderSettings(batch_size=32, num_workers=8, prefetch_factor=4, persistent_workers=True)
-    assert model.apply_change(s, {"num_workers": 3, "prefetch_factor": 1}).num_workers == 3
+    assert apply_change(s, {"num_workers": 3, "prefetch_factor": 1}).num_workers == 3
     with pytest.raises(SettingsError):
-        model.apply_change(s, {"num_workers": 0})  # prefetch_factor and persistent need workers
+        apply_change(s, {"num_workers": 0})  # prefetch_factor and persistent need workers
 
 
 def test_settings_diff_names_changes():
     a = LoaderSettings(num_workers=8)
-    assert model.settings_diff(a, a.replace(num_workers=3)) == "num_workers: 8 -> 3"
-    assert model.settings_diff(a, a) == "no change"
+    assert settings_diff(a, a.replace(num_workers=3)) == "num_workers: 8 -> 3"
+    assert settings_diff(a, a) == "no change"
 
 
 # ---- probe results ------------------------------------------------------------------------
@@ -150,26 +152,14 @@ def test_report_summary():
 
 
 def test_workload_field_validation():
-    assert model.parse_workload_field("batch_size", "64") == (64, None)
-    assert model.parse_workload_field("batch_size", "0")[1]
-    assert model.parse_workload_field("budget_s", "abc")[1]
-    assert model.parse_workload_field("step_ms", "12.5") == (12.5, None)
-
-
-def test_core_lookup_reports_missing_modules():
-    with pytest.raises(model.Unavailable, match="not available"):
-        model.core("loaderdoc.no_such_module", "x")
-    with pytest.raises(model.Unavailable, match="no_such_attr"):
-        model.core("loaderdoc.settings", "no_such_attr")
-
-
-def test_describe_renders_any_dataclass():
-    out = dict(model.describe(LoaderSettings(num_workers=2), skip=("shuffle",)))
-    assert out["num workers"] == "2" and "shuffle" not in out
+    assert parse_workload_field("batch_size", "64") == (64, None)
+    assert parse_workload_field("batch_size", "0")[1]
+    assert parse_workload_field("budget_s", "abc")[1]
+    assert parse_workload_field("step_ms", "12.5") == (12.5, None)
 
 
 def test_model_and_run_app_module_import_neither_textual_nor_torch():
-    code = ("import sys, loaderdoc.tui.model, loaderdoc.commands.app, loaderdoc.cli; "
+    code = ("import sys, loaderdoc.tui.model, loaderdoc.session, loaderdoc.commands.app, loaderdoc.cli; "
             "print('textual' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
@@ -185,9 +175,9 @@ def test_choosing_a_preset_takes_its_batch_and_step_unless_the_user_gave_them():
     from loaderdoc.probing.workloads import get_preset
 
     large = get_preset("large-image")
-    w = model.Workload()
-    model.choose_preset(w, "large-image")
+    w = Workload()
+    w.choose_preset("large-image")
     assert (w.preset, w.batch_size, w.step_ms) == ("large-image", large.batch_size, large.step_ms)
-    mine = model.Workload(batch_size=48, batch_size_given=True, step_ms=7.0, step_ms_given=True)
-    model.choose_preset(mine, "large-image")
+    mine = Workload(batch_size=48, batch_size_given=True, step_ms=7.0, step_ms_given=True)
+    mine.choose_preset("large-image")
     assert (mine.preset, mine.batch_size, mine.step_ms) == ("large-image", 48, 7.0)

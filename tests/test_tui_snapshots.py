@@ -11,8 +11,8 @@ from pathlib import Path
 
 from test_tui_app import app_for, scripted_probe
 
+from loaderdoc.session import Workload
 from loaderdoc.settings import LoaderSettings
-from loaderdoc.tui.model import Workload
 
 BIG = (120, 40)
 SMALL = (80, 24)

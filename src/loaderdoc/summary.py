@@ -1,9 +1,11 @@
-"""The machine summary every front end shows: (topic, one line) pairs computed from facts."""
+"""Text every front end shows: the machine summary (topic, one line) and settings on one line."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
+from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
 
@@ -92,3 +94,28 @@ def torch_line(facts: MachineFacts) -> str:
         kind = f"CUDA {build.value} build" if build.value else "CPU-only build"
     cudnn = f", cuDNN {t.cudnn.value}" if t.cudnn.get() else ""
     return f"{t.version.get('?')} ({kind}{cudnn})"
+
+
+def settings_line(settings: LoaderSettings) -> str:
+    """A compact one-line rendering of the chosen settings."""
+    s = settings
+    parts = [f"batch_size={s.batch_size}", f"num_workers={s.num_workers}"]
+    if s.num_workers:
+        parts.append(f"prefetch_factor={s.effective_prefetch_factor}")
+        parts.append(f"persistent_workers={s.persistent_workers}")
+    parts.append(f"pin_memory={s.pin_memory}")
+    if s.shuffle:
+        parts.append("shuffle=True")
+    if s.drop_last:
+        parts.append("drop_last=True")
+    if s.timeout:
+        parts.append(f"timeout={s.timeout:g}")
+    if s.multiprocessing_context:
+        parts.append(f"multiprocessing_context={s.multiprocessing_context!r}")
+    return ", ".join(parts)
+
+
+def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
+    changes = [f"{k}: {getattr(old, k)!r} -> {getattr(new, k)!r}" for k in (f.name for f in dataclasses.fields(LoaderSettings))
+               if getattr(old, k) != getattr(new, k)]
+    return "; ".join(changes) or "no change"

@@ -10,7 +10,7 @@ from loaderdoc.errors import EXIT_OK
 
 def workload_from_args(args: argparse.Namespace):
     """The app's starting workload from the command line's workload options."""
-    from loaderdoc.tui.model import Workload, choose_preset
+    from loaderdoc.session import Workload
 
     batch = getattr(args, "batch_size", None) or 32
     w = Workload(
@@ -26,7 +26,7 @@ def workload_from_args(args: argparse.Namespace):
     if getattr(args, "budget", None) is not None:
         w.budget_s = float(args.budget)
     if getattr(args, "preset", None) and not w.dataset:
-        choose_preset(w, args.preset)  # the preset's batch size and step where none was given, as `probe` does
+        w.choose_preset(args.preset)  # the preset's batch size and step where none was given, as `probe` does
     return w
 
 
@@ -67,9 +67,7 @@ def _cancel_probe_on_sigterm(app) -> None:
     previous = signal.getsignal(signal.SIGTERM)
 
     def on_sigterm(signum, frame) -> None:
-        cancel = getattr(app, "_cancel", None)
-        if cancel is not None:
-            cancel.set()
+        app.session.stop_probe()
         if callable(previous):
             previous(signum, frame)
         raise KeyboardInterrupt
@@ -84,9 +82,7 @@ def _stop_probe(app, wait_s: float = 10.0) -> None:
     import threading
     import time
 
-    cancel = getattr(app, "_cancel", None)
-    if cancel is not None:
-        cancel.set()
+    app.session.stop_probe()
     deadline = time.monotonic() + wait_s
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:

@@ -5,15 +5,12 @@ results become table rows and chart series, the settings form becomes a validate
 :class:`LoaderSettings` (or a message per field). It imports neither textual nor torch, so every
 piece of it is testable headlessly; the widgets only place the strings it returns.
 
-The core modules the app relies on (detect, probe, rules, trade-offs, knobs, recommend, export)
-are looked up lazily through :func:`core`: a module that is missing or broken in this build
-is reported as "not available" with the reason, never replaced by made-up output.
+The state those strings are made from lives in :class:`loaderdoc.session.Session`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,101 +18,14 @@ from typing import Any
 from loaderdoc.errors import SettingsError
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
+from loaderdoc.summary import settings_diff, settings_line  # noqa: F401  (the views' settings text)
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
-
-# ---- lazy access to the core ------------------------------------------------------------
-
-
-class Unavailable(Exception):
-    """A core function this build does not have; ``str()`` says which and why."""
-
-
-def core(module: str, attr: str) -> Callable[..., Any]:
-    """``module.attr`` from loaderdoc's core, or raise :class:`Unavailable` saying why not."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as exc:
-        raise Unavailable(f"{module} is not available in this build ({exc})") from None
-    try:
-        return getattr(mod, attr)
-    except AttributeError:
-        raise Unavailable(f"{module}.{attr} is not available in this build") from None
-
 
 # ---- workload -----------------------------------------------------------------------------
 
 
-@dataclass
-class Workload:
-    """What the probe will measure: a preset or the user's dataset, and the run's limits."""
-
-    preset: str | None = None
-    dataset: str | None = None  # "module:factory" from --dataset
-    batch_size: int = 32
-    step_ms: float = 20.0
-    budget_s: float = 30.0
-    sample_bytes: int | None = None  # from --sample-shape x --dtype, for memory sizing
-    batch_size_given: bool = False  # False: 32 is only the probe's default, not the user's size
-    step_ms_given: bool = False  # False: the preset's typical step, as `loaderdoc probe PRESET` uses
-
-    @property
-    def source(self) -> str:
-        return f"--dataset {self.dataset}" if self.dataset else f"preset {self.preset or '(none)'}"
-
-    @property
-    def batch_bytes(self) -> int | None:
-        return None if self.sample_bytes is None else self.sample_bytes * self.batch_size
-
-
 DATASET_CHOICE = "__dataset__"
-
-
-def choose_preset(workload: Workload, name: str) -> None:
-    """Make ``name`` the workload, with the preset's own batch size and step wherever the user gave
-    none: the app then probes exactly what `loaderdoc probe NAME` probes."""
-    workload.preset, workload.dataset = name, None
-    try:
-        spec = core("loaderdoc.probing.workloads", "PRESETS")[name]
-    except (Unavailable, KeyError):
-        return
-    if not workload.batch_size_given:
-        workload.batch_size = spec.batch_size
-    if not workload.step_ms_given:
-        workload.step_ms = spec.step_ms
-
-
-def preset_names() -> tuple[list[tuple[str, str]], str | None]:
-    """[(name, one-line description)] of the probe presets, and why not, if unavailable."""
-    try:
-        presets = core("loaderdoc.probing.workloads", "PRESETS")
-    except Unavailable as exc:
-        return [], str(exc)
-    out: list[tuple[str, str]] = []
-    items = presets.items() if isinstance(presets, dict) else ((p, p) for p in presets)
-    for name, spec in items:
-        desc = getattr(spec, "description", None) or (spec if isinstance(spec, str) else "")
-        out.append((str(name), str(desc) if desc != name else ""))
-    return out, None
-
-
-def parse_workload_field(key: str, text: str) -> tuple[Any, str | None]:
-    """A workload form field's value, or an error message for it."""
-    text = text.strip()
-    try:
-        if key == "batch_size":
-            value: Any = int(text)
-            if value < 1:
-                return None, "batch size must be >= 1"
-            return value, None
-        value = float(text)
-    except ValueError:
-        return None, f"{key.replace('_', ' ')}: expected a number, got {text!r}"
-    if key == "step_ms" and not (0 <= value < 1e6):
-        return None, "step time must be >= 0 ms"
-    if key == "budget_s" and not (0 < value <= 3600):
-        return None, "budget must be between 0 and 3600 seconds"
-    return value, None
 
 
 # ---- machine facts ----------------------------------------------------------------------
@@ -325,40 +235,6 @@ def _key_in(message: str) -> str:
     return "batch_size"
 
 
-def apply_change(settings: LoaderSettings, change: dict[str, Any]) -> LoaderSettings:
-    """``settings`` with a finding's ``settings_change`` applied, validated like a config file.
-
-    Raises :class:`SettingsError` when the result is something torch would reject."""
-    merged = dataclasses.asdict(settings)
-    merged.update(change)
-    return LoaderSettings.from_mapping(merged, where="fix")
-
-
-def settings_line(settings: LoaderSettings) -> str:
-    """A compact one-line rendering of the chosen settings."""
-    s = settings
-    parts = [f"batch_size={s.batch_size}", f"num_workers={s.num_workers}"]
-    if s.num_workers:
-        parts.append(f"prefetch_factor={s.effective_prefetch_factor}")
-        parts.append(f"persistent_workers={s.persistent_workers}")
-    parts.append(f"pin_memory={s.pin_memory}")
-    if s.shuffle:
-        parts.append("shuffle=True")
-    if s.drop_last:
-        parts.append("drop_last=True")
-    if s.timeout:
-        parts.append(f"timeout={s.timeout:g}")
-    if s.multiprocessing_context:
-        parts.append(f"multiprocessing_context={s.multiprocessing_context!r}")
-    return ", ".join(parts)
-
-
-def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
-    changes = [f"{k}: {getattr(old, k)!r} -> {getattr(new, k)!r}" for k in SETTING_KEYS
-               if getattr(old, k) != getattr(new, k)]
-    return "; ".join(changes) or "no change"
-
-
 # ---- probe results ----------------------------------------------------------------------
 
 RESULT_COLUMNS = ("workers", "prefetch", "persist", "pin", "batches/s", "samples/s", "starved",
@@ -468,10 +344,6 @@ def finding_detail(f: Any) -> list[tuple[str, str]]:
     return out
 
 
-def sort_findings(findings: Iterable[Any]) -> list[Any]:
-    return sorted(findings, key=lambda f: -f.rank)
-
-
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 BOOLEAN_KNOBS = ("pin_memory", "persistent_workers")
 
@@ -510,33 +382,3 @@ def knob_blocks(knob: Any) -> list[tuple[str, str]]:
         ("Costs", "\n".join(f"- {c}" for c in knob.cons)),
         ("When to change it", knob.when_to_change),
     ]
-
-
-def describe(obj: Any, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """(field, text) for every non-empty field of a dataclass (or mapping), for rendering a
-    core object whose exact shape this module does not need to know."""
-    skip = set(skip)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        items = [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]
-    elif isinstance(obj, dict):
-        items = list(obj.items())
-    else:
-        return [("", str(obj))]
-    out: list[tuple[str, str]] = []
-    for key, value in items:
-        if key in skip or value in (None, "", [], {}, ()):
-            continue
-        if isinstance(value, (list, tuple)):
-            text = "\n".join(f"- {_plain(v)}" for v in value)
-        elif isinstance(value, dict):
-            text = "\n".join(f"- {k}: {_plain(v)}" for k, v in value.items())
-        else:
-            text = _plain(value)
-        out.append((key.replace("_", " "), text))
-    return out
-
-
-def _plain(v: Any) -> str:
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return "; ".join(f"{k}: {t}" for k, t in describe(v))
-    return str(v)

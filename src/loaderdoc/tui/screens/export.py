@@ -16,8 +16,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
 from loaderdoc.errors import UserError
+from loaderdoc.export import render, write_export
 from loaderdoc.settings import LoaderSettings
-from loaderdoc.tui import model
 from loaderdoc.tui.screens.confirm import ConfirmScreen
 
 
@@ -67,9 +67,8 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def _preview(self, fmt: str) -> str:
         try:
-            render = model.core("loaderdoc.export", "render")
             return render(self.settings, fmt, self.header)
-        except (model.Unavailable, UserError) as exc:
+        except UserError as exc:
             return f"preview unavailable: {exc}"
 
     def _error(self, text: str) -> None:
@@ -114,9 +113,8 @@ class ExportScreen(ModalScreen[Path | None]):
 
     def _write(self, target: Path, *, force: bool) -> None:
         try:
-            write_export = model.core("loaderdoc.export", "write_export")
             written = write_export(target, self.settings, force=force, header=self.header)
-        except (model.Unavailable, UserError) as exc:
+        except UserError as exc:
             self._error(str(exc))
             return
         except OSError as exc:  # write_export turns these into ExportError; belt and braces

@@ -40,26 +40,26 @@ class DiagnosesPane(Vertical):
         highlighted = options.highlighted
         previous = options.get_option_at_index(highlighted).id if highlighted is not None and options.option_count else None
         options.clear_options()
-        if app.facts is None:
+        if app.session.facts is None:
             note.update("Waiting for machine facts...")
-        elif app.findings_error:
-            note.update(Text(f"Diagnoses unavailable: {app.findings_error}", style="bold red"))
-        elif not app.findings:
+        elif app.session.findings_error:
+            note.update(Text(f"Diagnoses unavailable: {app.session.findings_error}", style="bold red"))
+        elif not app.session.findings:
             note.update("No problems found for the chosen settings on this machine"
-                        + (" and the probe's measurements." if app.report else " (no probe yet)."))
+                        + (" and the probe's measurements." if app.session.report else " (no probe yet)."))
         else:
-            crit = sum(f.severity == "critical" for f in app.findings)
-            warn = sum(f.severity == "warning" for f in app.findings)
-            basis = "machine facts and the probe's measurements" if app.report else "machine facts (no probe yet)"
+            crit = sum(f.severity == "critical" for f in app.session.findings)
+            warn = sum(f.severity == "warning" for f in app.session.findings)
+            basis = "machine facts and the probe's measurements" if app.session.report else "machine facts (no probe yet)"
             note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'} for the chosen settings, "
                         f"from {basis}.")
-        for i, f in enumerate(app.findings):
+        for i, f in enumerate(app.session.findings):
             label = Text()
             label.append(model.SEVERITY_LABEL.get(f.severity, f.severity.upper()), style=SEVERITY_STYLE.get(f.severity, ""))
             label.append(f"  {f.symptom}")
             options.add_option(Option(label, id=f"{f.rule_id}#{i}"))
-        if app.findings:
-            ids = [f"{f.rule_id}#{i}" for i, f in enumerate(app.findings)]
+        if app.session.findings:
+            ids = [f"{f.rule_id}#{i}" for i, f in enumerate(app.session.findings)]
             index = next((i for i, oid in enumerate(ids) if previous and oid.split("#")[0] == previous.split("#")[0]), 0)
             options.highlighted = index
         self._show_detail()
@@ -67,7 +67,7 @@ class DiagnosesPane(Vertical):
     def _current(self):
         options = self.query_one(OptionList)
         idx = options.highlighted
-        findings = self.app.findings
+        findings = self.app.session.findings
         return findings[idx] if idx is not None and 0 <= idx < len(findings) else None
 
     def _show_detail(self) -> None:

@@ -29,16 +29,16 @@ class MachinePane(Vertical):
         app = self.app
         note = self.query_one("#machine-note", Static)
         table = self.query_one(DataTable)
-        if app.facts is None:
-            note.update(app.facts_error or "Reading machine facts...")
+        if app.session.facts is None:
+            note.update(app.session.facts_error or "Reading machine facts...")
             table.clear()
             return
-        pending = app.pending_facts
-        label = app.facts.label or "this machine"
+        pending = app.session.pending_facts
+        label = app.session.facts.label or "this machine"
         note.update(
             f"{label}" + ("  (still reading: " + ", ".join(sorted(pending)).replace("_", " ") + ")" if pending else "")
         )
-        rows = model.machine_rows(app.facts, pending=pending)
+        rows = model.machine_rows(app.session.facts, pending=pending)
         self._rows = rows
         cursor = table.cursor_row
         table.clear()

@@ -8,6 +8,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
 
 from loaderdoc.probing.result import ConfigResult
+from loaderdoc.session import Workload, parse_workload_field, preset_names
 from loaderdoc.tui import model
 from loaderdoc.tui.widgets.chart import SeriesPlot
 
@@ -15,12 +16,12 @@ from loaderdoc.tui.widgets.chart import SeriesPlot
 class ProbePane(VerticalScroll):
     def compose(self) -> ComposeResult:
         app = self.app
-        w: model.Workload = app.workload
-        names, why_not = model.preset_names()
+        w: Workload = app.session.workload
+        names = preset_names()
         options = [(name, name) for name, _ in names]
         self._descriptions = dict(names)
-        if app.dataset_arg:
-            options.insert(0, (f"your dataset: {app.dataset_arg}", model.DATASET_CHOICE))
+        if app.session.dataset_arg:
+            options.insert(0, (f"your dataset: {app.session.dataset_arg}", model.DATASET_CHOICE))
         value = model.DATASET_CHOICE if w.dataset else (w.preset if w.preset in dict(names) else Select.NULL)
         with Horizontal(classes="form-row"):
             yield Label("Workload", classes="form-label")
@@ -36,8 +37,8 @@ class ProbePane(VerticalScroll):
             yield Label("budget s", classes="form-label-short")
             yield Input(f"{w.budget_s:g}", id="budget_s", compact=True, classes="num")
         yield Static(self._describe(), id="workload-desc")
-        err = Static(why_not or "", id="workload-error", classes="field-error")
-        err.display = bool(why_not)
+        err = Static("", id="workload-error", classes="field-error")
+        err.display = False
         yield err
         with Horizontal(classes="form-row", id="progress-row"):
             yield ProgressBar(total=1.0, show_eta=False, id="progress")
@@ -52,7 +53,7 @@ class ProbePane(VerticalScroll):
         yield Button("Use recommendation", id="adopt", compact=True, disabled=True)
 
     def _describe(self) -> str:
-        w = self.app.workload
+        w = self.app.session.workload
         if w.dataset:
             return f"your Dataset from --dataset {w.dataset} (imported when the probe starts)"
         return self._descriptions.get(w.preset or "", "")
@@ -67,13 +68,13 @@ class ProbePane(VerticalScroll):
     # ---- state -> widgets ------------------------------------------------------------------
     def refresh_state(self) -> None:
         app = self.app
-        running = app.probe_running
+        running = app.session.probe_running
         self.query_one("#run", Button).disabled = running
-        self.query_one("#stop", Button).disabled = not running or app.probe_state == "stopping"
+        self.query_one("#stop", Button).disabled = not running or app.session.probe_state == "stopping"
         for wid in ("#workload", "#batch_size", "#step_ms", "#budget_s"):
             self.query_one(wid).disabled = running
         self.show_progress()
-        results = app.report.results if app.report is not None else app.live_results
+        results = app.session.report.results if app.session.report is not None else app.session.live_results
         table = self.query_one("#results", DataTable)
         if table.row_count != len(results):
             table.clear()
@@ -82,31 +83,31 @@ class ProbePane(VerticalScroll):
         self._redraw_chart(results)
         summary = self.query_one("#probe-summary", Static)
         adopt = self.query_one("#adopt", Button)
-        if app.probe_error:
-            summary.update(Text(f"Probe failed: {app.probe_error}", style="bold red"))
-        elif app.report is not None:
-            summary.update("\n".join(model.report_summary(app.report, complete=app.report_complete)))
+        if app.session.probe_error:
+            summary.update(Text(f"Probe failed: {app.session.probe_error}", style="bold red"))
+        elif app.session.report is not None:
+            summary.update("\n".join(model.report_summary(app.session.report, complete=app.session.report_complete)))
         elif not results and not running:
             summary.update("No probe run yet: choose a workload and press ctrl+r. "
                            "The probe runs real DataLoaders on this machine.")
         else:
             summary.update("")
-        adopt.disabled = not (app.report is not None and app.report_complete
-                              and app.recommendation is not None
-                              and app.recommendation.settings != app.settings)
+        adopt.disabled = not (app.session.report is not None and app.session.report_complete
+                              and app.session.recommendation is not None
+                              and app.session.recommendation.settings != app.session.settings)
 
     def show_progress(self) -> None:
         app = self.app
-        fraction, text = app.probe_progress
+        fraction, text = app.session.probe_progress
         bar = self.query_one("#progress", ProgressBar)
         bar.update(progress=max(0.0, min(1.0, fraction)))
         state = {"idle": "idle", "running": "running", "stopping": "stopping",
-                 "done": "done", "cancelled": "cancelled", "failed": "failed"}[app.probe_state]
+                 "done": "done", "cancelled": "cancelled", "failed": "failed"}[app.session.probe_state]
         self.query_one("#progress-text", Static).update(f"{state}: {text}" if text and text != state else state)
 
     def add_result(self, result: ConfigResult) -> None:
         self.query_one("#results", DataTable).add_row(*model.result_row(result))
-        self._redraw_chart(self.app.live_results)
+        self._redraw_chart(self.app.session.live_results)
 
     def _redraw_chart(self, results: list[ConfigResult]) -> None:
         series = model.chart_series(results)
@@ -117,11 +118,11 @@ class ProbePane(VerticalScroll):
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id != "workload" or event.value is Select.NULL:
             return
-        w = self.app.workload
+        w = self.app.session.workload
         if event.value == model.DATASET_CHOICE:
-            w.dataset = self.app.dataset_arg
+            w.dataset = self.app.session.dataset_arg
         else:
-            model.choose_preset(w, str(event.value))
+            w.choose_preset(str(event.value))
             for key in ("batch_size", "step_ms"):  # the preset's own, unless the user typed one
                 field = self.query_one(f"#{key}", Input)
                 if field.value != f"{getattr(w, key):g}":
@@ -133,18 +134,18 @@ class ProbePane(VerticalScroll):
         key = event.input.id
         if key not in ("batch_size", "step_ms", "budget_s"):
             return
-        value, error = model.parse_workload_field(key, event.value)
+        value, error = parse_workload_field(key, event.value)
         event.input.set_class(error is not None, "-invalid-value")
         err = self.query_one("#workload-error", Static)
         err.update(Text(f"{error} (the probe keeps the last valid value)", style="bold red") if error else "")
         err.display = error is not None
-        if error is None and getattr(self.app.workload, key) != value:
-            setattr(self.app.workload, key, value)
+        if error is None and getattr(self.app.session.workload, key) != value:
+            setattr(self.app.session.workload, key, value)
             if key == "batch_size":
-                self.app.workload.batch_size_given = True
+                self.app.session.workload.batch_size_given = True
                 self.app.workload_changed()
             elif key == "step_ms":
-                self.app.workload.step_ms_given = True
+                self.app.session.workload.step_ms_given = True
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "run":

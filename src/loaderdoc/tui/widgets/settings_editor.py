@@ -25,8 +25,8 @@ HINTS = {
 class SettingsPane(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield Static("", id="settings-note", classes="pane-note")
-        self._shown = self.app.settings
-        values = model.settings_form_values(self.app.settings)
+        self._shown = self.app.session.settings
+        values = model.settings_form_values(self.app.session.settings)
         for key in model.SETTING_KEYS:
             with Horizontal(classes="form-row setting-row", id=f"row-{key}"):
                 yield Label(key, classes="setting-label")
@@ -54,26 +54,26 @@ class SettingsPane(VerticalScroll):
     # ---- state -> widgets ------------------------------------------------------------------
     def refresh_state(self) -> None:
         app = self.app
-        if app.settings != getattr(self, "_shown", None):
+        if app.session.settings != getattr(self, "_shown", None):
             # the chosen settings changed elsewhere (a fix, the probe, the recommendation)
-            self._load(app.settings)
+            self._load(app.session.settings)
             self._show_errors({})
         self._note()
-        rec = app.recommendation
-        self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == app.settings
+        rec = app.session.recommendation
+        self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == app.session.settings
         why = Text()
         if rec is not None:
             why.append("Why the recommendation chose its values\n", style="bold underline")
             for key, reason in rec.reasons.items():
                 why.append(f"{key}: ", style="bold")
                 why.append(f"{reason}\n")
-        elif app.recommend_error:
-            why.append(f"No recommendation: {app.recommend_error}\n", style="italic")
+        elif app.session.recommend_error:
+            why.append(f"No recommendation: {app.session.recommend_error}\n", style="italic")
         self.query_one("#settings-why", Static).update(why)
 
     def _note(self) -> None:
         self.query_one("#settings-note", Static).update(
-            Text.assemble(("Chosen settings", "bold"), f" [{self.app.settings_origin}]. ",
+            Text.assemble(("Chosen settings", "bold"), f" [{self.app.session.settings_origin}]. ",
                           "Edits apply as soon as they are valid; space toggles a box."))
 
     def _load(self, settings) -> None:
@@ -115,7 +115,7 @@ class SettingsPane(VerticalScroll):
             note = self.query_one("#settings-note", Static)
             note.update(Text.assemble(("Not applied: ", "bold red"),
                                       f"fix the field marked below; the chosen settings stay "
-                                      f"{model.settings_line(self.app.settings)}"))
+                                      f"{model.settings_line(self.app.session.settings)}"))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id and event.input.id.startswith("set-"):

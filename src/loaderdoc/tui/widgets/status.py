@@ -13,16 +13,16 @@ class StatusBar(Static):
         app = self.app
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append("Machine ", style="bold")
-        if app.facts is None and app.facts_error:
-            text.append(app.facts_error, style="bold red")
+        if app.session.facts is None and app.session.facts_error:
+            text.append(app.session.facts_error, style="bold red")
         else:
-            text.append(model.machine_summary(app.facts))
+            text.append(model.machine_summary(app.session.facts))
         text.append("\n")
         text.append("Chosen  ", style="bold")
-        text.append(f"[{app.settings_origin}] ", style="italic")
-        text.append(model.settings_line(app.settings))
+        text.append(f"[{app.session.settings_origin}] ", style="italic")
+        text.append(model.settings_line(app.session.settings))
         self.update(text)
-        crit = sum(1 for f in app.findings if f.severity == "critical")
-        warn = sum(1 for f in app.findings if f.severity == "warning")
+        crit = sum(1 for f in app.session.findings if f.severity == "critical")
+        warn = sum(1 for f in app.session.findings if f.severity == "warning")
         self.set_class(crit > 0, "-critical")
         self.set_class(crit == 0 and warn > 0, "-warning")

@@ -11,6 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, OptionList, Static
 from textual.widgets.option_list import Option
 
+from loaderdoc.advice.knobs import explain
 from loaderdoc.tui import model
 
 
@@ -48,12 +49,12 @@ class TradeoffsPane(Vertical):
     def refresh_state(self) -> None:
         app = self.app
         note = self.query_one("#tradeoffs-note", Static)
-        if app.facts is None:
+        if app.session.facts is None:
             note.update("Waiting for machine facts...")
-        elif app.tradeoffs_error:
-            note.update(Text(f"Trade-offs unavailable: {app.tradeoffs_error}", style="bold red"))
+        elif app.session.tradeoffs_error:
+            note.update(Text(f"Trade-offs unavailable: {app.session.tradeoffs_error}", style="bold red"))
         else:
-            basis = ("machine facts and the probe's measurements" if app.report
+            basis = ("machine facts and the probe's measurements" if app.session.report
                      else "machine facts (run a probe for measured throughput)")
             note.update(f"What each knob costs and buys around the chosen settings, from {basis}.")
         self._show()
@@ -65,12 +66,12 @@ class TradeoffsPane(Vertical):
     def _show(self) -> None:
         knob = self._knob()
         app = self.app
-        entry = _tradeoff_for(app.tradeoffs, knob)
-        heading = f"{knob} = {getattr(app.settings, knob)!r} on this machine"
-        if app.tradeoffs_error:
-            here = _blocks_text([("not available", app.tradeoffs_error)], heading)
+        entry = _tradeoff_for(app.session.tradeoffs, knob)
+        heading = f"{knob} = {getattr(app.session.settings, knob)!r} on this machine"
+        if app.session.tradeoffs_error:
+            here = _blocks_text([("not available", app.session.tradeoffs_error)], heading)
         elif entry is None:
-            here = _blocks_text([("", "waiting for machine facts" if app.facts is None
+            here = _blocks_text([("", "waiting for machine facts" if app.session.facts is None
                                   else "no trade-off computed for this knob")], heading)
         else:
             here = _blocks_text(model.tradeoff_blocks(entry), heading)
@@ -90,10 +91,7 @@ class TradeoffsPane(Vertical):
             legend.update("> chosen value   " + ("* measured by the probe; other rows computed from machine facts"
                                                   if measured else "numbers computed from machine facts"))
         try:
-            about = _blocks_text(model.knob_blocks(model.core("loaderdoc.advice.knobs", "explain")(knob)),
-                                 f"About {knob}")
-        except model.Unavailable as exc:
-            about = _blocks_text([("not available", str(exc))], f"About {knob}")
+            about = _blocks_text(model.knob_blocks(explain(knob)), f"About {knob}")
         except KeyError:
             about = _blocks_text([("", "no explanation recorded for this knob")], f"About {knob}")
         self.query_one("#knob-about", Static).update(about)

@@ -42,7 +42,7 @@ def test_facts_bring_the_recommendation_findings_and_tradeoffs():
     assert s.settings_origin == "recommended from machine facts"
     assert [t.knob for t in s.tradeoffs] == list(model.KNOBS)
     # the status line and the machine view are strings made from the session
-    assert "CPUs" in model.machine_summary(s.facts) and model.settings_line(s.settings).startswith("batch_size=")
+    assert "CPUs" in model.machine_status(s.facts) and model.settings_line(s.settings).startswith("batch_size=")
 
 
 def test_editing_settings_reruns_the_rules_and_a_fix_converges():

@@ -17,8 +17,8 @@ from pathlib import Path
 from loaderdoc._version import __version__
 from loaderdoc.errors import ExportError
 from loaderdoc.settings import LoaderSettings
+from loaderdoc.summary import machine_line
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.units import fmt_bytes, fmt_cpus
 
 FORMATS = ("toml", "py", "json")
 _SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json"}
@@ -151,22 +151,6 @@ def _atomic_write(target: Path, text: str, *, force: bool) -> None:
     finally:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)
-
-
-def machine_line(facts: MachineFacts) -> str:
-    """One line naming the machine: host, CPU budget, RAM, /dev/shm, GPUs, torch."""
-    host = facts.label or facts.platform.hostname.get("this machine")
-    gpus = facts.gpu.devices
-    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
-    if facts.torch.installed.get():
-        torch = f"torch {facts.torch.version.get('(version unknown)')}"
-    else:
-        torch = "torch not installed" if facts.torch.installed.known else "torch unknown"
-    return (
-        f"{host}: {fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}), "
-        f"{fmt_bytes(facts.memory.budget)} RAM available, /dev/shm {fmt_bytes(facts.shm.free.get())} free, "
-        f"{gpu}, {torch}"
-    )
 
 
 def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list[str]:

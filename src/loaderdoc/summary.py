@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import Any
 
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
@@ -119,3 +120,43 @@ def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
     changes = [f"{k}: {getattr(old, k)!r} -> {getattr(new, k)!r}" for k in (f.name for f in dataclasses.fields(LoaderSettings))
                if getattr(old, k) != getattr(new, k)]
     return "; ".join(changes) or "no change"
+
+
+def finding_lines(f: Any) -> list[str]:
+    """A finding (a ``Finding`` or its JSON dict) as the text commands print: the symptom line,
+    then evidence, cause and fix, indented under it."""
+    get = f.get if isinstance(f, dict) else (lambda key: getattr(f, key))
+    lines = [f"  {get('severity').upper():<8} {get('rule_id')}: {get('symptom')}"]
+    lines += [f"           evidence: {ev}" for ev in get("evidence")]
+    if get("cause"):
+        lines.append(f"           cause: {get('cause')}")
+    if get("fix"):
+        lines.append(f"           fix: {get('fix')}")
+    return lines
+
+
+def machine_line(facts: MachineFacts) -> str:
+    """One line naming the machine: host, CPU budget, RAM, /dev/shm, GPUs, torch."""
+    host = facts.label or facts.platform.hostname.get("this machine")
+    gpus = facts.gpu.devices
+    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
+    if facts.torch.installed.get():
+        torch = f"torch {facts.torch.version.get('(version unknown)')}"
+    else:
+        torch = "torch not installed" if facts.torch.installed.known else "torch unknown"
+    return (
+        f"{host}: {fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}), "
+        f"{fmt_bytes(facts.memory.budget)} RAM available, /dev/shm {fmt_bytes(facts.shm.free.get())} free, "
+        f"{gpu}, {torch}"
+    )
+
+
+def machine_status(facts: MachineFacts | None) -> str:
+    """One line for the status bar."""
+    if facts is None:
+        return "reading machine facts..."
+    gpus = facts.gpu.devices
+    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
+    shm = facts.shm.free.get()
+    return (f"{fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}) | RAM {fmt_bytes(facts.memory.budget)}"
+            f" | /dev/shm {fmt_bytes(shm)} free | {gpu}")

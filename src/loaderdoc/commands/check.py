@@ -110,6 +110,7 @@ def build_report(args: argparse.Namespace) -> dict:
 
 
 def render_text(report: dict) -> str:
+    from loaderdoc.summary import finding_lines
     from loaderdoc.units import fmt_bytes
 
     out = ["loaderdoc check", ""]
@@ -125,13 +126,7 @@ def render_text(report: dict) -> str:
     findings = report["findings"]
     out.append("Findings:" if findings else "Findings: none - nothing here will starve or crash a DataLoader")
     for f in findings:
-        out.append(f"  {f['severity'].upper():<8} {f['rule_id']}: {f['symptom']}")
-        for ev in f["evidence"]:
-            out.append(f"           evidence: {ev}")
-        if f["cause"]:
-            out.append(f"           cause: {f['cause']}")
-        if f["fix"]:
-            out.append(f"           fix: {f['fix']}")
+        out.extend(finding_lines(f))
     out.append("")
     rec = report["recommended"]
     out.append("Recommended for this machine (from facts; 'loaderdoc probe' measures):")

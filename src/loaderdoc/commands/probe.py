@@ -13,8 +13,8 @@ from typing import Any
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
-
-MiB = 1024**2
+from loaderdoc.summary import finding_lines
+from loaderdoc.units import MiB
 
 
 class NothingMeasured(UserError):
@@ -254,13 +254,7 @@ def render_findings(findings: list[Any], console: Any) -> None:
         return
     console.print("\n[bold]Findings[/bold]:", highlight=False)
     for f in findings:
-        lines = [f"  {f.severity.upper():<8} {f.rule_id}: {f.symptom}"]
-        lines += [f"           evidence: {ev}" for ev in f.evidence]
-        if f.cause:
-            lines.append(f"           cause: {f.cause}")
-        if f.fix:
-            lines.append(f"           fix: {f.fix}")
-        console.print("\n".join(lines), highlight=False, markup=False)
+        console.print("\n".join(finding_lines(f)), highlight=False, markup=False)
 
 
 def _print(report: ProbeReport, as_json: bool, findings: list[Any]) -> None:

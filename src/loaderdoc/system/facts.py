@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoc._serde import from_dict, to_dict
+from loaderdoc.units import MiB  # noqa: F401  (re-exported: tests import it from here)
 
 SCHEMA_VERSION = 1
-MiB = 1024**2
 GiB = 1024**3
 DOCKER_DEFAULT_SHM = 64 * MiB
 

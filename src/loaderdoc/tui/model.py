@@ -18,7 +18,7 @@ from typing import Any
 from loaderdoc.errors import SettingsError
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
-from loaderdoc.summary import settings_diff, settings_line  # noqa: F401  (the views' settings text)
+from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
 
@@ -153,17 +153,6 @@ def machine_rows(facts: MachineFacts, *, pending: Iterable[str] = ()) -> list[Fa
                         f"{p.system.get('?')} {p.kernel.get('')}, Python {p.python.get('?')}".strip(),
                         p.system.source))
     return rows
-
-
-def machine_summary(facts: MachineFacts | None) -> str:
-    """One line for the status bar."""
-    if facts is None:
-        return "reading machine facts..."
-    gpus = facts.gpu.devices
-    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
-    shm = facts.shm.free.get()
-    return (f"{fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}) | RAM {fmt_bytes(facts.memory.budget)}"
-            f" | /dev/shm {fmt_bytes(shm)} free | {gpu}")
 
 
 # ---- settings form ----------------------------------------------------------------------

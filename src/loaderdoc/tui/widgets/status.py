@@ -16,7 +16,7 @@ class StatusBar(Static):
         if app.session.facts is None and app.session.facts_error:
             text.append(app.session.facts_error, style="bold red")
         else:
-            text.append(model.machine_summary(app.session.facts))
+            text.append(model.machine_status(app.session.facts))
         text.append("\n")
         text.append("Chosen  ", style="bold")
         text.append(f"[{app.session.settings_origin}] ", style="italic")

@@ -29,7 +29,7 @@ from pathlib import Path
 from loaderdoc import policy
 from loaderdoc.probing.api import probe
 from loaderdoc.probing.isolate import run_config
-from loaderdoc.probing.measure import RunPlan, Workload
+from loaderdoc.probing.measure import LoadJob, RunPlan
 from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.settings import LoaderSettings
 
@@ -54,7 +54,7 @@ def run_workload(name: str, runs: int, budget: float, repeats: int, window: floa
               f"(prefetch {rec.effective_prefetch_factor if rec else '-'}), {report.elapsed_s:.1f} s, "
               f"stopped {report.stopped}", flush=True)
     dataset, collate = spec.build()
-    workload = Workload(dataset=dataset, collate_fn=collate, step_ms=spec.step_ms)
+    workload = LoadJob(dataset=dataset, collate_fn=collate, step_ms=spec.step_ms)
     plan = RunPlan(window_s=window, loader_timeout_s=20.0, measure_restart=False)
     distinct = {}
     for p in picks:

@@ -34,7 +34,7 @@ from pathlib import Path
 from loaderdoc._serde import to_dict
 from loaderdoc.probing.api import probe
 from loaderdoc.probing.isolate import run_config
-from loaderdoc.probing.measure import RunPlan, Workload
+from loaderdoc.probing.measure import LoadJob, RunPlan
 from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.settings import LoaderSettings
 
@@ -84,7 +84,7 @@ def run_case(case: Case, max_workers: int, prefetches: list[int], grid_window: f
              eval_window: float, eval_repeats: int, probe_budget: float) -> dict:
     spec = PRESETS[case.preset]
     dataset, collate = spec.build()
-    workload = Workload(dataset=dataset, collate_fn=collate, step_ms=case.step_ms)
+    workload = LoadJob(dataset=dataset, collate_fn=collate, step_ms=case.step_ms)
     print(f"\n== {case.label}", flush=True)
 
     # 1. the probe

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from loaderdoc.session import Workload
+from loaderdoc.session import ProbeRequest
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import LoaderDocApp, make_app
@@ -83,7 +83,7 @@ async def probe(size=BIG, name="probe"):
             raise SystemExit(f"the probe did not finish: {pilot.app.session.probe_state} {pilot.app.session.probe_error}")
 
     # this machine, measured for real
-    app = make_app(workload=Workload(preset="image", batch_size=32, step_ms=20.0, budget_s=20.0))
+    app = make_app(workload=ProbeRequest(preset="image", batch_size=32, step_ms=20.0, budget_s=20.0))
     await shoot(name, app, size, run)
 
 
@@ -93,7 +93,7 @@ async def probe_small():
 
 async def diagnoses():
     app = recorded("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
-                   workload=Workload(preset="image", batch_size=64, batch_size_given=True,
+                   workload=ProbeRequest(preset="image", batch_size=64, batch_size_given=True,
                                      sample_bytes=3 * 224 * 224))
 
     async def run(pilot):
@@ -106,7 +106,7 @@ async def tradeoffs():
     async def run(pilot):
         await pilot.press("4", "down")
 
-    app = recorded("laptop-rtx3050", workload=Workload(preset="image", batch_size=64, batch_size_given=True,
+    app = recorded("laptop-rtx3050", workload=ProbeRequest(preset="image", batch_size=64, batch_size_given=True,
                                                         sample_bytes=3 * 224 * 224))
     await shoot("tradeoffs", app, BIG, run)
 

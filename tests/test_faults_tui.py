@@ -15,7 +15,7 @@ import pytest
 from faults_support import assert_nothing_left, fault_env, tagged
 
 from loaderdoc.errors import EXIT_INTERRUPTED
-from loaderdoc.session import Workload
+from loaderdoc.session import ProbeRequest
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
 
@@ -36,7 +36,7 @@ async def wait_until(pilot, condition, timeout: float = 30.0) -> bool:
 async def test_quitting_mid_probe_stops_the_real_probe_and_its_workers():
     before = children()
     app = make_app(facts=load_machine("ci-2core"),
-                   workload=Workload(preset="remote", batch_size=32, step_ms=20.0, budget_s=60.0))
+                   workload=ProbeRequest(preset="remote", batch_size=32, step_ms=20.0, budget_s=60.0))
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("ctrl+r")
         # the measuring process and at least one DataLoader worker
@@ -54,7 +54,7 @@ async def test_quitting_mid_probe_stops_the_real_probe_and_its_workers():
 
 @pytest.mark.parametrize("tab", ["machine", "probe", "diagnoses", "tradeoffs", "settings"])
 async def test_a_40x12_terminal_does_not_crash_and_keys_still_work(tab):
-    app = make_app(facts=load_machine("docker-64m-shm"), workload=Workload(preset="image", batch_size=32))
+    app = make_app(facts=load_machine("docker-64m-shm"), workload=ProbeRequest(preset="image", batch_size=32))
     async with app.run_test(size=(40, 12)) as pilot:
         await app.action_show_tab(tab)
         await pilot.pause()

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from loaderdoc.probing.isolate import failure_result, run_config
-from loaderdoc.probing.measure import RunPlan, Workload
+from loaderdoc.probing.measure import LoadJob, RunPlan
 from loaderdoc.settings import LoaderSettings
 
 sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))
@@ -44,7 +44,7 @@ def loader(workers: int, batch_size: int = 16, **kw) -> LoaderSettings:
 
 
 def test_a_configuration_yields_every_measurement():
-    workload = Workload(probe_userdata.make(), step_ms=5.0)
+    workload = LoadJob(probe_userdata.make(), step_ms=5.0)
     r = run_config(workload, loader(2), QUICK, purpose="test")
     assert r.ok, r.error
     assert r.purpose == "test" and r.settings.num_workers == 2
@@ -64,7 +64,7 @@ def test_a_configuration_yields_every_measurement():
 
 
 def test_zero_workers_has_no_worker_memory_and_measures_cpu_share():
-    workload = Workload(probe_userdata.make(), step_ms=2.0)
+    workload = LoadJob(probe_userdata.make(), step_ms=2.0)
     r = run_config(workload, loader(0), QUICK)
     assert r.ok, r.error
     assert r.worker_pss_bytes == 0 and r.shm_peak_bytes == 0
@@ -73,7 +73,7 @@ def test_zero_workers_has_no_worker_memory_and_measures_cpu_share():
 
 def test_io_bound_data_gets_more_throughput_from_more_workers_than_cores():
     # 50 ms of latency per sample, batches of 4: 200 ms per batch serially
-    workload = Workload(probe_userdata.make_io_bound(), step_ms=5.0)
+    workload = LoadJob(probe_userdata.make_io_bound(), step_ms=5.0)
     plan = RunPlan(window_s=0.8, min_batches=3, loader_timeout_s=5.0, measure_restart=False)
     zero = run_config(workload, loader(0, batch_size=4), plan)
     four = run_config(workload, loader(4, batch_size=4), plan)
@@ -85,7 +85,7 @@ def test_io_bound_data_gets_more_throughput_from_more_workers_than_cores():
 
 
 def test_persistent_workers_shorten_the_gap_between_epochs():
-    workload = Workload(probe_userdata.make(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make(), step_ms=1.0)
     plan = RunPlan(window_s=0.2, min_batches=3, loader_timeout_s=3.0)
     fresh = run_config(workload, loader(2, persistent_workers=False), plan)
     kept = run_config(workload, loader(2, persistent_workers=True), plan)
@@ -98,7 +98,7 @@ def test_persistent_workers_shorten_the_gap_between_epochs():
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_dataset_raising_on_an_index_fails_that_configuration_with_its_traceback(workers):
-    workload = Workload(probe_userdata.make_raising(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_raising(), step_ms=1.0)
     r = run_config(workload, loader(workers), QUICK)
     assert r.status == "failed"
     assert "ValueError" in r.error and "sample 13 is corrupt" in r.error
@@ -109,14 +109,14 @@ def test_a_dataset_raising_on_an_index_fails_that_configuration_with_its_traceba
 
 
 def test_a_worker_killed_by_a_signal_fails_the_configuration():
-    workload = Workload(probe_userdata.make_killing(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_killing(), step_ms=1.0)
     r = run_config(workload, loader(2), QUICK)
     assert r.status == "failed"
     assert "killed by signal" in r.error or "exited unexpectedly" in r.error
 
 
 def test_a_hanging_worker_hits_the_dataloader_timeout():
-    workload = Workload(probe_userdata.make_hanging_worker(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_hanging_worker(), step_ms=1.0)
     plan = RunPlan(window_s=0.3, loader_timeout_s=1.5, watchdog_override_s=30.0)
     started = time.monotonic()
     r = run_config(workload, loader(2), plan)
@@ -127,7 +127,7 @@ def test_a_hanging_worker_hits_the_dataloader_timeout():
 
 def test_a_dataset_hanging_in_the_training_process_is_stopped_by_the_watchdog():
     # with num_workers=0 no DataLoader timeout applies: only the watchdog can end it
-    workload = Workload(probe_userdata.make_hanging(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_hanging(), step_ms=1.0)
     plan = RunPlan(window_s=0.3, loader_timeout_s=1.0, watchdog_override_s=2.0)
     started = time.monotonic()
     r = run_config(workload, loader(0), plan)
@@ -137,7 +137,7 @@ def test_a_dataset_hanging_in_the_training_process_is_stopped_by_the_watchdog():
 
 
 def test_cancel_stops_a_running_configuration_and_its_workers():
-    workload = Workload(probe_userdata.make_slow(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_slow(), step_ms=1.0)
     plan = RunPlan(window_s=30.0, loader_timeout_s=10.0)
     cancel = threading.Event()
     seen_workers = []
@@ -173,13 +173,13 @@ def test_failure_result_keeps_a_one_line_cause():
 
 
 def test_an_iterable_dataset_is_measured_without_a_sampler():
-    workload = Workload(probe_userdata.make_iterable(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_iterable(), step_ms=1.0)
     r = run_config(workload, loader(0, shuffle=False), QUICK)
     assert r.ok, r.error
     assert r.batches >= 3 and r.epoch_restart_s is None  # no sampler: no epoch boundary to time
 
 
 def test_a_dataset_that_runs_out_fails_with_a_reason():
-    workload = Workload(probe_userdata.make_short_stream(), step_ms=1.0)
+    workload = LoadJob(probe_userdata.make_short_stream(), step_ms=1.0)
     r = run_config(workload, loader(0, batch_size=2, shuffle=False), QUICK)
     assert r.status == "failed" and "ran out" in r.error

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
-from loaderdoc.session import Session, Workload
+from loaderdoc.session import ProbeRequest, Session
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui import model
@@ -35,7 +35,7 @@ def probe_fn(results: list[ConfigResult], pick: int):
 
 
 def test_facts_bring_the_recommendation_findings_and_tradeoffs():
-    s = Session(workload=Workload(preset="image"))
+    s = Session(workload=ProbeRequest(preset="image"))
     assert s.settings_origin.startswith("torch defaults")
     s.facts_arrived(load_machine("docker-64m-shm"))
     assert s.recommendation is not None and s.settings == s.recommendation.settings
@@ -71,7 +71,7 @@ def test_a_fix_without_a_settings_change_says_so():
 
 def test_the_probe_lifecycle_start_results_finish():
     results = [measured(0, 10.0, 70), measured(1, 24.0, 30), measured(2, 40.0, 3)]
-    s = Session(workload=Workload(preset="image", budget_s=5), probe_fn=probe_fn(results, pick=2))
+    s = Session(workload=ProbeRequest(preset="image", budget_s=5), probe_fn=probe_fn(results, pick=2))
     s.facts_arrived(load_machine("laptop-rtx3050"))
     assert s.start_probe() is None and s.probe_running and s.probe_state == "running"
     assert s.start_probe() == "A probe is already running; Esc stops it."
@@ -88,7 +88,7 @@ def test_the_probe_lifecycle_start_results_finish():
 
 
 def test_a_cancelled_probe_keeps_the_recommendation_and_a_failed_one_says_why():
-    s = Session(workload=Workload(preset="image"))
+    s = Session(workload=ProbeRequest(preset="image"))
     s.facts_arrived(load_machine("ci-2core"))
     before = s.recommendation.settings
     assert s.start_probe() is None
@@ -102,7 +102,7 @@ def test_a_cancelled_probe_keeps_the_recommendation_and_a_failed_one_says_why():
 
 
 def test_no_workload_no_probe():
-    s = Session(workload=Workload(dataset=None, preset=None))
+    s = Session(workload=ProbeRequest(dataset=None, preset=None))
     s.workload.preset = None
     assert s.start_probe() == "Choose a workload (a preset or --dataset) first."
     assert s.probe_state == "idle"

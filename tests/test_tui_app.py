@@ -17,7 +17,7 @@ import pytest
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Static, TabbedContent
 
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
-from loaderdoc.session import Workload
+from loaderdoc.session import ProbeRequest
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
@@ -83,7 +83,7 @@ def blocking_probe(started: threading.Event):
 
 def app_for(machine="ci-2core", **kwargs):
     kwargs.setdefault("header_fn", fixed_header)
-    kwargs.setdefault("workload", Workload(preset="image", batch_size=32, budget_s=5))
+    kwargs.setdefault("workload", ProbeRequest(preset="image", batch_size=32, budget_s=5))
     return make_app(facts=load_machine(machine), **kwargs)
 
 
@@ -185,7 +185,7 @@ async def test_settings_checkbox_toggles_from_keyboard():
 # ---- diagnoses ----------------------------------------------------------------------------
 async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
     app = app_for("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
-                  workload=Workload(preset="image", batch_size=64, sample_bytes=3 * 224 * 224))
+                  workload=ProbeRequest(preset="image", batch_size=64, sample_bytes=3 * 224 * 224))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         await pilot.press("3")
@@ -328,7 +328,7 @@ async def test_probe_passes_the_workload_and_dataset():
         return scripted_probe(**{k: v for k, v in kwargs.items()})
 
     app = app_for(probe_fn=probe, load_dataset_fn=lambda spec: (f"dataset from {spec}", "collate"),
-                  workload=Workload(dataset="mymod:make", batch_size=8, step_ms=5.0, budget_s=3.0))
+                  workload=ProbeRequest(dataset="mymod:make", batch_size=8, step_ms=5.0, budget_s=3.0))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
@@ -619,7 +619,7 @@ def _baseline() -> frozenset:
 
 async def test_real_probe_short_run_fills_the_view():
     before = _baseline()
-    app = app_for("ci-2core", workload=Workload(preset="tensor", batch_size=16, step_ms=2.0, budget_s=2.0))
+    app = app_for("ci-2core", workload=ProbeRequest(preset="tensor", batch_size=16, step_ms=2.0, budget_s=2.0))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()
@@ -633,7 +633,7 @@ async def test_real_probe_short_run_fills_the_view():
 
 async def test_real_probe_cancel_leaves_no_worker_processes():
     before = _baseline()
-    app = app_for("ci-2core", workload=Workload(preset="image", batch_size=32, step_ms=20.0, budget_s=30.0))
+    app = app_for("ci-2core", workload=ProbeRequest(preset="image", batch_size=32, step_ms=20.0, budget_s=30.0))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+r")
         # wait until DataLoader workers exist, then cancel while they run
@@ -668,7 +668,7 @@ async def test_real_probe_of_a_user_dataset_module(tmp_path, monkeypatch):
         "    return TensorDataset(torch.zeros(256, 8), torch.zeros(256))\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    app = app_for("ci-2core", workload=Workload(dataset="tiny_ds:make", batch_size=16, step_ms=1.0, budget_s=2.0))
+    app = app_for("ci-2core", workload=ProbeRequest(dataset="tiny_ds:make", batch_size=16, step_ms=1.0, budget_s=2.0))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+r")
         await app.workers.wait_for_complete()

@@ -10,7 +10,7 @@ import pytest
 
 from loaderdoc.errors import SettingsError
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
-from loaderdoc.session import Workload, apply_change, parse_workload_field
+from loaderdoc.session import ProbeRequest, apply_change, parse_workload_field
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import settings_diff
 from loaderdoc.system.fixtures import load_machine, machine_names
@@ -175,9 +175,9 @@ def test_choosing_a_preset_takes_its_batch_and_step_unless_the_user_gave_them():
     from loaderdoc.probing.workloads import get_preset
 
     large = get_preset("large-image")
-    w = Workload()
+    w = ProbeRequest()
     w.choose_preset("large-image")
     assert (w.preset, w.batch_size, w.step_ms) == ("large-image", large.batch_size, large.step_ms)
-    mine = Workload(batch_size=48, batch_size_given=True, step_ms=7.0, step_ms_given=True)
+    mine = ProbeRequest(batch_size=48, batch_size_given=True, step_ms=7.0, step_ms_given=True)
     mine.choose_preset("large-image")
     assert (mine.preset, mine.batch_size, mine.step_ms) == ("large-image", 48, 7.0)

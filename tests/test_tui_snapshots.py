@@ -11,7 +11,7 @@ from pathlib import Path
 
 from test_tui_app import app_for, scripted_probe
 
-from loaderdoc.session import Workload
+from loaderdoc.session import ProbeRequest
 from loaderdoc.settings import LoaderSettings
 
 BIG = (120, 40)
@@ -66,7 +66,7 @@ def test_probe_after_run(snap_compare):
 
 def test_diagnoses_docker_shm(snap_compare):
     app = app_for("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
-                  workload=Workload(preset="image", batch_size=64, sample_bytes=3 * 224 * 224))
+                  workload=ProbeRequest(preset="image", batch_size=64, sample_bytes=3 * 224 * 224))
 
     async def run(pilot):
         await _settle(pilot)

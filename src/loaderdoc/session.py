@@ -34,7 +34,7 @@ ProbeFn = Callable[..., ProbeReport]
 
 # ---- workload -----------------------------------------------------------------------------
 @dataclass
-class Workload:
+class ProbeRequest:
     """What the probe will measure: a preset or the user's dataset, and the run's limits."""
 
     preset: str | None = None
@@ -117,7 +117,7 @@ class Session:
     def __init__(
         self,
         *,
-        workload: Workload | None = None,
+        workload: ProbeRequest | None = None,
         settings: LoaderSettings | None = None,
         detect_fn: DetectFn | None = None,
         probe_fn: ProbeFn | None = None,
@@ -132,7 +132,7 @@ class Session:
         self.facts: MachineFacts | None = None
         self.pending_facts: frozenset[str] = frozenset()  # slow facts still being read
         self.facts_error: str | None = None
-        self.workload = workload or Workload()
+        self.workload = workload or ProbeRequest()
         if self.workload.preset is None and self.workload.dataset is None and PRESETS:
             self.workload.choose_preset("image" if "image" in PRESETS else next(iter(PRESETS)))
         self.dataset_arg = self.workload.dataset  # --dataset, kept while a preset is chosen

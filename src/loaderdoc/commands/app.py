@@ -10,10 +10,10 @@ from loaderdoc.errors import EXIT_OK
 
 def workload_from_args(args: argparse.Namespace):
     """The app's starting workload from the command line's workload options."""
-    from loaderdoc.session import Workload
+    from loaderdoc.session import ProbeRequest
 
     batch = getattr(args, "batch_size", None) or 32
-    w = Workload(
+    w = ProbeRequest(
         preset=getattr(args, "preset", None),
         dataset=getattr(args, "dataset", None),
         batch_size=batch,

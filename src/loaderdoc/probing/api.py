@@ -119,7 +119,7 @@ def probe(
     """
     from loaderdoc.probing.consumer import SleepConsumer
     from loaderdoc.probing.isolate import run_config
-    from loaderdoc.probing.measure import Workload
+    from loaderdoc.probing.measure import LoadJob
     from loaderdoc.probing.search import Search
     from loaderdoc.settings import LoaderSettings
 
@@ -152,7 +152,7 @@ def probe(
     plan = plan_for_budget(budget_s)
     remaining = budget_s - (time.monotonic() - started)
     limits = _limits(facts, max(remaining, 0.1), device, plan)
-    workload = Workload(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
+    workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device)
 
     def measure(settings: LoaderSettings, purpose: str, restart: bool) -> ConfigResult:

@@ -24,13 +24,13 @@ import traceback
 from typing import Any
 
 from loaderdoc._serde import from_dict, to_dict
-from loaderdoc.probing.measure import RunPlan, Workload, measure_in_process
+from loaderdoc.probing.measure import LoadJob, RunPlan, measure_in_process
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 
 
 def run_config(
-    workload: Workload,
+    workload: LoadJob,
     settings: LoaderSettings,
     plan: RunPlan,
     *,
@@ -154,7 +154,7 @@ def _describe_wait_status(status: int | None) -> str:
 
 
 # ---- child side -------------------------------------------------------------------------------
-def _child_main(read_fd: int, write_fd: int, workload: Workload, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
+def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
     code = 0
     try:
         os.close(read_fd)

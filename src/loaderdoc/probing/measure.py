@@ -24,7 +24,7 @@ from loaderdoc.system.shm import shm_used_bytes
 
 
 @dataclass
-class Workload:
+class LoadJob:
     """What every configuration loads: built once in the parent, inherited by fork."""
 
     dataset: Any
@@ -174,7 +174,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 
 def measure_in_process(
-    workload: Workload, settings: LoaderSettings, plan: RunPlan, *, keep_alive: list[Any] | None = None
+    workload: LoadJob, settings: LoaderSettings, plan: RunPlan, *, keep_alive: list[Any] | None = None
 ) -> ConfigResult:
     """The measurement itself, in the current process (the measuring child in normal use).
 

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 if TYPE_CHECKING:  # workloads builds these datasets; it is not imported back at run time
-    from loaderdoc.probing.workloads import WorkloadSpec
+    from loaderdoc.probing.workloads import Preset
 
 _HASH_CHUNK = bytes(64 * 1024)  # ~50-100 us of sha256: fine-grained enough to stop on time
 
@@ -63,7 +63,7 @@ def _random_tensor(shape: tuple[int, ...], dtype: str, generator: torch.Generato
 class SyntheticDataset(Dataset):
     """A map-style dataset that pays ``spec``'s per-sample costs and returns ``(sample, label)``."""
 
-    def __init__(self, spec: WorkloadSpec, seed: int = 0) -> None:
+    def __init__(self, spec: Preset, seed: int = 0) -> None:
         self.spec = spec
         gen = torch.Generator().manual_seed(seed)
         if spec.in_memory:
@@ -112,6 +112,6 @@ def pad_collate(batch: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor
     }
 
 
-def build_synthetic(spec: WorkloadSpec) -> tuple[Dataset, Callable[..., Any] | None]:
+def build_synthetic(spec: Preset) -> tuple[Dataset, Callable[..., Any] | None]:
     spec.check()
     return SyntheticDataset(spec), (pad_collate if spec.variable_length else None)

@@ -1,7 +1,7 @@
 """What the probe loads: synthetic presets modelled on real loaders, or the user's own Dataset.
 
 Importing this module does not import torch: the CLI and the TUI list :data:`PRESETS` cheaply.
-Building a preset's Dataset (:meth:`WorkloadSpec.build`) and :func:`load_user_dataset` import
+Building a preset's Dataset (:meth:`Preset.build`) and :func:`load_user_dataset` import
 torch when they are called.
 """
 
@@ -65,7 +65,7 @@ class DatasetTypeError(WorkloadError):
 
 # ---- presets ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class WorkloadSpec:
+class Preset:
     """A synthetic workload: what one sample looks like and what producing it costs.
 
     Costs are per sample. CPU costs are burnt in *CPU time* (not wall time), so a worker that
@@ -98,7 +98,7 @@ class WorkloadSpec:
         spikes = self.io_spike_ms / self.io_spike_every if self.io_spike_every else 0.0
         return self.cpu_ms_gil + self.cpu_ms_nogil + self.io_ms + spikes
 
-    def with_overrides(self, **changes: Any) -> WorkloadSpec:
+    def with_overrides(self, **changes: Any) -> Preset:
         """A copy with some fields replaced (None values are ignored); checks the values."""
         changes = {k: v for k, v in changes.items() if v is not None}
         known = {f.name for f in dataclasses.fields(self)}
@@ -141,10 +141,10 @@ class WorkloadSpec:
         return build_synthetic(self)
 
 
-PRESETS: dict[str, WorkloadSpec] = {
+PRESETS: dict[str, Preset] = {
     spec.name: spec
     for spec in (
-        WorkloadSpec(
+        Preset(
             name="image",
             description="JPEG-style images: 3x224x224 uint8, decode + augment on the CPU",
             sample_shape=(3, 224, 224),
@@ -152,7 +152,7 @@ PRESETS: dict[str, WorkloadSpec] = {
             cpu_ms_nogil=3.0,
             io_ms=0.3,
         ),
-        WorkloadSpec(
+        Preset(
             name="large-image",
             description="medical/satellite-style 2K single-channel uint16 slices, heavy resampling",
             sample_shape=(1, 2048, 2048),
@@ -162,7 +162,7 @@ PRESETS: dict[str, WorkloadSpec] = {
             batch_size=4,
             step_ms=50.0,
         ),
-        WorkloadSpec(
+        Preset(
             name="tensor",
             description="pre-processed float32 tensors already in RAM (no per-sample work)",
             sample_shape=(3, 32, 32),
@@ -171,7 +171,7 @@ PRESETS: dict[str, WorkloadSpec] = {
             in_memory=True,
             batch_size=128,
         ),
-        WorkloadSpec(
+        Preset(
             name="text",
             description="token sequences up to 512 long, Python tokenisation, padded per batch",
             sample_shape=(512,),
@@ -179,14 +179,14 @@ PRESETS: dict[str, WorkloadSpec] = {
             cpu_ms_gil=0.4,
             variable_length=True,
         ),
-        WorkloadSpec(
+        Preset(
             name="remote",
             description="samples fetched from object storage: 10 ms latency each, little CPU",
             sample_shape=(3, 64, 64),
             cpu_ms_nogil=0.2,
             io_ms=10.0,
         ),
-        WorkloadSpec(
+        Preset(
             name="spiky",
             description="network storage with tail latency: 2 ms usually, +150 ms on 1 sample in 25",
             sample_shape=(3, 64, 64),
@@ -199,7 +199,7 @@ PRESETS: dict[str, WorkloadSpec] = {
 }
 
 
-def get_preset(name: str) -> WorkloadSpec:
+def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:

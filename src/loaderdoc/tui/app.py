@@ -25,7 +25,7 @@ from textual.worker import Worker, WorkerState
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.errors import UserError
-from loaderdoc.session import DetectFn, ProbeFn, Session, Workload, one_line
+from loaderdoc.session import DetectFn, ProbeFn, ProbeRequest, Session, one_line
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.tui.messages import (
@@ -73,7 +73,7 @@ class LoaderDocApp(App[int]):
         detect_fn: DetectFn | None = None,
         probe_fn: ProbeFn | None = None,
         load_dataset_fn: Callable[[str], Any] | None = None,
-        workload: Workload | None = None,
+        workload: ProbeRequest | None = None,
         settings: LoaderSettings | None = None,
         export_dir: Path | None = None,
         header_fn: Callable[..., list[str]] | None = None,
@@ -312,7 +312,7 @@ def make_app(
     detect_fn: DetectFn | None = None,
     probe_fn: ProbeFn | None = None,
     load_dataset_fn: Callable[[str], Any] | None = None,
-    workload: Workload | None = None,
+    workload: ProbeRequest | None = None,
     settings: LoaderSettings | None = None,
     export_dir: Path | None = None,
     header_fn: Callable[..., list[str]] | None = None,

@@ -8,7 +8,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
 
 from loaderdoc.probing.result import ConfigResult
-from loaderdoc.session import Workload, parse_workload_field, preset_names
+from loaderdoc.session import ProbeRequest, parse_workload_field, preset_names
 from loaderdoc.tui import model
 from loaderdoc.tui.widgets.chart import SeriesPlot
 
@@ -16,7 +16,7 @@ from loaderdoc.tui.widgets.chart import SeriesPlot
 class ProbePane(VerticalScroll):
     def compose(self) -> ComposeResult:
         app = self.app
-        w: Workload = app.session.workload
+        w: ProbeRequest = app.session.workload
         names = preset_names()
         options = [(name, name) for name, _ in names]
         self._descriptions = dict(names)
@@ -24,7 +24,7 @@ class ProbePane(VerticalScroll):
             options.insert(0, (f"your dataset: {app.session.dataset_arg}", model.DATASET_CHOICE))
         value = model.DATASET_CHOICE if w.dataset else (w.preset if w.preset in dict(names) else Select.NULL)
         with Horizontal(classes="form-row"):
-            yield Label("Workload", classes="form-label")
+            yield Label("ProbeRequest", classes="form-label")
             yield Select(options, value=value, allow_blank=not options, compact=True, id="workload",
                          prompt="no workload available")
             yield Button("Run (^r)", id="run", variant="primary", compact=True)

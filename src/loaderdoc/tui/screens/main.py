@@ -87,7 +87,8 @@ class MainScreen(Screen):
     def refresh_state(self) -> None:
         if not self._built:
             return  # on_mount draws it
-        self.query_one(StatusBar).refresh_state()
+        for bar in self.query(StatusBar):  # none while the screen is being torn down
+            bar.refresh_state()
         for view in self._views.values():  # a hidden view may not be mounted yet: it draws itself then
             view.refresh_state()
         self.refresh_bindings()

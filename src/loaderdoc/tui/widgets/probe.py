@@ -24,7 +24,7 @@ class ProbePane(VerticalScroll):
             options.insert(0, (f"your dataset: {app.session.dataset_arg}", model.DATASET_CHOICE))
         value = model.DATASET_CHOICE if w.dataset else (w.preset if w.preset in dict(names) else Select.NULL)
         with Horizontal(classes="form-row"):
-            yield Label("ProbeRequest", classes="form-label")
+            yield Label("Workload", classes="form-label")
             yield Select(options, value=value, allow_blank=not options, compact=True, id="workload",
                          prompt="no workload available")
             yield Button("Run (^r)", id="run", variant="primary", compact=True)
@@ -121,13 +121,15 @@ class ProbePane(VerticalScroll):
         w = self.app.session.workload
         if event.value == model.DATASET_CHOICE:
             w.dataset = self.app.session.dataset_arg
-        else:
+        elif str(event.value) != w.preset or w.dataset:  # the Select also reports its initial value
+            batch = w.batch_size
             w.choose_preset(str(event.value))
             for key in ("batch_size", "step_ms"):  # the preset's own, unless the user typed one
                 field = self.query_one(f"#{key}", Input)
                 if field.value != f"{getattr(w, key):g}":
                     field.value = f"{getattr(w, key):g}"
-            self.app.workload_changed()
+            if w.batch_size != batch:
+                self.app.workload_changed()  # the recommendation is sized for the batch
         self.query_one("#workload-desc", Static).update(self._describe())
 
     def on_input_changed(self, event: Input.Changed) -> None:

@@ -115,3 +115,13 @@ def test_the_export_header_names_what_differs_from_the_recommendation():
     s.set_settings(s.settings.replace(num_workers=0, prefetch_factor=None, persistent_workers=False), "edited")
     header = s.export_header()
     assert header[2] == "settings: edited" and header[3].startswith("differs from the recommendation: num_workers")
+
+
+def test_a_batch_size_typed_into_the_workload_form_resizes_the_recommendation():
+    s = Session(workload=ProbeRequest(preset="image", sample_bytes=4 * 2**20))  # 4 MiB samples
+    s.facts_arrived(load_machine("docker-64m-shm"))
+    s.set_workload_field("batch_size", 16)  # 64 MiB batches: more than /dev/shm holds
+    assert s.workload.batch_size_given and s.recommendation.settings.batch_size == 16
+    assert s.settings.num_workers == 0 and "--shm-size" in s.recommendation.reasons["num_workers"]
+    s.set_workload_field("step_ms", 7.5)
+    assert s.workload.step_ms == 7.5 and s.workload.step_ms_given

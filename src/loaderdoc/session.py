@@ -242,6 +242,18 @@ class Session:
         except Exception as exc:
             self.tradeoffs, self.tradeoffs_error = [], f"trade-offs failed: {one_line(exc)}"
 
+    def set_workload_field(self, key: str, value: Any) -> None:
+        """A value the user gave for the probe's workload (batch_size, step_ms, budget_s); the
+        recommendation follows a new batch size."""
+        if getattr(self.workload, key) == value:
+            return
+        setattr(self.workload, key, value)
+        if key == "batch_size":
+            self.workload.batch_size_given = True
+            self.refresh()
+        elif key == "step_ms":
+            self.workload.step_ms_given = True
+
     def workload_changed(self) -> None:
         """The workload's batch size changed: the recommendation (and advice) follow it."""
         self.refresh()

@@ -58,12 +58,6 @@ class SearchLimits:
 group_key = policy.stream_key
 
 
-def describe(settings: LoaderSettings) -> str:
-    if settings.num_workers == 0:
-        return "num_workers=0"
-    return f"num_workers={settings.num_workers}, prefetch_factor={settings.effective_prefetch_factor}"
-
-
 class Search:
     def __init__(
         self,
@@ -130,7 +124,7 @@ class Search:
                 self.stopped = "budget" if not self.stopped else self.stopped
             return None
         if self.on_progress is not None:
-            self.on_progress(min(1.0, self.elapsed / self.limits.budget_s), f"measuring {describe(settings)}")
+            self.on_progress(min(1.0, self.elapsed / self.limits.budget_s), f"measuring {policy.key_text(policy.stream_key(settings))}")
         result = self.measure(settings, purpose, restart)
         result.purpose = result.purpose or purpose
         self.results.append(result)
@@ -353,7 +347,7 @@ class Search:
         if not bursty:
             # a deeper queue smooths bursts; it cannot raise the average rate the workers produce at
             if starved:
-                self.notes.append(f"{describe(last.settings)}: waits are steady (p95 {p95:.0f} ms, p50 {p50:.0f} ms), "
+                self.notes.append(f"{policy.key_text(policy.stream_key(last.settings))}: waits are steady (p95 {p95:.0f} ms, p50 {p50:.0f} ms), "
                                   "so a deeper prefetch queue would not feed the step faster; not tried")
             return
         if candidate[0] > self.shm_cap_workers(last.batch_bytes, prefetch=4):

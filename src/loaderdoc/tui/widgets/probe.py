@@ -142,12 +142,9 @@ class ProbePane(VerticalScroll):
         err.update(Text(f"{error} (the probe keeps the last valid value)", style="bold red") if error else "")
         err.display = error is not None
         if error is None and getattr(self.app.session.workload, key) != value:
-            setattr(self.app.session.workload, key, value)
+            self.app.session.set_workload_field(key, value)
             if key == "batch_size":
-                self.app.session.workload.batch_size_given = True
-                self.app.workload_changed()
-            elif key == "step_ms":
-                self.app.session.workload.step_ms_given = True
+                self.app.refresh_views()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "run":

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.app import App
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Static, TabbedContent
 
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
@@ -570,6 +571,50 @@ async def test_a_view_key_before_the_view_is_built_focuses_it_once_built(monkeyp
         assert workers.has_focus and workers.value == str(app.session.settings.num_workers)
 
     await _run_from_the_start(app_for(), scenario, held)
+
+
+@pytest.mark.parametrize("stop", ["ctrl+q", "teardown"])
+async def test_stopping_while_a_view_is_being_built_waits_for_it(stop, monkeypatch):
+    """Quitting right after the start, while the hidden views are still being mounted (textual
+    tears the DOM down without waiting for them: their mount handlers failed with NoMatches on
+    children that were never started, e.g. the probe view's Select)."""
+    from loaderdoc.tui.screens import main
+
+    held = _Held()
+    title, view = main.VIEWS["probe"]
+    monkeypatch.setitem(main.VIEWS, "probe", (title, held.wrap(view)))
+    stopping = asyncio.Event()
+    teardown = App._shutdown
+
+    async def recording_teardown(self):
+        stopping.set()
+        await teardown(self)
+
+    monkeypatch.setattr(App, "_shutdown", recording_teardown)  # textual's teardown
+    settle = main.MainScreen.settle
+    settled = []
+
+    async def recording_settle(self):
+        settled.append(stopping.is_set())
+        held.release.set()  # the app is stopping with the probe view half built: let it finish now
+        await settle(self)
+
+    monkeypatch.setattr(main.MainScreen, "settle", recording_settle)
+
+    async def release_on_teardown() -> None:  # without the fix: let the app show what it does then
+        await stopping.wait()
+        held.release.set()
+
+    releaser = asyncio.create_task(release_on_teardown())
+    app = app_for()
+    async with app.run_test(size=SIZE) as pilot:
+        await held.entered.wait()
+        if stop == "ctrl+q":
+            await pilot.press("ctrl+q")
+    releaser.cancel()
+    assert settled and settled[0] is False, "textual's teardown began before the views were built"
+    assert app.main_screen.probe_pane is not None
+    assert app.return_code == (0 if stop == "ctrl+q" else None)
 
 
 def test_no_color_is_honoured(monkeypatch):

@@ -11,6 +11,8 @@ Build it with :func:`make_app`, which the CLI, the tests and ``scripts/screensho
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
@@ -38,6 +40,7 @@ from loaderdoc.tui.messages import (
 )
 
 TABS = ("machine", "probe", "diagnoses", "tradeoffs", "settings")
+SETTLE_TIMEOUT_S = 10.0  # longest wait, when stopping, for the views being mounted
 DARK, LIGHT = "textual-dark", "textual-light"
 
 
@@ -266,7 +269,25 @@ class LoaderDocApp(App[int]):
             self.notify("Stopping the probe before quitting...")
             if self._probe_worker is not None:
                 await self._probe_worker.wait()
+        await self._settle_views()
         self.exit(0)
+
+    async def _settle_views(self) -> None:
+        """Let the views being mounted finish (ctrl+q right after the start comes while they
+        are): textual stops the app without waiting for them, and they failed then."""
+        screen = getattr(self, "main_screen", None)
+        if screen is None:
+            return
+        # a view that never finishes must not keep the app from stopping
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(screen.settle(), timeout=SETTLE_TIMEOUT_S)
+
+    async def _shutdown(self) -> None:
+        # textual's own teardown (that of run_test too) does not wait for widgets still being
+        # mounted; while the message loop runs they can still finish (after it, action_quit did it)
+        if self.is_running:
+            await self._settle_views()
+        await super()._shutdown()
 
     # ---- navigation, export, theme --------------------------------------------------------
     def action_show_tab(self, tab: str) -> Awaitable[None] | None:

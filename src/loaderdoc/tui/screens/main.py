@@ -7,11 +7,16 @@ there yet: it records the tab asked for, mounts that view at once if it is not m
 already, and switches to it and focuses it as soon as it is mounted. It returns a future
 that is done then; a key binding's action returns it, and textual finishes handling the key
 only when it is done, so the next key (or a test's next step) sees the view.
+
+Likewise the app is never torn down in the middle of building a view (:meth:`settle`): textual
+does not wait for widgets still being mounted, whose mount handlers then fail on children that
+were never started.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -42,6 +47,9 @@ class MainScreen(Screen):
         self._mounting: set[str] = set()  # views mounted or being mounted
         self._wanted: str | None = None  # the tab asked for, switched to and focused once its view is mounted
         self._shown: dict[str, asyncio.Future[None]] = {}
+        self._view_mounts: list[Awaitable[None]] = []
+        self._built_event = asyncio.Event()
+        self._settling = False  # the app is stopping: mount no more views
 
     def compose(self) -> ComposeResult:
         yield Header(icon="")
@@ -61,6 +69,7 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self._built = True
+        self._built_event.set()
         self.refresh_state()
         if self._wanted is not None:
             self._show_wanted()
@@ -72,10 +81,19 @@ class MainScreen(Screen):
             self._mount_view(tab)
 
     def _mount_view(self, tab: str) -> None:
-        if tab in self._mounting or not self._built:
+        if tab in self._mounting or not self._built or self._settling:
             return
         self._mounting.add(tab)
-        self.query_one(f"TabPane#{tab}", TabPane).mount(VIEWS[tab][1](id=f"{tab}-pane"))
+        self._view_mounts.append(self.query_one(f"TabPane#{tab}", TabPane).mount(VIEWS[tab][1](id=f"{tab}-pane")))
+
+    async def settle(self) -> None:
+        """Mount no more views, and wait until this screen and the views being mounted are
+        built: the app calls this before it stops."""
+        self._settling = True
+        await self._built_event.wait()
+        await asyncio.gather(*self._view_mounts)
+        for tab in list(self._shown):  # a view that will not be mounted now: nobody waits for it
+            self._done(tab)
 
     def view_mounted(self, view: Widget) -> None:
         """Called by each view at the end of its on_mount (it has drawn the app's state)."""
@@ -115,6 +133,8 @@ class MainScreen(Screen):
         view = self._views.get(tab)
         if view is None:
             self._mount_view(tab)  # view_mounted() comes back here
+            if self._settling:
+                self._done(tab)
             return
         self._wanted = None
         view.focus_main()

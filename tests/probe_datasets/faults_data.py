@@ -100,14 +100,20 @@ def make_hangs_in_worker():
 
 
 class Hoarder(Small):
-    """Keeps 32 MiB for every sample it loads (a cache that never evicts): memory grows per item."""
+    """Keeps 128 MiB for every sample it loads (a cache that never evicts): memory grows per item.
+
+    Big enough that the two batches of 4 any configuration loads before its measurement can end
+    (the first and one warm-up batch) pass a 900 MiB limit, however slowly a loaded machine gets
+    through them: with 32 MiB a starved probe measured 0 workers in 3 batches, never reached the
+    limit and stopped there ("not starved").
+    """
 
     def __init__(self) -> None:
         super().__init__(io_ms=1.0)
         self.kept: list[bytes] = []
 
     def __getitem__(self, i: int):
-        self.kept.append(b"\x01" * (32 * MiB))  # touches every page: real, resident memory
+        self.kept.append(b"\x01" * (128 * MiB))  # touches every page: real, resident memory
         return super().__getitem__(i)
 
 

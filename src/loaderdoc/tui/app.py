@@ -23,6 +23,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState
 
 from loaderdoc.advice.findings import Finding
@@ -62,11 +63,13 @@ class LoaderDocApp(App[int]):
         Binding("ctrl+s", "show_tab('settings')", "Settings", priority=True),
         Binding("ctrl+e", "export", "Export", priority=True),
         Binding("ctrl+t", "toggle_theme", "Theme", tooltip="Toggle light/dark", priority=True),
-        Binding("1", "show_tab('machine')", "Machine", show=False),
-        Binding("2", "show_tab('probe')", "Probe", show=False),
-        Binding("3", "show_tab('diagnoses')", "Diagnoses", show=False),
-        Binding("4", "show_tab('tradeoffs')", "Trade-offs", show=False),
-        Binding("5", "show_tab('settings')", "Settings", show=False),
+        # 1-5 switch views before the focused widget sees the key (priority), so that the next key
+        # typed goes to the view shown; not where the digit is text (check_action)
+        Binding("1", "view_key('machine')", "Machine", show=False, priority=True),
+        Binding("2", "view_key('probe')", "Probe", show=False, priority=True),
+        Binding("3", "view_key('diagnoses')", "Diagnoses", show=False, priority=True),
+        Binding("4", "view_key('tradeoffs')", "Trade-offs", show=False, priority=True),
+        Binding("5", "view_key('settings')", "Settings", show=False, priority=True),
     ]
 
     def __init__(
@@ -215,7 +218,19 @@ class LoaderDocApp(App[int]):
             return self.session.probe_running
         if action == "run_probe":
             return None if self.session.probe_running else True
+        if action == "view_key":
+            return self._digits_switch_views()
         return True
+
+    def _digits_switch_views(self) -> bool:
+        """1-5 switch views unless a dialog is open or the focused widget takes the digit as text
+        (an input, a select's list searching as you type)."""
+        if not isinstance(self.screen, type(self.main_screen)):
+            return False
+        focused = self.focused
+        if focused is None:
+            return True
+        return not (isinstance(focused, (Input, TextArea)) or any(isinstance(a, Select) for a in focused.ancestors))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="probe")
     def _run_probe(self) -> None:
@@ -290,6 +305,9 @@ class LoaderDocApp(App[int]):
         await super()._shutdown()
 
     # ---- navigation, export, theme --------------------------------------------------------
+    def action_view_key(self, tab: str) -> Awaitable[None] | None:
+        return self.action_show_tab(tab)
+
     def action_show_tab(self, tab: str) -> Awaitable[None] | None:
         """Switch to ``tab``; the result is done once its view is mounted and focused (a key that
         arrives before the view is built waits for it instead of failing)."""

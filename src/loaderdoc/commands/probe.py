@@ -72,7 +72,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt).
 
     ``facts`` (MachineFacts) are the machine the probe sizes its search for; None detects them."""
-    from loaderdoc.probing.workloads import get_preset, load_user_dataset
+    from loaderdoc.probing.workloads import get_preset, load_user_dataset, parse_dataset_spec
 
     preset = _preset_name(args)
     dataset_spec = getattr(args, "dataset", None)
@@ -82,6 +82,8 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         raise UserError(f"name a preset to probe ({', '.join(PRESETS)}) or your own data with --dataset MOD:FACTORY")
     if preset:
         get_preset(preset)  # an unknown name is the first thing to hear about
+    else:
+        parse_dataset_spec(dataset_spec)  # so is a malformed MOD:FACTORY: before the seconds torch takes
     require_torch()
     from loaderdoc.probing.api import probe
 

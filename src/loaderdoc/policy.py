@@ -372,24 +372,25 @@ def bursty(p50_ms: float | None, p95_ms: float | None, step_ms: float | None) ->
     return p95_ms >= BURSTY_RATIO * max(p50_ms, 0.0) and p95_ms >= (step_ms or BURSTY_FLOOR_MS)
 
 
-def throughputs(results: Iterable[ConfigResult]) -> dict[Key, float]:
-    """Mean measured steps/s per configuration."""
+def _rates(results: Iterable[ConfigResult]) -> dict[Key, list[float]]:
+    """The steps/s of every measured run, by configuration."""
     groups: dict[Key, list[float]] = {}
     for r in results:
         if r.ok and r.batches_per_s:
             groups.setdefault(stream_key(r.settings), []).append(r.batches_per_s)
-    return {k: statistics.fmean(v) for k, v in sorted(groups.items())}
+    return groups
+
+
+def throughputs(results: Iterable[ConfigResult]) -> dict[Key, float]:
+    """Mean measured steps/s per configuration."""
+    return {k: statistics.fmean(v) for k, v in sorted(_rates(results).items())}
 
 
 def noise(results: Iterable[ConfigResult]) -> float:
     """Half the largest relative spread between repeated runs of one configuration, capped at
     :data:`MAX_NOISE`: on a small or shared machine two windows of one configuration differ, and
     differences smaller than that between configurations are not evidence."""
-    groups: dict[Key, list[float]] = {}
-    for r in results:
-        if r.ok and r.batches_per_s:
-            groups.setdefault(stream_key(r.settings), []).append(r.batches_per_s)
-    spreads = [(max(v) - min(v)) / (2 * statistics.fmean(v)) for v in groups.values() if len(v) >= 2]
+    spreads = [(max(v) - min(v)) / (2 * statistics.fmean(v)) for v in _rates(results).values() if len(v) >= 2]
     return min(MAX_NOISE, max(spreads, default=0.0))
 
 

@@ -66,7 +66,7 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     fix_text = ("(one CPU left for the training process)" if per_rank >= 2
                 else "(sharing the CPU with the training process)")
     change = fewer_workers(target)
-    choice = i.choice() if i.same_batch_as_probe else None
+    choice = i.choice if i.same_batch_as_probe else None
     if choice is not None and choice.workers > 0 and not choice.oversubscribed:
         # measurement outranks the rule of thumb: the policy's pick among what the probe measured
         target = choice.workers

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from loaderdoc import policy
@@ -97,8 +98,10 @@ class Inputs:
     def room(self) -> policy.Room:
         return policy.Room.of(self.facts)
 
+    @cached_property
     def choice(self) -> policy.Choice | None:
-        """What the policy picks among the probe's measurements at these settings' batch size."""
+        """What the policy picks among the probe's measurements at these settings' batch size
+        (several rules ask; one evaluate() computes it once)."""
         if self.probe is None:
             return None
         return policy.choose(self.probe.results, per_rank=self.per_rank, room=self.room,

@@ -43,7 +43,7 @@ def _data_starved(i: Inputs) -> Finding | None:
         return None
     if mine.starvation_pct < STARVED_WARN_PCT:
         return None
-    choice = i.choice()
+    choice = i.choice
     if choice is None or choice.key == policy.stream_key(mine.settings):
         return None  # these settings are the pick: nothing measured feeds it better (see transform-bound)
     rows = [r for r in i.probe.ok_results if policy.stream_key(r.settings) == choice.key
@@ -251,7 +251,7 @@ def _workers_only_ipc(i: Inputs) -> Finding | None:
         return None
     if max(r.settings.num_workers for r in with_workers) < i.settings.num_workers and i.subject is None:
         return None  # nothing measured with as many workers as these settings use
-    choice = i.choice()
+    choice = i.choice
     if choice is None or choice.key[0] != 0:
         return None
     z = max(zero, key=lambda r: r.batches_per_s)

@@ -10,10 +10,13 @@ import argparse
 import signal
 import sys
 import threading
+import traceback
 
 from loaderdoc._version import __version__
 from loaderdoc.errors import (
+    EXIT_BROKEN_PIPE,
     EXIT_CRITICAL,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PROBE_FAILED,
@@ -29,7 +32,9 @@ exit codes:
   {EXIT_CRITICAL}    check: critical findings (the run would crash or starve)
   {EXIT_USAGE}    bad usage or input (arguments, config file, --dataset, export path); nothing written
   {EXIT_PROBE_FAILED}    probe: no configuration could be measured
+  {EXIT_INTERNAL}   internal error: a bug in loaderdoc (the traceback is printed; please report it)
   {EXIT_INTERRUPTED}  interrupted (Ctrl+C / SIGTERM); stopped cleanly
+  {EXIT_BROKEN_PIPE}  standard output was closed by its reader (as with '| head'); stopped quietly
 """
 
 # subcommand -> what it does; its module in loaderdoc.commands has add_arguments(parser) and run(args)
@@ -107,28 +112,43 @@ def _terminate_as_interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from loaderdoc import output
+
+    with output.standard_streams_guarded():
+        try:
+            code = _run(argv)
+            output.finish_output()
+            return code
+        except UserError as err:  # output errors too: stdout closed or full is exit 3
+            print(f"loaderdoc: error: {err}", file=sys.stderr)
+            return err.exit_code
+        except KeyboardInterrupt:
+            print("loaderdoc: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            output.discard_stdout()
+            return EXIT_BROKEN_PIPE
+        except Exception:  # a bug: never let it exit 1, which `check` uses for "warnings"
+            traceback.print_exc()
+            print(f"loaderdoc: internal error (exit {EXIT_INTERNAL}); please report the traceback above",
+                  file=sys.stderr)
+            return EXIT_INTERNAL
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    try:
-        if args.command:
-            return int(args._run(args))
-        if args.export is not None:  # '' too: an error, not the app
-            from loaderdoc.commands import export_cmd
+    if args.command:
+        return int(args._run(args))
+    if args.export is not None:  # '' too: an error, not the app
+        from loaderdoc.commands import export_cmd
 
-            return export_cmd.run(args)
-        from loaderdoc.commands.app import run_app
+        return export_cmd.run(args)
+    from loaderdoc.commands.app import run_app
 
-        return run_app(args)
-    except UserError as err:
-        print(f"loaderdoc: error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print("loaderdoc: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        return EXIT_OK
+    return run_app(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,9 @@ EXIT_WARNING = 1  # check found warnings
 EXIT_CRITICAL = 2  # check found something that will break or starve a run
 EXIT_USAGE = 3  # bad command line, config file, dataset or export path: nothing was written
 EXIT_PROBE_FAILED = 4  # the probe could not measure any configuration
+EXIT_INTERNAL = 70  # a bug in loaderdoc (sysexits' EX_SOFTWARE): never 0-2, which a job script acts on
 EXIT_INTERRUPTED = 130  # Ctrl+C / SIGTERM: stopped cleanly
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`), as `cat` reports it
 
 
 class UserError(Exception):

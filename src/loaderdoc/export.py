@@ -1,7 +1,7 @@
-"""Every output format of chosen settings (TOML, a Python DataLoader snippet, JSON), written atomically.
+"""Every output format of chosen settings (TOML, a Python DataLoader snippet, JSON).
 
-A file is written to a temporary sibling and renamed into place, so a failure never leaves a
-half-written file, and an existing file is never replaced without ``force``.
+Writing goes through :mod:`loaderdoc.safe_write`: atomic for files, never replacing a device or a
+pipe, never overwriting without ``force``.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import datetime as _dt
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from loaderdoc._version import __version__
 from loaderdoc.errors import ExportError
+from loaderdoc.safe_write import write_text
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import machine_line
 from loaderdoc.system.facts import MachineFacts
@@ -102,55 +102,8 @@ def write_export(
         sys.stdout.flush()
         return None
     target = Path(path_str).expanduser()
-    check_writable(target, force=force)
-    _atomic_write(target, text, force=force)
+    write_text(target, text, force=force)
     return target
-
-
-def check_writable(target: Path, *, force: bool) -> None:
-    """Raise ExportError, before any work is done, if ``target`` cannot or must not be written."""
-    if target.is_dir():
-        raise ExportError(f"{target} is a directory; give a file name such as {target / 'loader.toml'}")
-    if target.exists() and not force:
-        raise ExportError(f"{target} already exists; pass --force to overwrite it or choose another path")
-    parent = target.parent
-    if not parent.exists():
-        raise ExportError(f"directory {parent} does not exist; create it first or choose another path")
-    if not parent.is_dir():
-        raise ExportError(f"{parent} is not a directory; choose another path")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ExportError(f"cannot write to directory {parent} (permission denied); choose another path")
-
-
-def _atomic_write(target: Path, text: str, *, force: bool) -> None:
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise ExportError(f"cannot write to {target.parent}: {exc.strerror or exc}; choose another path") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o644)
-        if force:
-            os.replace(tmp_name, target)
-        else:
-            # link() fails if the target appeared meanwhile: never clobber without --force
-            try:
-                os.link(tmp_name, target)
-            except FileExistsError:
-                raise ExportError(f"{target} already exists; pass --force to overwrite it") from None
-            except OSError:
-                # filesystems without hard links: fall back to an exclusive create check + rename
-                if target.exists():
-                    raise ExportError(f"{target} already exists; pass --force to overwrite it") from None
-                os.replace(tmp_name, target)
-    except OSError as exc:
-        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
 
 
 def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list[str]:

@@ -14,7 +14,8 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoc.advice.rules import evaluate
     from loaderdoc.commands.check import load_facts
     from loaderdoc.commands.common import sample_bytes
-    from loaderdoc.export import check_writable, export_header, format_for, write_export
+    from loaderdoc.export import export_header, format_for, write_export
+    from loaderdoc.safe_write import check_writable
 
     fmt = format_for(args.export, args.format)
     if args.export != "-":

@@ -238,9 +238,13 @@ def _same(r: ConfigResult, settings: Any) -> bool:
 def _console() -> Any:
     from rich.console import Console
 
+    class PipeAwareConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError  # rich would exit 1 ("warnings" to a job script); the CLI exits 141
+
     if sys.stdout.isatty():
-        return Console()
-    return Console(file=sys.stdout, width=200, color_system=None, soft_wrap=False)
+        return PipeAwareConsole()
+    return PipeAwareConsole(file=sys.stdout, width=200, color_system=None, soft_wrap=False)
 
 
 def probe_findings(report: ProbeReport, facts: Any) -> list[Any]:
@@ -281,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None and args.export != "-":
         from pathlib import Path
 
-        from loaderdoc.export import check_writable, format_for
+        from loaderdoc.export import format_for
+        from loaderdoc.safe_write import check_writable
 
         format_for(args.export, args.format)  # a bad path or format fails now, not after 30 s
         check_writable(Path(args.export).expanduser(), force=args.force)

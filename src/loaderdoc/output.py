@@ -1,0 +1,155 @@
+"""What every command does when its standard output breaks: the convention of ``cat`` and ``head``.
+
+- The reader went away (``loaderdoc probe | head -1``: EPIPE): stop quietly, exit 141 as a
+  shell reports a program killed by SIGPIPE.
+- Any other failed write (stdout closed with ``>&-``, on a full device, an I/O error): one line
+  on stderr naming the problem, exit 3.
+- A terminal or ``PYTHONIOENCODING`` that cannot encode a character (a non-ASCII path under
+  ``ascii``): the character is written as a backslash escape, never a crash.
+
+``standard_streams_guarded()`` installs this around a command; the CLI maps the errors to codes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from loaderdoc.errors import UserError
+
+
+class OutputError(UserError):
+    """Standard output cannot be written (closed, full, failing); nothing more can be shown."""
+
+
+class GuardedStdout:
+    """Standard output whose write failures become :class:`OutputError` (or BrokenPipeError).
+
+    ``stream`` is None when the command was started with stdout closed: the first write fails
+    with a clear message instead of an AttributeError deep inside a command.
+    """
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    @property
+    def wrapped(self):
+        return self._stream
+
+    def write(self, text: str) -> int:
+        return self._call("write", text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            self._call("flush")
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def _call(self, method: str, *args):
+        if self._stream is None:
+            raise OutputError("standard output is closed; run it with output to a terminal, a file or a pipe")
+        try:
+            return getattr(self._stream, method)(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(f"standard output is closed ({name})")
+        return getattr(self._stream, name)
+
+
+class QuietStderr:
+    """Standard error that never raises: when even stderr fails, the exit code is all that is left."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    @property
+    def wrapped(self):
+        return self._stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text) if self._stream is not None else len(text)
+        except (OSError, ValueError):
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            if self._stream is not None:
+                self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(f"standard error is closed ({name})")
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def standard_streams_guarded():
+    """Install the policy on ``sys.stdout`` / ``sys.stderr`` for one command, then restore them."""
+    saved = sys.stdout, sys.stderr
+    guard_standard_streams()
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def guard_standard_streams() -> None:
+    """Install the policy on ``sys.stdout`` / ``sys.stderr`` (idempotent)."""
+    _occupy_closed_descriptors()
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(OSError, ValueError):
+                reconfigure(errors="backslashreplace")
+    if not isinstance(sys.stdout, GuardedStdout):
+        sys.stdout = GuardedStdout(sys.stdout)
+    if not isinstance(sys.stderr, QuietStderr):
+        sys.stderr = QuietStderr(sys.stderr)
+
+
+def finish_output() -> None:
+    """Flush standard output now, inside the command, so a failure gets the policy's exit code."""
+    sys.stdout.flush()
+
+
+def discard_stdout() -> None:
+    """After EPIPE: point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _occupy_closed_descriptors() -> None:
+    """A closed fd 0/1/2 would be reused by the next file opened (an export, a worker's pipe),
+    and output meant for the terminal would land in it: park /dev/null there instead."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                opened = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                return
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)

@@ -1,0 +1,125 @@
+"""Writing a file the user named without ever losing what was there.
+
+A regular file is written to a temporary sibling and renamed into place, so a failure never
+leaves a half-written file, and an existing file is replaced only with ``force``. A character
+device or a pipe (``/dev/null``, ``/dev/stdout``, a FIFO) is *written to*, not replaced: renaming
+over it would swap the device node for a regular file (as root nothing stops that). Anything else
+(a directory, a block device, a socket) is refused before any work is done.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from loaderdoc.errors import ExportError
+
+# paths that name an open descriptor, whatever it is (a pipe, a terminal, a file the shell opened)
+_DESCRIPTOR_PATH = re.compile(r"^/(dev/(stdout|stderr|fd/\d+)|proc/(self|\d+)/fd/\d+)$")
+_STDOUT_PATHS = {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}
+# room mkstemp needs around the target's name in a temporary sibling: "." + name + "." + 8 + ".tmp"
+_TEMP_NAME_KEEP = 64
+
+
+def is_stream(target: Path) -> bool:
+    """True when writing ``target`` means writing into an existing device or pipe."""
+    if _DESCRIPTOR_PATH.match(os.path.normpath(os.path.abspath(target))):
+        return True
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def check_writable(target: Path, *, force: bool) -> None:
+    """Raise ExportError, before any work is done, if ``target`` cannot or must not be written."""
+    if is_stream(target):
+        return  # writing into a device or pipe replaces nothing: no --force needed
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise ExportError(f"{target} is a directory; give a file name such as {target / 'loader.toml'}")
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file"
+        raise ExportError(f"{target} is a {kind}; export to a regular file, a pipe or '-' (stdout)")
+    if target.exists() and not force:
+        raise ExportError(f"{target} already exists; pass --force to overwrite it or choose another path")
+    parent = target.parent
+    if not parent.exists():
+        raise ExportError(f"directory {parent} does not exist; create it first or choose another path")
+    if not parent.is_dir():
+        raise ExportError(f"{parent} is not a directory; choose another path")
+    name_max = _name_max(parent)
+    if len(os.fsencode(target.name)) > name_max:
+        raise ExportError(f"{target.name[:40]}...: the file name is {len(os.fsencode(target.name))} bytes, "
+                          f"over this filesystem's {name_max}; choose a shorter name")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write to directory {parent} (permission denied); choose another path")
+
+
+def write_text(target: Path, text: str, *, force: bool) -> None:
+    """Write ``text`` to ``target`` as :func:`check_writable` allowed; raise ExportError on failure."""
+    check_writable(target, force=force)
+    if is_stream(target):
+        _write_stream(target, text)
+    else:
+        _atomic_write(target, text, force=force)
+
+
+def _write_stream(target: Path, text: str) -> None:
+    if os.path.normpath(os.path.abspath(target)) in _STDOUT_PATHS:
+        sys.stdout.write(text)  # the CLI's output policy applies (a closed reader, a full device)
+        sys.stdout.flush()
+        return
+    try:
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def _atomic_write(target: Path, text: str, *, force: bool) -> None:
+    # the sibling keeps a prefix of the name: a legal 250-byte name must not give an illegal 264-byte one
+    prefix = f".{target.name[:_TEMP_NAME_KEEP]}."
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise ExportError(f"cannot write to {target.parent}: {exc.strerror or exc}; choose another path") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        if force:
+            os.replace(tmp_name, target)
+        else:
+            # link() fails if the target appeared meanwhile: never clobber without --force
+            try:
+                os.link(tmp_name, target)
+            except FileExistsError:
+                raise ExportError(f"{target} already exists; pass --force to overwrite it") from None
+            except OSError:
+                # filesystems without hard links: fall back to an exclusive create check + rename
+                if target.exists():
+                    raise ExportError(f"{target} already exists; pass --force to overwrite it") from None
+                os.replace(tmp_name, target)
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255

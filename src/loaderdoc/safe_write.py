@@ -38,28 +38,30 @@ def is_stream(target: Path) -> bool:
 
 def check_writable(target: Path, *, force: bool) -> None:
     """Raise ExportError, before any work is done, if ``target`` cannot or must not be written."""
+    parent = target.parent
+    name_bytes, name_max = len(os.fsencode(target.name)), _name_max(parent)
+    if name_bytes > name_max:
+        raise ExportError(f"{target.name[:40]}...: the file name is {name_bytes} bytes, over this filesystem's "
+                          f"{name_max}; choose a shorter name")
     if is_stream(target):
         return  # writing into a device or pipe replaces nothing: no --force needed
     try:
         mode = os.stat(target).st_mode
-    except OSError:
-        mode = None
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # the parent checks below say what is wrong
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}; choose another path") from None
     if mode is not None and stat.S_ISDIR(mode):
         raise ExportError(f"{target} is a directory; give a file name such as {target / 'loader.toml'}")
     if mode is not None and not stat.S_ISREG(mode):
         kind = "block device" if stat.S_ISBLK(mode) else "socket" if stat.S_ISSOCK(mode) else "special file"
         raise ExportError(f"{target} is a {kind}; export to a regular file, a pipe or '-' (stdout)")
-    if target.exists() and not force:
+    if mode is not None and not force:
         raise ExportError(f"{target} already exists; pass --force to overwrite it or choose another path")
-    parent = target.parent
     if not parent.exists():
         raise ExportError(f"directory {parent} does not exist; create it first or choose another path")
     if not parent.is_dir():
         raise ExportError(f"{parent} is not a directory; choose another path")
-    name_max = _name_max(parent)
-    if len(os.fsencode(target.name)) > name_max:
-        raise ExportError(f"{target.name[:40]}...: the file name is {len(os.fsencode(target.name))} bytes, "
-                          f"over this filesystem's {name_max}; choose a shorter name")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ExportError(f"cannot write to directory {parent} (permission denied); choose another path")
 

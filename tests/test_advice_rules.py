@@ -9,6 +9,7 @@ import pytest
 
 from loaderdoc.advice.findings import CRITICAL, WARNING
 from loaderdoc.advice.rules import RULES, TrainingContext, catalogue, evaluate
+from loaderdoc.errors import SettingsError
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
@@ -478,7 +479,7 @@ def test_training_context_fields_are_all_documented_and_loadable():
     assert [f.name for f in fields(TrainingContext)] == list(TrainingContext.FIELDS)
     ctx = TrainingContext.from_mapping({"device": "cuda", "dataset_len": 100})
     assert ctx.to_dict()["device"] == "cuda" and ctx.uses_batchnorm is None
-    with pytest.raises(ValueError, match="unknown training-context keys: batchnorm"):
+    with pytest.raises(SettingsError, match="unknown key 'batchnorm' \\(did you mean 'uses_batchnorm'"):
         TrainingContext.from_mapping({"batchnorm": True})
 
 

@@ -6,14 +6,21 @@ Cases already covered elsewhere are listed in docs/faults.md and not repeated he
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 from faults_support import fault_env, loaderdoc, namespaces_usable, one_line_error
 
 from loaderdoc.errors import EXIT_CRITICAL, EXIT_PROBE_FAILED, EXIT_USAGE
+from loaderdoc.system.fixtures import machine_path as load_machine_path
 
 NS_REASON = namespaces_usable()
+
+
+def short_id(value):
+    """Test ids from the first characters: a 200 KB id would reach subprocesses in PYTEST_CURRENT_TEST."""
+    return value[:24] if isinstance(value, str) else None
 
 
 # ---- config files -------------------------------------------------------------------------------
@@ -35,7 +42,22 @@ NS_REASON = namespaces_usable()
     ("o.yaml", "multiprocessing_context: threads\nnum_workers: 2\n", ["multiprocessing_context must be one of"]),
     ("p.yaml", "dataloader: 4\n", ["[dataloader] must be a table"]),
     ("q.yaml", "num_workers: .inf\n", ["num_workers must be a whole number"]),
-])
+    # [training]: every field checked; "no" is not true, "lots" is not a length
+    ("r.toml", "[training]\ndistributed = \"no\"\n", ["r.toml:2", "[training] distributed must be true/false"]),
+    ("s.toml", "[training]\ndataset_len = \"lots\"\n", ["s.toml:2", "dataset_len must be a whole number"]),
+    ("t.toml", "[training]\ntensors_per_batch = \"2\"\n", ["t.toml:2", "tensors_per_batch must be a whole number"]),
+    ("u.yaml", "training:\n  device: gpu\n", ["u.yaml:2", "device must be one of cuda, cpu"]),
+    ("v.yaml", "training:\n  dataset_len: 0\n", ["dataset_len must be >= 1"]),
+    ("w.toml", "[training]\nbatchnorm = true\n", ["unknown key 'batchnorm'", "did you mean 'uses_batchnorm'"]),
+    ("x.toml", "[dataloader]\nnum_workers = 2\n[loader]\nnum_workers = 4\n", ["both [dataloader] and [loader]"]),
+    # bounded: what a file may expand to, and how deep it may nest
+    ("y.yaml", "a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8)),
+     ["y.yaml:", "YAML aliases expand this value to over 100,000 values"]),
+    ("z.yaml", "a: &x [1, *x]\n", ["z.yaml:1", "a YAML alias refers to a value that contains it"]),
+    ("deep.json", "[" * 100_000 + "]" * 100_000, ["deep.json", "nested too deeply"]),
+    ("deep.toml", "a = " + "[" * 100_000 + "]" * 100_000 + "\n", ["deep.toml", "nested too deeply"]),
+], ids=short_id)
 def test_bad_config_files_are_one_line_exit_3(tmp_path, name, content, needles):
     cfg = tmp_path / name
     cfg.write_text(content)
@@ -59,6 +81,72 @@ def test_contradictory_settings_torch_would_refuse_are_critical_findings(tmp_pat
     assert "settings-rejected" in proc.stdout and "persistent_workers" in proc.stdout
 
 
+def test_a_yaml_merge_key_still_reads_its_values(tmp_path):
+    # the expansion bound counts aliases; an ordinary anchor + merge is fine
+    cfg = tmp_path / "merge.yaml"
+    cfg.write_text("base: &b {num_workers: 2, batch_size: 8}\ndataloader:\n  <<: *b\n  shuffle: true\n")
+    proc = loaderdoc("check", "--machine", "ci-2core", "--config", str(cfg), "--json")
+    assert json.loads(proc.stdout)["config"]["settings"]["num_workers"] == 2, proc.stderr
+
+
+# ---- recorded machines (--machine) --------------------------------------------------------------
+def recorded(tmp_path, edit) -> str:
+    data = json.loads(load_machine_path("ci-2core").read_text())
+    edit(data)
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _set(section, reading, value):
+    def edit(data):
+        data[section][reading]["value"] = value
+    return edit
+
+
+@pytest.mark.parametrize("content, needles", [
+    ("[]", ["expected a JSON object of machine facts, got a list"]),
+    ('{"cpu": "lots"}', ["not a machine recorded by 'loaderdoc facts --json'"]),
+    ("{}", ["no schema_version, cpu, memory, shm"]),
+    ("[" * 100_000 + "]" * 100_000, ["nested too deeply"]),
+    ('{"cpu": ', ["line 1: not valid JSON"]),
+], ids=short_id)
+def test_a_machine_file_that_is_not_a_machine_is_one_line_exit_3(tmp_path, content, needles):
+    path = tmp_path / "machine.json"
+    path.write_text(content)
+    one_line_error(loaderdoc("check", "--machine", str(path)), EXIT_USAGE, f"--machine {path}", *needles)
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (_set("cpu", "logical", "lots"), "cpu.logical.value: expected a whole number >= 1, got 'lots'"),
+    (_set("cpu", "affinity", []), "cpu.affinity.value: expected a non-empty list of CPU numbers"),
+    (_set("memory", "total", True), "memory.total.value: expected a whole number >= 0, got True"),
+    (_set("shm", "free", -1), "shm.free.value: expected a whole number >= 0"),
+    (_set("cpu", "cgroup_quota", 0), "cpu.cgroup_quota.value: expected a positive finite number"),
+    (lambda d: d.update(cpu="lots"), "cpu: expected an object of readings, got a string"),
+    (lambda d: d.update(schema_version=99), "schema_version: expected 1..1, got 99"),
+    (lambda d: d["gpu"].update(devices={}), "gpu.devices: expected a list"),
+])
+def test_a_machine_file_with_a_wrong_value_names_it(tmp_path, edit, needle):
+    one_line_error(loaderdoc("check", "--machine", recorded(tmp_path, edit)), EXIT_USAGE, needle)
+
+
+def test_a_machine_directory_is_one_line_exit_3(tmp_path):
+    folder = tmp_path / "machines.json"
+    folder.mkdir()
+    one_line_error(loaderdoc("check", "--machine", str(folder)), EXIT_USAGE, "is a directory")
+
+
+def test_a_machine_recorded_here_and_one_from_a_newer_build_load(tmp_path):
+    facts = loaderdoc("facts", "--json")
+    path = tmp_path / "here.json"
+    data = json.loads(facts.stdout)
+    data["cpu"]["a_reading_from_the_future"] = {"value": 1, "source": "", "unknown": None}  # ignored
+    path.write_text(json.dumps(data))
+    proc = loaderdoc("check", "--machine", str(path))
+    assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
+
+
 # ---- command-line flags -------------------------------------------------------------------------
 @pytest.mark.parametrize("args, needle", [
     (["check", "--batch-size", "0"], "must be >= 1"),
@@ -66,6 +154,8 @@ def test_contradictory_settings_torch_would_refuse_are_critical_findings(tmp_pat
     (["check", "--batch-size", "lots"], "expected a whole number"),
     (["check", "--sample-shape", "0x3"], "dimensions must be positive"),
     (["check", "--sample-shape", "100000x100000x100000"], "over a trillion"),
+    (["check", "--sample-shape", "3x224x"], "expected dimensions like 3x224x224"),
+    (["check", "--sample-shape", "3xx224"], "expected dimensions like 3x224x224"),
     (["check", "--dtype", "float128"], "invalid choice"),
     (["probe", "tensor", "--budget", "-1"], "must be a finite number >= 0"),
     (["probe", "tensor", "--budget", "nan"], "must be a finite number >= 0"),

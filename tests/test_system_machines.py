@@ -170,3 +170,26 @@ def test_gpu_facts_without_cuda_torch_are_not_usable():
     data["torch"]["cuda_build"] = {"value": None, "source": "torch/version.py: cuda", "unknown": None}
     cpu_torch = MachineFacts.from_dict(json.loads(json.dumps(data)))
     assert cpu_torch.gpu.count == 1 and cpu_torch.usable_gpus == 0
+
+
+def test_every_recorded_machine_fits_the_schema_a_machine_file_is_checked_against():
+    # the shipped machines and the facts inside recorded probe scenarios: what a user's file is held to
+    from loaderdoc.system.detect import detect
+    from loaderdoc.system.machine_schema import validate_machine
+
+    recorded = Path(__file__).parent / "support" / "recorded"
+    documents = [json.loads(p.read_text()) for p in sorted(MACHINES_DIR.glob("*.json"))]
+    documents += [json.loads(p.read_text())["facts"] for p in sorted(recorded.glob("*.json"))]
+    documents.append(json.loads(detect().to_json()))  # and this machine, as `facts --json` records it
+    assert len(documents) >= 12
+    for document in documents:
+        validate_machine(document)
+
+
+def test_the_schema_refuses_a_wrong_type_deep_in_a_gpu():
+    from loaderdoc.system.machine_schema import MachineFileError, validate_machine
+
+    data = json.loads(machine_path("h100x8-node").read_text())
+    data["gpu"]["devices"][3]["memory_total"]["value"] = "80 GB"
+    with pytest.raises(MachineFileError, match=r"gpu.devices\[3\].memory_total.value: expected a whole number"):
+        validate_machine(data)

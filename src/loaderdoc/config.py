@@ -50,12 +50,11 @@ def read_config(path: str | Path) -> ConfigFile:
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{path}: cannot read it ({_short(exc)})") from None
     suffix = path.suffix.lower()
-    if suffix in (".yaml", ".yml"):
-        document = _parse_yaml(text, path)
-    elif suffix == ".json":
-        document = _parse_json(text, path)
-    else:
-        document = _parse_toml(text, path)
+    parse = _parse_yaml if suffix in (".yaml", ".yml") else _parse_json if suffix == ".json" else _parse_toml
+    try:
+        document = parse(text, path)
+    except RecursionError:
+        raise SettingsError(f"{path}: nested too deeply to be a config file") from None
     return ConfigFile(path=path, document=document, loader_table=_pick_table(document, path), lines=_key_lines(text))
 
 
@@ -71,6 +70,9 @@ def _short(exc: BaseException) -> str:
 
 
 def _pick_table(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    tables = [name for name in TABLE_NAMES if name in data]
+    if len(tables) > 1:  # which one would the script use? the file contradicts itself
+        raise SettingsError(f"{path}: loader settings in both [{tables[0]}] and [{tables[1]}]; keep one table")
     for name in TABLE_NAMES:
         if name in data:
             table = data[name]
@@ -148,11 +150,52 @@ def _parse_yaml(text: str, path: Path) -> dict[str, Any]:
                     seen[key_node.value] = key_node.start_mark.line + 1
             return super().construct_mapping(node, deep=deep)
 
+    loader = UniqueKeyLoader(text)
     try:
-        data = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        node = loader.get_single_node()  # aliases are shared nodes here: cheap, whatever they expand to
+        if node is not None:
+            _bound_expansion(node, path)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or _short(exc)
         raise SettingsError(f"{path}{line}: not valid YAML: {problem}") from None
+    finally:
+        loader.dispose()
     return _as_mapping(data, path)
+
+
+# A DataLoader config holds dozens of values; a few thousand covers any real project's file. YAML
+# aliases can make a 1 KB file expand to billions ("billion laughs"): count before building it.
+MAX_CONFIG_VALUES = 100_000
+
+
+def _bound_expansion(root, path: Path) -> None:
+    """Refuse a YAML document whose aliases expand past MAX_CONFIG_VALUES values, or into a cycle."""
+    import yaml
+
+    expanded: dict[int, int] = {}  # node id -> values it expands to (each alias target counted once)
+    open_nodes: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in expanded:
+            return expanded[key]
+        if key in open_nodes:
+            raise SettingsError(f"{path}:{node.start_mark.line + 1}: a YAML alias refers to a value that "
+                                "contains it; a config cannot be infinite")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        expanded[key] = total
+        if total > MAX_CONFIG_VALUES:
+            raise SettingsError(f"{path}:{node.start_mark.line + 1}: YAML aliases expand this value to over "
+                                f"{MAX_CONFIG_VALUES:,} values; a loader config needs a few dozen")
+        return total
+
+    size(root)

@@ -127,7 +127,7 @@ class LoaderSettings:
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, raw in data.items():
-            loc = _location(where, lines.get(key))
+            loc = location(where, lines.get(key))
             if key not in known:
                 hint = difflib.get_close_matches(str(key), list(known), n=1)
                 suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -139,7 +139,7 @@ class LoaderSettings:
         problems = settings.range_problems() + (settings.combination_problems() if strict else [])
         if problems:
             key, message = problems[0]
-            raise SettingsError(f"{_location(where, lines.get(key))}{message}")
+            raise SettingsError(f"{location(where, lines.get(key))}{message}")
         return settings
 
     def as_kwargs(self) -> dict[str, Any]:
@@ -164,18 +164,31 @@ _INT_KEYS = {"num_workers"}
 _OPT_INT_KEYS = {"batch_size", "prefetch_factor"}
 
 
+def coerce_bool(key: str, raw: Any, loc: str) -> bool:
+    """true/false, or 1/0 as hand-written configs use them; a string such as "no" is refused, never truthy."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    raise SettingsError(f"{loc}{key} must be true/false (or 1/0), got {raw!r}")
+
+
+def coerce_count(key: str, raw: Any, loc: str) -> int:
+    """A whole number (not a bool, a float or a string) below an absurd bound."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise SettingsError(f"{loc}{key} must be a whole number, got {raw!r}")
+    if raw > 1_000_000_000_000:
+        raise SettingsError(f"{loc}{key} = {raw} is absurd; check the value")
+    return raw
+
+
 def _coerce(key: str, raw: Any, loc: str) -> Any:
     if key in _BOOL_KEYS:
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, int) and raw in (0, 1):
-            return bool(raw)
-        raise SettingsError(f"{loc}{key} must be true/false (or 1/0), got {raw!r}")
+        return coerce_bool(key, raw, loc)
     if key in _INT_KEYS or key in _OPT_INT_KEYS:
         if key in _OPT_INT_KEYS and (raw is None or (isinstance(raw, str) and raw.lower() in ("none", "null"))):
             return None
-        if isinstance(raw, bool) or not isinstance(raw, int):
-            raise SettingsError(f"{loc}{key} must be a whole number, got {raw!r}")
+        coerce_count(key, raw, loc)
         if raw > 1_000_000:
             raise SettingsError(f"{loc}{key} = {raw} is absurd; use a value below 1,000,000")
         return raw
@@ -194,7 +207,7 @@ def _coerce(key: str, raw: Any, loc: str) -> Any:
     return raw
 
 
-def _location(where: str, line: int | None) -> str:
+def location(where: str, line: int | None) -> str:
     if not where:
         return ""
     return f"{where}:{line}: " if line else f"{where}: "

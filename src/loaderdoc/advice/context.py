@@ -6,8 +6,15 @@ No torch, no textual.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, fields
 from typing import Any
+
+from loaderdoc.errors import SettingsError
+from loaderdoc.settings import coerce_bool, coerce_count, location
+
+DEVICES = ("cuda", "cpu")
+_COUNTS = {"dataset_len", "tensors_per_batch"}
 
 
 @dataclass
@@ -43,12 +50,35 @@ class TrainingContext:
     }
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> TrainingContext:
+    def from_mapping(cls, data: dict[str, Any], *, where: str = "", lines: dict[str, int] | None = None
+                     ) -> TrainingContext:
+        """Build from a config's ``[training]`` table; every value is checked (SettingsError names
+        the file, line and key). ``None`` (YAML ``null``) means "not known", as when left out."""
+        lines = lines or {}
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown training-context keys: {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        return cls(**data)
+        kwargs: dict[str, Any] = {}
+        for key, raw in data.items():
+            loc = location(where, lines.get(key))
+            if key not in known:
+                hint = difflib.get_close_matches(str(key), sorted(known), n=1)
+                suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+                raise SettingsError(f"{loc}[training]: unknown key {key!r}{suggestion}; known: {', '.join(sorted(known))}")
+            if raw is not None:
+                kwargs[key] = _check_field(key, raw, f"{loc}[training] ")
+        return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _check_field(key: str, raw: Any, loc: str) -> Any:
+    if key == "device":
+        if raw not in DEVICES:
+            raise SettingsError(f"{loc}device must be one of {', '.join(DEVICES)}, got {raw!r}")
+        return raw
+    if key in _COUNTS:
+        value = coerce_count(key, raw, loc)
+        if value < 1:
+            raise SettingsError(f"{loc}{key} must be >= 1, got {value}")
+        return value
+    return coerce_bool(key, raw, loc)

@@ -45,8 +45,8 @@ def load_facts(machine: str | None, *, cpu_info: bool = False):
             return load_machine(machine)
         except FileNotFoundError as exc:
             raise UserError(str(exc)) from None
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise UserError(f"{machine}: not a recorded machine ({exc}); record one with 'loaderdoc facts --json'") from None
+        except ValueError as exc:  # MachineFileError: the file is not a recorded machine
+            raise UserError(f"--machine {machine}: {exc}; record one with 'loaderdoc facts --json'") from None
     from loaderdoc.system.detect import detect
 
     return detect(cpu_info=cpu_info)
@@ -59,7 +59,6 @@ def build_report(args: argparse.Namespace) -> dict:
     from loaderdoc.advice.rules import TrainingContext, evaluate
     from loaderdoc.commands.common import sample_bytes
     from loaderdoc.config import read_config
-    from loaderdoc.errors import SettingsError
     from loaderdoc.settings import LoaderSettings
     from loaderdoc.summary import machine_summary
 
@@ -71,10 +70,8 @@ def build_report(args: argparse.Namespace) -> dict:
             config.loader_table, where=str(config.path), lines=config.lines, strict=False
         )
         if config.training_table is not None:
-            try:
-                context = TrainingContext.from_mapping(config.training_table)
-            except (TypeError, ValueError) as exc:
-                raise SettingsError(f"{config.path}: [training]: {exc}") from None
+            context = TrainingContext.from_mapping(config.training_table, where=str(config.path),
+                                                   lines=config.lines)
     batch_size = args.batch_size or (settings.batch_size if settings else None)
     per_sample = sample_bytes(args.sample_shape, args.dtype)
     batch_bytes = batch_bytes_for(batch_size, per_sample)

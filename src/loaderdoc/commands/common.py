@@ -42,13 +42,17 @@ def positive_float(text: str) -> float:
 
 
 def sample_shape(text: str) -> tuple[int, ...]:
-    """'3x224x224', '3,224,224' or '3 224 224' -> (3, 224, 224)."""
-    parts = [p for p in re.split(r"[x,\s]+", text.strip().lower()) if p]
-    try:
-        dims = tuple(int(p) for p in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected dimensions like 3x224x224, got {text!r}") from None
-    if not dims or any(d < 1 for d in dims):
+    """'3x224x224', '3,224,224', '3 224 224' or '(3, 224, 224)' -> (3, 224, 224).
+
+    Every separator must sit between two numbers: '3x224x' is refused, not read as 3x224."""
+    body = text.strip().lower()
+    if body[:1] in "([" and body[-1:] in ")]" and body:
+        body = body[1:-1].strip()
+    parts = re.split(r"\s*[x,]\s*|\s+", body)
+    if not body or any(not (p.isascii() and p.isdigit()) for p in parts):
+        raise argparse.ArgumentTypeError(f"expected dimensions like 3x224x224, got {text!r}")
+    dims = tuple(int(p) for p in parts)
+    if any(d < 1 for d in dims):
         raise argparse.ArgumentTypeError(f"dimensions must be positive, got {text!r}")
     if math.prod(dims) > 2**40:
         raise argparse.ArgumentTypeError(f"{text!r} is over a trillion elements per sample; check the shape")

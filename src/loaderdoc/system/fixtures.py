@@ -14,10 +14,12 @@ load it by path.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from loaderdoc.system.facts import MachineFacts
+from loaderdoc.system.machine_schema import MachineFileError, validate_machine
 
 MACHINES_DIR = Path(__file__).with_name("machines")
 
@@ -44,8 +46,23 @@ def machine_path(name_or_path: str | os.PathLike[str]) -> Path:
 
 
 def load_machine(name_or_path: str | os.PathLike[str]) -> MachineFacts:
-    """Load a recorded machine by shipped name or by path to a ``MachineFacts`` JSON file."""
-    return MachineFacts.from_json(machine_path(name_or_path).read_text(encoding="utf-8"))
+    """Load a recorded machine by shipped name or by path to a ``MachineFacts`` JSON file.
+
+    Raises FileNotFoundError for a name that is neither, MachineFileError (a ValueError) for a
+    file that cannot be read or is not a recorded machine."""
+    path = machine_path(name_or_path)
+    if path.is_dir():
+        raise MachineFileError(f"{path} is a directory, not a JSON file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MachineFileError(f"cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise MachineFileError(f"line {exc.lineno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise MachineFileError("nested too deeply to be machine facts") from None
+    validate_machine(data)
+    return MachineFacts.from_dict(data)
 
 
 def load_all() -> dict[str, MachineFacts]:

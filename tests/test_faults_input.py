@@ -274,3 +274,16 @@ def test_a_probe_that_measures_nothing_does_not_replace_the_export_even_with_for
                      "--export", str(path), "--force")
     assert proc.returncode == EXIT_PROBE_FAILED, proc.stderr
     assert_untouched(path, data)
+
+
+@pytest.mark.parametrize("flag", ["--config", "--machine"])
+def test_an_endless_input_file_is_refused_after_64_mib(flag):
+    # reading /dev/zero to the end would fill the RAM; nothing past 64 MiB is a config or a machine
+    one_line_error(loaderdoc("check", flag, "/dev/zero"), EXIT_USAGE, "/dev/zero", "over 64 MiB")
+
+
+def test_a_config_with_a_byte_order_mark_is_read(tmp_path):
+    cfg = tmp_path / "loader.toml"
+    cfg.write_bytes(b"\xef\xbb\xbf[dataloader]\nnum_workers = 2\n")
+    proc = loaderdoc("check", "--machine", "ci-2core", "--config", str(cfg), "--json")
+    assert json.loads(proc.stdout)["config"]["settings"]["num_workers"] == 2, proc.stderr

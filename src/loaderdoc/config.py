@@ -16,6 +16,7 @@ from typing import Any
 
 from loaderdoc.errors import SettingsError
 from loaderdoc.settings import SETTING_NAMES, LoaderSettings
+from loaderdoc.textfile import InputTooLarge, read_bounded
 
 TABLE_NAMES = ("dataloader", "data_loader", "loader")
 
@@ -42,13 +43,15 @@ def read_config(path: str | Path) -> ConfigFile:
     """Parse a config file by its suffix (.yaml/.yml, .json, else TOML)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path)
     except FileNotFoundError:
         raise SettingsError(f"{path}: no such file; check the --config path") from None
     except IsADirectoryError:
         raise SettingsError(f"{path}: is a directory, not a config file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsError(f"{path}: cannot read it ({_short(exc)})") from None
+    except InputTooLarge as exc:
+        raise SettingsError(f"{path}: {exc}") from None
     suffix = path.suffix.lower()
     parse = _parse_yaml if suffix in (".yaml", ".yml") else _parse_json if suffix == ".json" else _parse_toml
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.system.machine_schema import MachineFileError, validate_machine
+from loaderdoc.textfile import InputTooLarge, read_bounded
 
 MACHINES_DIR = Path(__file__).with_name("machines")
 
@@ -54,11 +55,13 @@ def load_machine(name_or_path: str | os.PathLike[str]) -> MachineFacts:
     if path.is_dir():
         raise MachineFileError(f"{path} is a directory, not a JSON file")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise MachineFileError(f"cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     except json.JSONDecodeError as exc:
         raise MachineFileError(f"line {exc.lineno}: not valid JSON: {exc.msg}") from None
+    except InputTooLarge as exc:
+        raise MachineFileError(str(exc)) from None
     except RecursionError:
         raise MachineFileError("nested too deeply to be machine facts") from None
     validate_machine(data)

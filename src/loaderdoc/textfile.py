@@ -1,0 +1,23 @@
+"""Reading a text file the user named, bounded: ``--config /dev/zero`` must not fill the RAM.
+
+Config and machine files are kilobytes; anything past :data:`MAX_INPUT_BYTES` is not one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+class InputTooLarge(ValueError):
+    """The file holds more than :data:`MAX_INPUT_BYTES`; nothing of it is used."""
+
+
+def read_bounded(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
+    """The file's text (UTF-8, a BOM dropped); OSError / UnicodeDecodeError as ``open`` raises them."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise InputTooLarge(f"over {limit // (1024 * 1024)} MiB; not a config or machine file")
+    return data.decode("utf-8-sig")

@@ -86,7 +86,7 @@ def test_toml_dataloader_table_and_top_level(tmp_path):
 
 def test_unknown_key_named_with_suggestion_and_line(tmp_path):
     path = write(tmp_path, "c.toml", "[dataloader]\nnum_workers = 4\nnum_worker = 2\n")
-    with pytest.raises(SettingsError, match=r"c\.toml:3: unknown setting 'num_worker' \(did you mean 'num_workers'\?\)"):
+    with pytest.raises(SettingsError, match=r"c\.toml:3: dataloader.num_worker: unknown setting 'num_worker' \(did you mean 'num_workers'\?\)"):
         load_settings(path)
 
 

@@ -118,16 +118,25 @@ class LoaderSettings:
         where: str = "",
         lines: dict[str, int] | None = None,
         strict: bool = True,
+        paths: dict[str, str] | None = None,
     ) -> LoaderSettings:
         """Build from a plain mapping, checking names and types; ``where`` names the source.
 
         With ``strict`` (the default) combinations torch rejects raise too; ``check`` passes
-        False so it can report them as findings about the user's config instead."""
+        False so it can report them as findings about the user's config instead. ``paths`` names
+        where a setting sits when the file calls it otherwise (``dataloader_num_workers``)."""
         lines = lines or {}
+        paths = paths or {}
+
+        def location_of(key: str) -> str:
+            loc = location(where, lines.get(key))
+            path = paths.get(key)
+            return f"{loc}{path}: " if path and path != key else loc
+
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, raw in data.items():
-            loc = location(where, lines.get(key))
+            loc = location_of(key)
             if key not in known:
                 hint = difflib.get_close_matches(str(key), list(known), n=1)
                 suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -139,7 +148,7 @@ class LoaderSettings:
         problems = settings.range_problems() + (settings.combination_problems() if strict else [])
         if problems:
             key, message = problems[0]
-            raise SettingsError(f"{location(where, lines.get(key))}{message}")
+            raise SettingsError(f"{location_of(key)}{message}")
         return settings
 
     def as_kwargs(self) -> dict[str, Any]:

@@ -20,8 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--config", metavar="FILE",
-        help="lint these DataLoader settings (TOML, YAML or JSON: a [dataloader] table or top-level keys; "
-        "an optional [training] table describes the script, e.g. uses_batchnorm = true)",
+        help="lint the DataLoader settings in FILE: TOML, YAML, JSON or a Python config (read, never run) in "
+        "loaderdoc's layout ([dataloader] or top-level keys; [training] describes the script) or a project's: "
+        "mmengine, LightningCLI, Hydra, Hugging Face TrainingArguments, timm args.yaml, ml-cvnets",
     )
     add_workload_arguments(parser, with_probe=False)
     parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA})")
@@ -59,24 +60,37 @@ def build_report(args: argparse.Namespace) -> dict:
     from loaderdoc.advice.rules import TrainingContext, evaluate
     from loaderdoc.commands.common import sample_bytes
     from loaderdoc.config import read_config
-    from loaderdoc.settings import LoaderSettings
     from loaderdoc.summary import machine_summary
 
     facts = load_facts(args.machine)
-    settings = context = None
+    config = context = None
+    per_sample = sample_bytes(args.sample_shape, args.dtype)
+    checked: list[dict] = []  # one entry per DataLoader in the config
     if args.config:
         config = read_config(args.config)
-        settings = LoaderSettings.from_mapping(
-            config.loader_table, where=str(config.path), lines=config.lines, strict=False
-        )
         if config.training_table is not None:
             context = TrainingContext.from_mapping(config.training_table, where=str(config.path),
-                                                   lines=config.lines)
+                                                   lines=config.key_lines_flat)
+        for loader in config.loaders:
+            settings = config.settings(loader, strict=False)
+            loader_batch = batch_bytes_for(args.batch_size or settings.batch_size, per_sample)
+            # a setting computed at run time is unknown, not torch's default: judge the machine only
+            judged = None if loader.unreadable else settings
+            checked.append({
+                "loader": loader, "settings": settings, "batch_bytes": loader_batch,
+                "findings": evaluate(facts, judged, batch_bytes=loader_batch, context=context),
+            })
+    first = checked[0] if checked else None
+    settings = first["settings"] if first else None
     batch_size = args.batch_size or (settings.batch_size if settings else None)
-    per_sample = sample_bytes(args.sample_shape, args.dtype)
     batch_bytes = batch_bytes_for(batch_size, per_sample)
-    findings = evaluate(facts, settings, batch_bytes=batch_bytes, context=context)
-    status = worst(findings)
+    findings = first["findings"] if first else evaluate(facts, None, batch_bytes=batch_bytes, context=context)
+    seen = {(f.rule_id, f.symptom) for f in findings}
+    for entry in checked[1:]:  # what only another loader (val, test) has
+        extra = [f for f in entry["findings"] if (f.rule_id, f.symptom) not in seen]
+        seen.update((f.rule_id, f.symptom) for f in extra)
+        findings = findings + extra
+    status = worst([f for entry in checked for f in entry["findings"]] + list(findings))
     rec = recommend(facts, batch_size=batch_size, sample_bytes=per_sample)
     from loaderdoc._serde import to_dict
 
@@ -96,13 +110,33 @@ def build_report(args: argparse.Namespace) -> dict:
         },
         "config": {
             "path": args.config,
-            "settings": settings.as_kwargs() if settings else None,
+            "settings": settings.as_kwargs() if settings else None,  # the first loader's, as before
             "training": context.to_dict() if context else None,
+            "loaders": [_loader_json(config, entry) for entry in checked],
+            "skipped": config.skipped if config else [],
         },
         "batch_bytes": batch_bytes,
         "findings": [to_dict(f) for f in findings],
         "recommended": {"settings": rec.settings.as_kwargs(), "reasons": rec.reasons},
         "machine": facts.to_dict(),
+    }
+
+
+def _loader_json(config, entry: dict) -> dict:
+    from loaderdoc._serde import to_dict
+    from loaderdoc.advice.findings import worst
+
+    loader = entry["loader"]
+    return {
+        "name": loader.name,
+        "layout": loader.layout,
+        "settings": entry["settings"].as_kwargs(),
+        "unreadable": dict(loader.unreadable),  # computed at run time: its settings were not judged
+        "found": {k: {"key": loader.where(k), "line": config.line_of(loader.keys[k]) if k in loader.keys else None}
+                  for k in loader.values},
+        "batch_bytes": entry["batch_bytes"],
+        "status": worst(entry["findings"]),
+        "findings": [to_dict(f) for f in entry["findings"]],
     }
 
 
@@ -116,8 +150,7 @@ def render_text(report: dict) -> str:
     out.append("")
     config = report["config"]
     if config["path"]:
-        kwargs = ", ".join(f"{k}={v!r}" for k, v in config["settings"].items())
-        out.append(f"Config {config['path']}: {kwargs}")
+        out.extend(_config_lines(config))
     if report["batch_bytes"]:
         out.append(f"Batch size in memory: {fmt_bytes(report['batch_bytes'])}")
     findings = report["findings"]
@@ -133,6 +166,24 @@ def render_text(report: dict) -> str:
     out.append("")
     out.append(f"status: {report['status']} (exit {report['exit_code']})")
     return "\n".join(out) + "\n"
+
+
+def _config_lines(config: dict) -> list[str]:
+    loaders = config["loaders"]
+    layouts = sorted({entry["layout"] for entry in loaders})
+    out = [f"Config {config['path']} ({', '.join(layouts)}): {len(loaders)} loader{'s' if len(loaders) != 1 else ''}"]
+    for entry in loaders:
+        shown = {**entry["settings"], **{k: f"<{source}>" for k, source in entry["unreadable"].items()}}
+        kwargs = ", ".join(f"{k}={v if k in entry['unreadable'] else repr(v)}" for k, v in shown.items())
+        out.append(f"  {entry['name'] or 'loader'} [{entry['status']}]: {kwargs}")
+        if entry["unreadable"]:
+            out.append(f"    not judged: {', '.join(entry['unreadable'])} is computed when the config runs; "
+                       "check the resolved config (mmengine: tools/misc/print_config.py)")
+        found = ", ".join(f"{k} <- {where['key']}" + (f":{where['line']}" if where["line"] else "")
+                          for k, where in entry["found"].items())
+        if found:
+            out.append(f"    read from: {found}")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,174 @@
+"""Config files in the layouts of well-known projects (tests/fixtures/configs/, written in their
+shapes), each read to the right DataLoader settings with where in the file each was found."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loaderdoc.config import read_config
+from loaderdoc.errors import SettingsError
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+
+
+def loaders(name: str) -> dict[str, tuple[dict, dict]]:
+    """loader name -> (settings as DataLoader kwargs, setting -> 'key.path:line')."""
+    config = read_config(CONFIGS / name)
+    out = {}
+    for loader in config.loaders:
+        settings = config.settings(loader, strict=False).as_kwargs()
+        found = {k: f"{loader.where(k)}:{config.line_of(p)}" for k, p in loader.keys.items()}
+        out[loader.name] = (settings, found)
+    return out
+
+
+def test_mmdetection_python_config_is_read_without_running_it():
+    got = loaders("mmdet_retinanet.py")
+    assert list(got) == ["train", "val", "test"]
+    train, found = got["train"]
+    assert (train["batch_size"], train["num_workers"], train["persistent_workers"], train["shuffle"]) == (2, 2, True, True)
+    assert found["num_workers"] == "train_dataloader.num_workers:20"
+    assert found["shuffle"] == "train_dataloader.sampler.shuffle:22"
+    val, found = got["val"]
+    assert (val["batch_size"], val["num_workers"], val["shuffle"], val["drop_last"]) == (1, 2, False, False)
+    assert found["batch_size"] == "val_dataloader.batch_size:33"
+    assert got["test"][0] == val  # test_dataloader = val_dataloader
+
+
+def test_lightning_cli_config():
+    (settings, found), = loaders("lightning_cli.yaml").values()
+    assert (settings["batch_size"], settings["num_workers"], settings["pin_memory"]) == (64, 4, True)
+    assert found["num_workers"] == "data.init_args.num_workers:17"
+
+
+def test_class_path_init_args_data_file():
+    (settings, found), = loaders("lightning_data.yaml").values()
+    assert (settings["batch_size"], settings["num_workers"], settings["persistent_workers"]) == (256, 12, True)
+    assert found["num_workers"] == "init_args.num_workers:6"
+
+
+def test_hydra_data_config_with_target():
+    (settings, found), = loaders("hydra_data_mnist.yaml").values()
+    assert (settings["batch_size"], settings["num_workers"], settings["pin_memory"]) == (128, 0, False)
+    assert found == {"batch_size": "batch_size:4", "num_workers": "num_workers:6", "pin_memory": "pin_memory:7"}
+
+
+def test_hugging_face_training_arguments_yaml():
+    got = loaders("hf_training_args.yaml")
+    assert list(got) == ["train", "eval"]
+    train, found = got["train"]
+    assert (train["batch_size"], train["num_workers"], train["pin_memory"], train["prefetch_factor"],
+            train["persistent_workers"]) == (32, 4, True, 2, True)
+    assert found["num_workers"] == "dataloader_num_workers:11"
+    assert got["eval"][0]["batch_size"] == 64
+
+
+def test_hugging_face_training_arguments_json_with_its_defaults():
+    (settings, found), = loaders("hf_training_args.json").values()
+    assert (settings["batch_size"], settings["num_workers"], settings["pin_memory"], settings["drop_last"]) == (
+        16, 8, False, True)
+    assert found["num_workers"] == "dataloader_num_workers:6"  # found by scanning the JSON text
+    config = read_config(CONFIGS / "hf_training_args.json")
+    assert config.loaders[0].where("pin_memory") == "dataloader_pin_memory"
+
+
+def test_hugging_face_pin_memory_default_is_true_and_says_so(tmp_path):
+    path = tmp_path / "args.json"
+    path.write_text('{"output_dir": "o", "dataloader_num_workers": 2}')
+    config = read_config(path)
+    loader = config.loaders[0]
+    assert config.settings(loader).pin_memory is True
+    assert loader.where("pin_memory") == "Hugging Face TrainingArguments default"
+
+
+def test_timm_args_yaml():
+    (settings, found), = loaders("timm_args.yaml").values()
+    assert (settings["batch_size"], settings["num_workers"], settings["pin_memory"]) == (128, 6, False)
+    assert found["num_workers"] == "workers:16" and found["pin_memory"] == "pin_mem:13"
+
+
+def test_ml_cvnets_yaml():
+    got = loaders("cvnets_mobilevit.yaml")
+    assert list(got) == ["train", "val", "eval"]
+    train, found = got["train"]
+    assert (train["batch_size"], train["num_workers"], train["persistent_workers"], train["pin_memory"]) == (
+        128, 8, False, True)
+    assert found["num_workers"] == "dataset.workers:16" and found["batch_size"] == "dataset.train_batch_size0:13"
+    assert got["val"][0]["batch_size"] == 100
+
+
+# ---- what is ignored, what is still an error ------------------------------------------------------
+def test_unrelated_keys_are_ignored_and_a_sampler_in_the_loader_table_is_accepted(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("trainer: {max_epochs: 3}\nmodel_name_or_path: bert\n_target_: x.DataLoader\n"
+                    "dataloader:\n  num_workers: 2\n  sampler: {type: DistributedSampler}\n")
+    config = read_config(path)
+    assert [config.settings(loader).num_workers for loader in config.loaders] == [2]
+
+
+def test_a_wrong_value_in_a_project_config_names_file_line_and_key(tmp_path):
+    path = tmp_path / "cfg.py"
+    path.write_text("train_dataloader = dict(\n    batch_size=2,\n    num_workers='4',\n)\n")
+    config = read_config(path)
+    with pytest.raises(SettingsError, match=r"cfg\.py:3: train_dataloader\.num_workers: num_workers must be a whole"):
+        config.settings(config.loaders[0])
+    hf = tmp_path / "args.yaml"
+    hf.write_text("output_dir: o\ndataloader_pin_memory: maybe\n")
+    config = read_config(hf)
+    with pytest.raises(SettingsError, match=r"args\.yaml:2: dataloader_pin_memory: pin_memory must be true/false"):
+        config.settings(config.loaders[0])
+
+
+def test_a_python_config_is_never_run(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "cfg.py"
+    path.write_text(f"open({str(marker)!r}, 'w').write('x')\nimport os\n"
+                    "train_dataloader = dict(batch_size=8, num_workers=os.cpu_count())\n")
+    config = read_config(path)
+    assert not marker.exists()
+    loader = config.loaders[0]
+    assert loader.unreadable == {"num_workers": "os.cpu_count()"} and "num_workers" not in loader.values
+
+
+def test_a_python_syntax_error_names_its_line(tmp_path):
+    path = tmp_path / "cfg.py"
+    path.write_text("train_dataloader = dict(\n    batch_size=2\n    num_workers=2)\n")
+    with pytest.raises(SettingsError, match=r"cfg\.py:\d: not valid Python"):
+        read_config(path)
+
+
+def test_a_file_without_loader_settings_says_which_layouts_are_understood(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text("model: {depth: 50}\noptimizer: {lr: 0.1}\n")
+    with pytest.raises(SettingsError, match="no DataLoader settings found; understood: .*mmengine.*LightningCLI"):
+        read_config(path)
+    base_only = tmp_path / "child.py"
+    base_only.write_text("_base_ = ['./base.py']\nmodel = dict(type='RetinaNet')\n")
+    with pytest.raises(SettingsError, match="_base_ files are not read"):
+        read_config(base_only)
+
+
+# ---- through the command, as a user runs it -------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.iterdir()))
+def test_check_reads_every_project_config(name):
+    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", "ci-2core", "--json",
+                           "--config", str(CONFIGS / name)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["config"]["loaders"], report["config"]
+    for loader in report["config"]["loaders"]:
+        assert "num_workers" in loader["found"] and loader["found"]["num_workers"]["line"], loader
+
+
+def test_check_text_names_each_loader_and_where_its_settings_were_read():
+    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", "ci-2core",
+                           "--config", str(CONFIGS / "mmdet_retinanet.py")], capture_output=True, text=True,
+                          timeout=60)
+    assert "mmdet_retinanet.py (mmengine): 3 loaders" in proc.stdout, proc.stdout
+    assert "num_workers <- train_dataloader.num_workers:20" in proc.stdout
+    assert "  val [" in proc.stdout and "  test [" in proc.stdout

@@ -24,7 +24,9 @@ def test_format_follows_suffix_or_flag():
     assert format_for("a.json", None) == "json"
     assert format_for("-", None) == "toml"
     assert format_for("a.txt", "json") == "json"
-    with pytest.raises(ExportError, match=r"suffix; name it \.toml, \.py or \.json, or pass --format"):
+    assert format_for("a.yml", None) == "yaml"
+    assert format_for("a.yaml", "hf") == "hf"
+    with pytest.raises(ExportError, match=r"suffix; name it \.toml, \.yaml, \.json or \.py, or pass --format"):
         format_for("a.txt", None)
 
 
@@ -92,3 +94,27 @@ def test_header_names_machine_and_reasons():
     assert "4 CPUs (cgroup quota)" in text
     assert "num_workers: 3: CPU budget 4 (cgroup quota)" in text
     assert tomllib.loads(text)["dataloader"]["num_workers"] == 3
+
+
+@pytest.mark.parametrize("fmt, layout", [
+    ("yaml", "[dataloader] table"),
+    ("lightning", "LightningCLI"),
+    ("hydra", "Hydra"),
+    ("hf", "Hugging Face TrainingArguments"),
+])
+def test_every_yaml_export_reads_back_to_the_same_settings(tmp_path, fmt, layout):
+    from loaderdoc.config import read_config
+    from loaderdoc.export import HF_FIELDS
+
+    settings = LoaderSettings(batch_size=48, shuffle=True, num_workers=3, pin_memory=True, drop_last=True,
+                              prefetch_factor=4, persistent_workers=True)
+    path = tmp_path / "out.yaml"
+    write_export(path, settings, fmt=fmt, header=["made for a test"])
+    assert path.read_text().startswith("# made for a test\n")
+    config = read_config(path)
+    (loader,) = config.loaders
+    assert loader.layout == layout
+    back = config.settings(loader).as_kwargs()
+    compared = HF_FIELDS if fmt == "hf" else settings.as_kwargs()  # TrainingArguments has no shuffle field
+    for key in compared:
+        assert back[key] == settings.as_kwargs()[key], key

@@ -68,9 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"loaderdoc {__version__}")
+    from loaderdoc.export import FORMATS as EXPORT_FORMATS
+
     export = parser.add_argument_group("headless export (no command)")
     export.add_argument("--export", metavar="PATH", help="write the recommended settings to PATH ('-' = stdout)")
-    export.add_argument("--format", choices=["toml", "py", "json"], help="export format (default: from PATH's suffix)")
+    export.add_argument("--format", choices=EXPORT_FORMATS,
+                      help="export format (default: from PATH's suffix): toml, yaml, json, py (a DataLoader snippet), "
+                      "lightning (data.init_args), hydra (a _target_ node), hf (TrainingArguments keys)")
     export.add_argument("--force", action="store_true", help="overwrite an existing export file")
     from loaderdoc.commands import check, facts, probe  # none imports torch or textual at load
     from loaderdoc.commands.common import add_workload_arguments

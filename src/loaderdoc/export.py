@@ -20,8 +20,20 @@ from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import machine_line
 from loaderdoc.system.facts import MachineFacts
 
-FORMATS = ("toml", "py", "json")
-_SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json"}
+# toml/yaml/json: loaderdoc's own layout (what `check --config` reads back); py: a DataLoader snippet;
+# lightning: a LightningCLI `data.init_args` fragment; hydra: a `_target_: torch.utils.data.DataLoader`
+# node; hf: Hugging Face TrainingArguments keys
+FORMATS = ("toml", "yaml", "json", "py", "lightning", "hydra", "hf")
+_SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+# DataLoader setting -> TrainingArguments field (shuffle, timeout and the context have none)
+HF_FIELDS = {
+    "batch_size": "per_device_train_batch_size",
+    "num_workers": "dataloader_num_workers",
+    "pin_memory": "dataloader_pin_memory",
+    "prefetch_factor": "dataloader_prefetch_factor",
+    "persistent_workers": "dataloader_persistent_workers",
+    "drop_last": "dataloader_drop_last",
+}
 
 
 def format_for(path: str, fmt: str | None) -> str:
@@ -37,7 +49,8 @@ def format_for(path: str, fmt: str | None) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in _SUFFIXES:
         raise ExportError(
-            f"cannot tell the format of {path!r} from its suffix; name it .toml, .py or .json, or pass --format"
+            f"cannot tell the format of {path!r} from its suffix; name it .toml, .yaml, .json or .py, "
+            f"or pass --format ({', '.join(FORMATS)})"
         )
     return _SUFFIXES[suffix]
 
@@ -67,6 +80,33 @@ def to_python(settings: LoaderSettings, header: list[str] | None = None) -> str:
     )
 
 
+def _yaml_document(settings: LoaderSettings, fmt: str) -> dict:
+    kwargs = settings.as_kwargs()
+    if fmt == "yaml":
+        return {"dataloader": kwargs}
+    if fmt == "lightning":
+        return {"data": {"init_args": kwargs}}
+    if fmt == "hydra":
+        return {"_target_": "torch.utils.data.DataLoader", "_partial_": True, **kwargs}
+    return {field: kwargs[key] for key, field in HF_FIELDS.items() if key in kwargs}
+
+
+def _paste_note(fmt: str) -> list[str]:
+    return {
+        "lightning": ["paste under your LightningCLI config's data: init_args (your DataModule must take these",
+                      "arguments and pass them to its DataLoaders)"],
+        "hydra": ["a Hydra node: instantiate(cfg)(dataset) builds the DataLoader (_partial_: the dataset comes later)"],
+        "hf": ["Hugging Face TrainingArguments fields (YAML for HfArgumentParser.parse_yaml_file, or the same",
+               "names as --flags); shuffle and timeout have no TrainingArguments field: the Trainer shuffles"],
+    }.get(fmt, [])
+
+
+def _yaml(document: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+
+
 def _comment_block(lines: list[str] | None) -> str:
     if not lines:
         return ""
@@ -82,6 +122,8 @@ def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = ()) -> st
     if fmt == "json":
         doc = {"generated_by": f"loaderdoc {__version__}", "notes": header, "dataloader": settings.as_kwargs()}
         return json.dumps(doc, indent=2) + "\n"
+    if fmt in ("yaml", "lightning", "hydra", "hf"):
+        return _comment_block(header + _paste_note(fmt)) + _yaml(_yaml_document(settings, fmt))
     raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 

@@ -25,6 +25,7 @@ class NothingMeasured(UserError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from loaderdoc.commands.common import add_workload_arguments
+    from loaderdoc.export import FORMATS as EXPORT_FORMATS
 
     presets = ", ".join(PRESETS)
     parser.add_argument(
@@ -35,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON document (every configuration + recommended)")
     out.add_argument("--export", metavar="PATH", help="also write the recommended settings to PATH ('-' = stdout)")
-    out.add_argument("--format", choices=["toml", "py", "json"], help="export format (default: from PATH's suffix)")
+    out.add_argument("--format", choices=EXPORT_FORMATS,
+                      help="export format (default: from PATH's suffix): toml, yaml, json, py (a DataLoader snippet), "
+                      "lightning (data.init_args), hydra (a _target_ node), hf (TrainingArguments keys)")
     out.add_argument("--force", action="store_true", help="overwrite an existing export file")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.epilog = (parser.epilog or "") + (

@@ -173,6 +173,7 @@ def _hugging_face(document: dict[str, Any]) -> list[FoundLoader]:
             continue
         loader = FoundLoader(split, "Hugging Face TrainingArguments")
         loader.values["pin_memory"] = True  # TrainingArguments' default, unlike torch's
+        loader.values["shuffle"] = split == "train"  # the Trainer samples training data at random
         for hf_name, setting in HF_NAMES.items():
             if hf_name in document:
                 loader.put(setting, document[hf_name], (hf_name,))

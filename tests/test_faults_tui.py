@@ -1,5 +1,6 @@
 """Faults around the interactive app: quitting or SIGTERM in the middle of a real probe, a
-terminal far smaller than the app is laid out for, and a storm of keys on the export dialog."""
+terminal far smaller than the app is laid out for, a storm of keys on the export dialog, and an
+exception in the app."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from faults_support import assert_nothing_left, fault_env, tagged
 from textual import events
 from textual.widgets import Button, Input, Static
 
-from loaderdoc.errors import EXIT_INTERRUPTED
+from loaderdoc.commands.app import APP_CRASHED, run_to_exit_code
+from loaderdoc.errors import EXIT_INTERNAL, EXIT_INTERRUPTED
 from loaderdoc.export import render
 from loaderdoc.probing.result import ProbeReport, WorkloadInfo
 from loaderdoc.session import ProbeRequest
 from loaderdoc.system.fixtures import load_machine
-from loaderdoc.tui.app import make_app
+from loaderdoc.tui.app import LoaderDocApp, make_app
 from loaderdoc.tui.screens import export as export_screen
 from loaderdoc.tui.screens.dialog import Dialog
 
@@ -326,3 +328,49 @@ async def test_the_escape_of_a_burst_that_wrote_does_not_stop_the_running_probe(
         assert app.session.probe_state == "cancelled"
         await pilot.press("ctrl+q")
     assert app.return_code == 0
+
+
+# ---- an exception in the app -----------------------------------------------------------------------
+def test_an_exception_in_the_app_exits_70_not_0(monkeypatch, capsys):
+    """Textual catches an exception in a handler, prints it and returns from run() as if the app
+    had ended normally: `loaderdoc` exited 0. It must say so and exit EXIT_INTERNAL (70)."""
+
+    def broken(self):
+        raise RuntimeError("a bug in the app")
+
+    monkeypatch.setattr(LoaderDocApp, "action_toggle_theme", broken)
+    app = make_app(facts=load_machine("ci-2core"))
+
+    async def press(pilot) -> None:
+        await until(pilot, lambda: app.main_screen.probe_pane is not None, "the views are built")
+        await pilot.press("ctrl+t")
+        if app.return_code is None:  # it did not crash: stop, and fail below rather than hang
+            app.exit(0)
+
+    assert run_to_exit_code(app, headless=True, size=(120, 40), auto_pilot=press) == EXIT_INTERNAL
+    assert app.return_code == 1  # textual's own code: run() returned its return value, None
+    err = capsys.readouterr().err
+    assert "RuntimeError" in err and "a bug in the app" in err
+    assert err.strip().splitlines()[-1] == APP_CRASHED
+
+
+def test_an_app_that_ends_normally_exits_with_its_own_code():
+    app = make_app(facts=load_machine("ci-2core"))
+
+    async def quit_(pilot) -> None:
+        await pilot.press("ctrl+q")
+
+    assert run_to_exit_code(app, headless=True, size=(120, 40), auto_pilot=quit_) == 0
+
+
+def test_textual_failing_outside_the_app_exits_70(capsys):
+    class FailsToStart:  # as textual does when it cannot set up the terminal
+        return_code = None
+
+        def run(self, **options):
+            raise OSError(25, "Inappropriate ioctl for device")
+
+    assert run_to_exit_code(FailsToStart()) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert "OSError: [Errno 25] Inappropriate ioctl for device" in err
+    assert err.strip().splitlines()[-1] == APP_CRASHED

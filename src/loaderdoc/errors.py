@@ -8,6 +8,7 @@ EXIT_WARNING = 1  # check found warnings
 EXIT_CRITICAL = 2  # check found something that will break or starve a run
 EXIT_USAGE = 3  # bad command line, config file, dataset or export path: nothing was written
 EXIT_PROBE_FAILED = 4  # the probe could not measure any configuration
+EXIT_INTERNAL = 70  # a bug: an unexpected exception (EX_SOFTWARE in sysexits.h), e.g. in the app
 EXIT_INTERRUPTED = 130  # Ctrl+C / SIGTERM: stopped cleanly
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from loaderdoc.commands.common import sample_bytes
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.errors import EXIT_INTERNAL, EXIT_OK, UserError
+
+APP_CRASHED = ("loaderdoc: internal error: the app stopped on an unexpected exception (traceback above); "
+               "please report it")
 
 
 def workload_from_args(args: argparse.Namespace):
@@ -48,11 +52,33 @@ def run_app(args: argparse.Namespace) -> int:
 
     app = make_app(workload=workload_from_args(args), early_facts=early)
     _cancel_probe_on_sigterm(app)
+    return run_to_exit_code(app)
+
+
+def run_to_exit_code(app, **run_options) -> int:
+    """Run ``app`` (``run_options`` go to ``App.run``) to its end: the exit code it chose, or
+    EXIT_INTERNAL when it stopped on an unexpected exception.
+
+    Textual catches an exception raised in the app (a message handler, an action), restores the
+    terminal, prints the traceback and returns from ``run()`` as if the app had ended normally;
+    only its ``return_code`` (1) says it crashed. That was exit 0, which a script takes for done.
+    """
     try:
-        result = app.run()
+        result = app.run(**run_options)
     except KeyboardInterrupt:  # SIGTERM (the CLI turns it into KeyboardInterrupt) ends the app's loop
         _stop_probe(app)
         raise
+    except UserError:
+        raise
+    except Exception:  # textual failed outside the app's message loop (starting the terminal ...)
+        import traceback
+
+        traceback.print_exc()
+        print(APP_CRASHED, file=sys.stderr)
+        return EXIT_INTERNAL
+    if app.return_code:
+        print(APP_CRASHED, file=sys.stderr)
+        return EXIT_INTERNAL
     return EXIT_OK if result is None else int(result)
 
 

@@ -1,9 +1,12 @@
 """Faults around the interactive app: quitting or SIGTERM in the middle of a real probe, a
-terminal far smaller than the app is laid out for, a storm of keys on the export dialog, and an
-exception in the app."""
+terminal far smaller than the app is laid out for, a storm of keys on the export dialog, an
+exception in the app, and no terminal at all."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pty
 import shlex
 import shutil
 import subprocess
@@ -18,8 +21,8 @@ from faults_support import assert_nothing_left, fault_env, tagged
 from textual import events
 from textual.widgets import Button, Input, Static
 
-from loaderdoc.commands.app import APP_CRASHED, run_to_exit_code
-from loaderdoc.errors import EXIT_INTERNAL, EXIT_INTERRUPTED
+from loaderdoc.commands.app import APP_CRASHED, NO_TERMINAL, run_to_exit_code
+from loaderdoc.errors import EXIT_CRITICAL, EXIT_INTERNAL, EXIT_INTERRUPTED
 from loaderdoc.export import render
 from loaderdoc.probing.result import ProbeReport, WorkloadInfo
 from loaderdoc.session import ProbeRequest
@@ -374,3 +377,101 @@ def test_textual_failing_outside_the_app_exits_70(capsys):
     err = capsys.readouterr().err
     assert "OSError: [Errno 25] Inappropriate ioctl for device" in err
     assert err.strip().splitlines()[-1] == APP_CRASHED
+
+
+# ---- no terminal: a job script, a pipe ----------------------------------------------------------------
+# `loaderdoc` with no terminal opened the app anyway: it wrote ~40 KB of escape codes into the pipe
+# (textual draws on stderr) and waited for ever for keys from /dev/null.
+CHECK_OPTIONS = ["--machine", "docker-64m-shm", "--batch-size", "16", "--sample-shape", "3x1024x1024"]
+
+
+def read_all(master: int) -> str:
+    """What was written to a pseudo-terminal whose other end is closed."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: nothing more
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").replace("\r\n", "\n")
+
+
+def run_without_terminal(args: list[str], no_tty: str) -> tuple[int, str, str]:
+    """``python -m loaderdoc ARGS`` with ``no_tty`` ('stdin', 'stdout' or 'stderr') not a terminal
+    (stdin /dev/null, the others a pipe) and each other stream a pseudo-terminal of its own: exit
+    code, stdout, stderr. A command still running after 60 s fails the test (it is killed)."""
+    env, tag = fault_env()
+    env["TERM"] = "xterm-256color"
+    ptys = {name: pty.openpty() for name in ("stdin", "stdout", "stderr") if name != no_tty}
+    streams = {name: slave for name, (_, slave) in ptys.items()}
+    streams[no_tty] = subprocess.DEVNULL if no_tty == "stdin" else subprocess.PIPE
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", *args], env=env, text=True, **streams)
+        try:
+            piped_out, piped_err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"`loaderdoc` without a terminal on {no_tty} did not finish in 60 s (the app opened?)")
+        for _, slave in ptys.values():
+            os.close(slave)
+        on_tty = {name: read_all(master) for name, (master, _) in ptys.items()}
+    finally:
+        for master, slave in ptys.values():
+            for fd in (master, slave):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+    assert_nothing_left(tag)
+    out = piped_out if no_tty == "stdout" else on_tty["stdout"]
+    err = piped_err if no_tty == "stderr" else on_tty["stderr"]
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("no_tty", ["stdin", "stdout", "stderr"])
+def test_without_a_terminal_the_bare_command_runs_check_and_says_so(no_tty):
+    env, _ = fault_env()
+    check = subprocess.run([sys.executable, "-m", "loaderdoc", "check", *CHECK_OPTIONS], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert check.returncode == EXIT_CRITICAL, check.stderr  # the 64 MiB /dev/shm cannot hold these batches
+
+    code, out, err = run_without_terminal(CHECK_OPTIONS, no_tty)
+    assert code == check.returncode
+    assert out == check.stdout
+    assert err == NO_TERMINAL + "\n"
+    assert "\x1b" not in out and "\x1b" not in err
+
+
+def test_without_a_terminal_in_a_job_script(tmp_path):
+    """stdin /dev/null, stdout and stderr pipes, as a batch job runs it: this machine's check."""
+    env, tag = fault_env()
+    args = ["--batch-size", "16", "--sample-shape", "3x224x224"]
+    check = subprocess.run([sys.executable, "-m", "loaderdoc", "check", *args], env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "loaderdoc", *args], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"`loaderdoc` in a job script did not finish in 60 s; it wrote {len(exc.stderr or b'')} "
+                    "bytes to stderr")
+    assert_nothing_left(tag)
+    assert proc.returncode == check.returncode
+    assert proc.stderr == NO_TERMINAL + "\n"
+    assert proc.stdout.startswith("loaderdoc check\n") and "status: " in proc.stdout
+    assert "\x1b" not in proc.stdout and "\x1b" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_a_terminal_textual_is_not_imported():
+    env, _ = fault_env()
+    code = ("import sys\n"
+            "from loaderdoc.cli import main\n"
+            "rc = main(['--machine', 'ci-2core'])\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'textual', 'torch'}), file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stderr.splitlines() == [NO_TERMINAL, "[]"]
+    assert proc.returncode == 0

@@ -1,11 +1,19 @@
-"""``loaderdoc`` with no command: the interactive app. Textual is imported here, not at load."""
+"""``loaderdoc`` with no command: the interactive app, or ``check`` where there is no terminal.
+
+Textual is imported here, not at load, and only when the app opens.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from loaderdoc.commands.common import sample_bytes
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.errors import EXIT_INTERNAL, EXIT_OK, UserError
+
+NO_TERMINAL = "loaderdoc: no terminal; running 'loaderdoc check' (open the app from a terminal)"
+APP_CRASHED = ("loaderdoc: internal error: the app stopped on an unexpected exception (traceback above); "
+               "please report it")
 
 
 def workload_from_args(args: argparse.Namespace):
@@ -30,11 +38,41 @@ def workload_from_args(args: argparse.Namespace):
     return w
 
 
+def has_terminal() -> bool:
+    """Whether the app can run here: stdin, stdout and stderr are all a terminal.
+
+    Textual reads the keys from stdin (``/dev/null`` in a job script: the app would wait for ever)
+    and draws on stderr (a pipe or a log file would get its escape codes); and a redirected
+    stdout (``loaderdoc | less``, ``loaderdoc > report.txt``) asks for text, not an app.
+    """
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        try:
+            if stream is None or not stream.isatty():
+                return False
+        except (AttributeError, ValueError, OSError):  # closed, or not a real file
+            return False
+    return True
+
+
+def run_check_instead(args: argparse.Namespace) -> int:
+    """``loaderdoc check`` with the same options, said in one line on stderr: its exit code."""
+    from loaderdoc.commands import check
+
+    print(NO_TERMINAL, file=sys.stderr, flush=True)
+    check_args = argparse.Namespace(**vars(args))
+    for name, default in (("config", None), ("json", False), ("machine", None)):
+        if not hasattr(check_args, name):  # options only `check` has
+            setattr(check_args, name, default)
+    return check.run(check_args)
+
+
 def run_app(args: argparse.Namespace) -> int:
     if getattr(args, "preset", None):
         from loaderdoc.probing.workloads import get_preset
 
         get_preset(args.preset)  # an unknown name exits with the CLI's usage error, like `probe`
+    if not has_terminal():
+        return run_check_instead(args)
     # read the fast machine facts while textual imports: the machine view paints sooner
     from concurrent.futures import ThreadPoolExecutor
 
@@ -48,11 +86,33 @@ def run_app(args: argparse.Namespace) -> int:
 
     app = make_app(workload=workload_from_args(args), early_facts=early)
     _cancel_probe_on_sigterm(app)
+    return run_to_exit_code(app)
+
+
+def run_to_exit_code(app, **run_options) -> int:
+    """Run ``app`` (``run_options`` go to ``App.run``) to its end: the exit code it chose, or
+    EXIT_INTERNAL when it stopped on an unexpected exception.
+
+    Textual catches an exception raised in the app (a message handler, an action), restores the
+    terminal, prints the traceback and returns from ``run()`` as if the app had ended normally;
+    only its ``return_code`` (1) says it crashed. That was exit 0, which a script takes for done.
+    """
     try:
-        result = app.run()
+        result = app.run(**run_options)
     except KeyboardInterrupt:  # SIGTERM (the CLI turns it into KeyboardInterrupt) ends the app's loop
         _stop_probe(app)
         raise
+    except UserError:
+        raise
+    except Exception:  # textual failed outside the app's message loop (starting the terminal ...)
+        import traceback
+
+        traceback.print_exc()
+        print(APP_CRASHED, file=sys.stderr)
+        return EXIT_INTERNAL
+    if app.return_code:
+        print(APP_CRASHED, file=sys.stderr)
+        return EXIT_INTERNAL
     return EXIT_OK if result is None else int(result)
 
 

@@ -2,6 +2,10 @@
 
 Writing goes through :func:`loaderdoc.export.write_export` (atomic; refuses to overwrite
 without ``force``). Its errors are shown in the dialog and nothing is written.
+
+The dialog acts once (:class:`loaderdoc.tui.screens.dialog.Dialog`): Enter, ctrl+o and Esc are
+taken in the order they were pressed, the first write or cancel wins, and nothing is written
+after a cancel, nor asked again after a write.
 """
 
 from __future__ import annotations
@@ -9,23 +13,43 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
 from loaderdoc.errors import UserError
 from loaderdoc.export import render, write_export
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.tui.screens.confirm import ConfirmScreen
+from loaderdoc.tui.screens.dialog import Dialog
+
+ANSWER_KEYS = frozenset({"escape", "enter", "ctrl+o"})
 
 
-class ExportScreen(ModalScreen[Path | None]):
-    BINDINGS = [
+class PathInput(Input):
+    """The path to write to. The dialog acts on Enter once the key has come up to it, and text
+    typed after the Enter reaches this field before that: it is dropped, so that the dialog
+    writes (or asks about) the path as it was when Enter was pressed. Typing is taken again as
+    soon as the dialog has acted on the key (it stays open on an error)."""
+
+    holding = False
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key in ANSWER_KEYS:
+            self.holding = True
+        elif self.holding and event.is_printable:
+            event.stop()
+            event.prevent_default()  # not typed into the path (Input's own _on_key is skipped)
+
+
+class ExportScreen(Dialog[Path | None]):
+    BINDINGS = [  # shown in the footer; the keys are answered in answer_key, in the order pressed
         Binding("escape", "cancel", "Cancel"),
-        Binding("ctrl+o", "write", "Write file", priority=True),
+        Binding("ctrl+o", "write", "Write file"),
     ]
+    ANSWER_KEYS = ANSWER_KEYS
 
     def __init__(self, settings: LoaderSettings, header: list[str], directory: Path) -> None:
         super().__init__()
@@ -47,7 +71,7 @@ class ExportScreen(ModalScreen[Path | None]):
                                    soft_wrap=True, id="preview-py")
             with Horizontal(classes="form-row"):
                 yield Label("Write to", classes="form-label")
-                yield Input(str(self.directory / "loaderdoc.toml"), id="export-path", compact=True)
+                yield PathInput(str(self.directory / "loaderdoc.toml"), id="export-path", compact=True)
             yield Static("Format from the suffix: .toml, .py or .json. Enter (or ctrl+o) writes, Esc cancels.",
                          id="export-hint")
             yield Static("", id="export-error")
@@ -77,19 +101,31 @@ class ExportScreen(ModalScreen[Path | None]):
     def on_input_changed(self, event: Input.Changed) -> None:
         self._error("")
 
+    def answer_key(self, key: str) -> None:
+        focused = self.focused
+        if key == "escape" or (key == "enter" and isinstance(focused, Button) and focused.id == "cancel"):
+            self.action_cancel()
+        else:  # Enter in the path, on a preview or on the Write button; ctrl+o anywhere
+            self.action_write()
+        self.query_one("#export-path", PathInput).holding = False
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
         self.action_write()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
         if event.button.id == "write":
             self.action_write()
         else:
             self.action_cancel()
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        self.finish(None)
 
     def action_write(self) -> None:
+        if not self.can_answer:  # answered already, or the overwrite question is open
+            return
         raw = self.query_one("#export-path", Input).value.strip()
         if not raw:
             self._error("Give a path to write to.")
@@ -102,6 +138,8 @@ class ExportScreen(ModalScreen[Path | None]):
             target = self.directory / target
         if target.exists() and not target.is_dir():
             def answer(yes: bool | None) -> None:
+                if not self.can_answer:  # cancelled meanwhile: write nothing
+                    return
                 if yes:
                     self._write(target, force=True)
                 else:
@@ -120,4 +158,4 @@ class ExportScreen(ModalScreen[Path | None]):
         except OSError as exc:  # write_export turns these into ExportError; belt and braces
             self._error(f"cannot write {target}: {exc.strerror or exc}")
             return
-        self.dismiss(written or target)
+        self.finish(written or target)

@@ -58,6 +58,9 @@ class LoaderDocApp(App[int]):
 
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # q and ? as in htop, nvitop and k9s; not while typing in a field (check_action)
+        Binding("q", "quit_key", "Quit", show=False, priority=True),
+        Binding("question_mark", "keys_key", "Keys", tooltip="Show or hide the keys", priority=True),
         Binding("ctrl+r", "run_probe", "Probe", tooltip="Run the probe with the chosen workload", priority=True),
         Binding("escape", "stop_probe", "Stop", tooltip="Stop the running probe"),
         Binding("ctrl+s", "show_tab('settings')", "Settings", priority=True),
@@ -218,12 +221,24 @@ class LoaderDocApp(App[int]):
             return self.session.probe_running
         if action == "run_probe":
             return None if self.session.probe_running else True
-        if action == "view_key":
+        if action in ("view_key", "quit_key", "keys_key"):
             return self._digits_switch_views()
         return True
 
+    async def action_quit_key(self) -> None:
+        await self.action_quit()
+
+    def action_keys_key(self) -> None:
+        """Toggle textual's keys panel (the bindings of what has focus)."""
+        from textual.widgets import HelpPanel
+
+        if self.screen.query(HelpPanel):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
     def _digits_switch_views(self) -> bool:
-        """1-5 switch views unless a dialog is open or the focused widget takes the digit as text
+        """1-5, q and ? act unless a dialog is open or the focused widget takes the key as text
         (an input, a select's list searching as you type)."""
         if not isinstance(self.screen, type(self.main_screen)):
             return False

@@ -106,3 +106,29 @@ def namespaces_usable() -> str | None:
 def in_small_shm(size: str = "16m") -> list[str]:
     """A command prefix that runs the rest in a mount namespace with a ``size`` /dev/shm."""
     return ["unshare", "--mount", "sh", "-c", f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"', "sh"]
+
+
+class TmuxTerminal:
+    """``python -m loaderdoc ARGS`` in a real terminal (a private tmux server) of ``size``; its exit
+    code lands in ``exit_file``. Close it with :meth:`close` (kills the server)."""
+
+    def __init__(self, args: list[str], env: dict, exit_file: Path, size: tuple[int, int] = (120, 40)) -> None:
+        import shlex
+        import shutil
+
+        self.tmux_path = shutil.which("tmux")
+        self.socket = f"loaderdoc-test-{uuid.uuid4().hex[:8]}"
+        command = " ".join(
+            ["env", f"{TAG_VAR}={env[TAG_VAR]}", f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])}", "TERM=xterm-256color",
+             shlex.quote(sys.executable), "-m", "loaderdoc", *map(shlex.quote, args)]
+        ) + f"; echo $? > {shlex.quote(str(exit_file))}; sleep 60"
+        self.tmux("new-session", "-d", "-x", str(size[0]), "-y", str(size[1]), command)
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([self.tmux_path, "-L", self.socket, *args], capture_output=True, text=True, timeout=10)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p").stdout
+
+    def close(self) -> None:
+        self.tmux("kill-server")

@@ -7,17 +7,15 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
-import shlex
 import shutil
 import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import psutil
 import pytest
-from faults_support import assert_nothing_left, fault_env, tagged
+from faults_support import TmuxTerminal, assert_nothing_left, fault_env, tagged
 from textual import events
 from textual.widgets import Button, Input, Static
 
@@ -90,18 +88,10 @@ TMUX = shutil.which("tmux")
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
 def test_sigterm_to_the_app_mid_probe_leaves_no_worker(tmp_path):
-    socket = f"loaderdoc-faults-{uuid.uuid4().hex[:8]}"
     env, tag = fault_env()
     exit_file = tmp_path / "exit"
-    command = " ".join(
-        ["env", f"LOADERDOC_FAULT_TAG={tag}", f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])}", "TERM=xterm-256color",
-         shlex.quote(sys.executable), "-m", "loaderdoc", "--dataset", "faults_data:make_slow", "--batch-size", "8",
-         "--budget", "60"]) + f"; echo $? > {shlex.quote(str(exit_file))}; sleep 60"
-
-    def tmux(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([TMUX, "-L", socket, *args], capture_output=True, text=True, timeout=10)
-
-    tmux("new-session", "-d", "-x", "120", "-y", "40", command)
+    term = TmuxTerminal(["--dataset", "faults_data:make_slow", "--batch-size", "8", "--budget", "60"], env, exit_file)
+    tmux = term.tmux
     try:
         deadline = time.monotonic() + 30
         while "Machine" not in tmux("capture-pane", "-p").stdout and time.monotonic() < deadline:
@@ -129,7 +119,7 @@ def test_sigterm_to_the_app_mid_probe_leaves_no_worker(tmp_path):
         assert int(exit_file.read_text()) == EXIT_INTERRUPTED
         assert_nothing_left(tag)
     finally:
-        tmux("kill-server")
+        term.close()
         for p in tagged(tag):
             p.kill()
 

@@ -3,15 +3,11 @@ typing in a field; in a real terminal (tmux) at 80x24 as well as through textual
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import subprocess
-import sys
 import time
-import uuid
 
 import pytest
-from faults_support import assert_nothing_left, fault_env
+from faults_support import TmuxTerminal, assert_nothing_left, fault_env
 from textual.widgets import HelpPanel, Input
 
 from loaderdoc.system.fixtures import load_machine
@@ -55,21 +51,10 @@ async def test_q_and_question_mark_are_text_while_typing_in_a_field():
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
 def test_the_app_opens_at_80x24_in_a_real_terminal_and_q_quits_it(tmp_path):
-    socket = f"loaderdoc-keys-{uuid.uuid4().hex[:8]}"
     env, tag = fault_env()
     exit_file = tmp_path / "exit"
-    command = " ".join(
-        ["env", f"LOADERDOC_FAULT_TAG={tag}", f"PYTHONPATH={shlex.quote(env['PYTHONPATH'])}", "TERM=xterm-256color",
-         shlex.quote(sys.executable), "-m", "loaderdoc", "--machine", "ci-2core"]
-    ) + f"; echo $? > {shlex.quote(str(exit_file))}; sleep 60"
-
-    def tmux(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([TMUX, "-L", socket, *args], capture_output=True, text=True, timeout=10)
-
-    def screen() -> str:
-        return tmux("capture-pane", "-p").stdout
-
-    tmux("new-session", "-d", "-x", "80", "-y", "24", command)
+    term = TmuxTerminal(["--machine", "ci-2core"], env, exit_file, size=(80, 24))
+    tmux, screen = term.tmux, term.screen
     try:
         deadline = time.monotonic() + 30
         while "Machine" not in screen() and time.monotonic() < deadline:
@@ -83,4 +68,4 @@ def test_the_app_opens_at_80x24_in_a_real_terminal_and_q_quits_it(tmp_path):
         assert int(exit_file.read_text()) == 0
         assert_nothing_left(tag)
     finally:
-        tmux("kill-server")
+        term.close()

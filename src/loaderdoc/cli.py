@@ -57,11 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="loaderdoc",
         description=(
             "Measure, diagnose and export PyTorch DataLoader settings for this machine. "
-            "With no command, opens the interactive app."
+            "With no command, opens the interactive app in a terminal (without one, runs 'check')."
         ),
         epilog=EXIT_CODES_HELP
         + "\nexamples:\n"
-        "  loaderdoc                                   interactive app (also over SSH)\n"
+        "  loaderdoc                                   interactive app (also over SSH; no terminal: check)\n"
         "  loaderdoc check --config train.yaml         lint a config against this machine\n"
         "  loaderdoc probe image --batch-size 64       measure and recommend\n"
         "  loaderdoc --export loader.toml              write recommended settings\n",

@@ -23,12 +23,10 @@ class OutputError(UserError):
     """Standard output cannot be written (closed, full, failing); nothing more can be shown."""
 
 
-class GuardedStdout:
-    """Standard output whose write failures become :class:`OutputError` (or BrokenPipeError).
+class _StreamProxy:
+    """A standard stream stand-in; ``stream`` is None when the command started with it closed."""
 
-    ``stream`` is None when the command was started with stdout closed: the first write fails
-    with a clear message instead of an AttributeError deep inside a command.
-    """
+    name = "stream"
 
     def __init__(self, stream) -> None:
         self._stream = stream
@@ -37,19 +35,34 @@ class GuardedStdout:
     def wrapped(self):
         return self._stream
 
-    def write(self, text: str) -> int:
-        return self._call("write", text)
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
 
     def writelines(self, lines) -> None:
         for line in lines:
             self.write(line)
 
+    def write(self, text: str) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __getattr__(self, name: str):
+        if self._stream is None:
+            raise AttributeError(f"{self.name} is closed ({name})")
+        return getattr(self._stream, name)
+
+
+class GuardedStdout(_StreamProxy):
+    """Standard output whose write failures become :class:`OutputError` (or BrokenPipeError):
+    closed at start, the first write fails with a clear message, not an AttributeError deep in a command."""
+
+    name = "standard output"
+
+    def write(self, text: str) -> int:
+        return self._call("write", text)
+
     def flush(self) -> None:
         if self._stream is not None:
             self._call("flush")
-
-    def isatty(self) -> bool:
-        return self._stream is not None and self._stream.isatty()
 
     def _call(self, method: str, *args):
         if self._stream is None:
@@ -61,42 +74,22 @@ class GuardedStdout:
         except OSError as exc:
             raise OutputError(f"cannot write to standard output: {exc.strerror or exc}") from None
 
-    def __getattr__(self, name: str):
-        if self._stream is None:
-            raise AttributeError(f"standard output is closed ({name})")
-        return getattr(self._stream, name)
 
-
-class QuietStderr:
+class QuietStderr(_StreamProxy):
     """Standard error that never raises: when even stderr fails, the exit code is all that is left."""
 
-    def __init__(self, stream) -> None:
-        self._stream = stream
-
-    @property
-    def wrapped(self):
-        return self._stream
+    name = "standard error"
 
     def write(self, text: str) -> int:
-        try:
-            return self._stream.write(text) if self._stream is not None else len(text)
-        except (OSError, ValueError):
-            return len(text)
+        with contextlib.suppress(OSError, ValueError):
+            if self._stream is not None:
+                return self._stream.write(text)
+        return len(text)
 
     def flush(self) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             if self._stream is not None:
                 self._stream.flush()
-        except (OSError, ValueError):
-            pass
-
-    def isatty(self) -> bool:
-        return self._stream is not None and self._stream.isatty()
-
-    def __getattr__(self, name: str):
-        if self._stream is None:
-            raise AttributeError(f"standard error is closed ({name})")
-        return getattr(self._stream, name)
 
 
 @contextlib.contextmanager

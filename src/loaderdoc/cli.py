@@ -42,6 +42,7 @@ COMMANDS = {
     "check": "health check of this machine (and a config) before a long run",
     "probe": "measure real DataLoaders on this machine and recommend settings",
     "facts": "print the detected machine facts (JSON records a fixture)",
+    "tradeoffs": "what each DataLoader knob costs and buys on this machine (measured with --probe-report)",
 }
 
 
@@ -77,12 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "lightning (data.init_args), hydra (a _target_ node), hf (TrainingArguments keys)")
     export.add_argument("--force", action="store_true", help="overwrite an existing export file")
     from loaderdoc.commands import check, facts, probe  # none imports torch or textual at load
+    from loaderdoc.commands import tradeoffs as tradeoffs_cmd
     from loaderdoc.commands.common import add_workload_arguments
 
     check.add_machine_argument(export)
     add_workload_arguments(parser, with_probe=True)
 
-    modules = {"check": check, "probe": probe, "facts": facts}
+    modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd}
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
         sp = sub.add_parser(

@@ -1,4 +1,5 @@
-"""Text every front end shows: the machine summary (topic, one line) and settings on one line."""
+"""Text every front end shows: the machine summary (topic, one line), every reading with its
+source, and settings on one line."""
 
 from __future__ import annotations
 
@@ -160,3 +161,71 @@ def machine_status(facts: MachineFacts | None) -> str:
     shm = facts.shm.free.get()
     return (f"{fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}) | RAM {fmt_bytes(facts.memory.budget)}"
             f" | /dev/shm {fmt_bytes(shm)} free | {gpu}")
+
+
+# ---- every reading and where it was read from (`loaderdoc facts`) ------------------------------
+_BYTES = {"memory": {"total", "available", "cgroup_limit", "cgroup_usage", "swap_total", "swap_free"},
+          "shm": {"total", "free"}, "gpu_device": {"memory_total", "memory_used"}}
+_UNSET = {("cpu", "cgroup_quota"): "none", ("memory", "cgroup_limit"): "none", ("limits", "nofile_soft"): "unlimited",
+          ("limits", "nofile_hard"): "unlimited", ("torch", "cuda_build"): "none (CPU build)"}
+
+
+def reading_sections(facts: MachineFacts) -> list[tuple[str, list[tuple[str, str, Reading]]]]:
+    """Every reading of ``facts``, section by section: (title, [(name, value as text, reading)]).
+
+    Names are the JSON keys of ``loaderdoc facts --json``; a reading added to the facts shows up
+    here without a change. Sections: CPU, memory, /dev/shm, limits, GPU (then each device),
+    torch, distributed, container, platform."""
+    out = []
+    for title, kind, obj in (("CPU", "cpu", facts.cpu), ("Memory", "memory", facts.memory),
+                             (facts.shm.path, "shm", facts.shm), ("Limits", "limits", facts.limits),
+                             ("GPU", "gpu", facts.gpu)):
+        out.append((title, _readings(kind, obj)))
+    for dev in facts.gpu.devices:
+        out.append((f"GPU {dev.index}", _readings("gpu_device", dev)))
+    for title, kind, obj in (("torch", "torch", facts.torch), ("Distributed", "distributed", facts.distributed),
+                             ("Container", "container", facts.container), ("Platform", "platform", facts.platform)):
+        out.append((title, _readings(kind, obj)))
+    return out
+
+
+def _readings(kind: str, obj: Any) -> list[tuple[str, str, Reading]]:
+    rows = []
+    for f in dataclasses.fields(obj):
+        reading = getattr(obj, f.name)
+        if isinstance(reading, Reading):
+            rows.append((f.name, reading_value(kind, f.name, reading), reading))
+    return rows
+
+
+def reading_value(kind: str, name: str, reading: Reading) -> str:
+    """A reading's value as text: bytes in binary units, CPU sets counted, "unknown: why"."""
+    if not reading.known:
+        return f"unknown: {reading.unknown}"
+    v = reading.value
+    if v is None:
+        return _UNSET.get((kind, name), "not set")
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if name in _BYTES.get(kind, ()) and isinstance(v, (int, float)):
+        return fmt_bytes(v)
+    if (kind, name) == ("cpu", "affinity") and isinstance(v, list):
+        return f"{len(v)} CPUs ({cpu_ranges(v)})"
+    if (kind, name) == ("cpu", "cgroup_quota"):
+        return f"{fmt_cpus(v)} CPUs"
+    if (kind, name) == ("cpu", "flags") and isinstance(v, list):
+        return f"{len(v)} flags"
+    if (kind, name) == ("gpu_device", "utilization"):
+        return f"{v}%"
+    return str(v)
+
+
+def cpu_ranges(cpus: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3,8'."""
+    out: list[str] = []
+    for c in sorted(set(cpus)):
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)

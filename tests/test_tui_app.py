@@ -283,7 +283,7 @@ async def test_export_error_stays_in_dialog_and_writes_nothing(tmp_path: Path):
         await pilot.pause()
         error = str(app.screen.query_one("#export-error", Static).render())
         assert "does not exist" in error
-        app.screen.query_one("#export-path", Input).value = str(tmp_path / "x.yaml")
+        app.screen.query_one("#export-path", Input).value = str(tmp_path / "x.ini")
         await pilot.press("enter")
         await pilot.pause()
         assert "suffix" in str(app.screen.query_one("#export-error", Static).render())

@@ -72,7 +72,7 @@ class ExportScreen(Dialog[Path | None]):
             with Horizontal(classes="form-row"):
                 yield Label("Write to", classes="form-label")
                 yield PathInput(str(self.directory / "loaderdoc.toml"), id="export-path", compact=True)
-            yield Static("Format from the suffix: .toml, .py or .json. Enter (or ctrl+o) writes, Esc cancels.",
+            yield Static("Format from the suffix: .toml, .yaml, .json or .py. Enter (or ctrl+o) writes, Esc cancels.",
                          id="export-hint")
             yield Static("", id="export-error")
             with Horizontal(classes="dialog-buttons"):

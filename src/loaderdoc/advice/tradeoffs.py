@@ -210,7 +210,7 @@ def _num_workers(h: _Here) -> KnobTradeoff:
         if lower:
             k = max(lower)
             r = measured[k]
-            down.append(f"at {k} workers: {r.batches_per_s:.1f} batches/s, the step waits "
+            down.append(f"at {workers_text(k)}: {r.batches_per_s:.1f} batches/s, the step waits "
                         f"{_pct(r.starvation_pct) or '?'} (measured)")
         if pss:
             down.append(f"-1 worker frees ≈ {fmt_bytes(pss)} PSS")

@@ -136,6 +136,15 @@ def test_a_dataset_hanging_in_the_training_process_is_stopped_by_the_watchdog():
     assert time.monotonic() - started < 5
 
 
+def test_a_long_training_step_is_measured_not_taken_for_a_hang():
+    # one run takes 3 steps of 2 s (after the first batch, one in the warm-up, one steady): more
+    # than a watchdog blind to the step allows at this plan (0.625 + 0.125 + 2 x 1 + 3 = 5.75 s)
+    plan = RunPlan(window_s=0.25, loader_timeout_s=1.0, measure_restart=False)
+    r = run_config(LoadJob(probe_userdata.Squares(n=64), step_ms=2000), loader(0, batch_size=4), plan)
+    assert r.ok, r.error
+    assert r.batches >= 1 and r.step_ms_achieved >= 2000
+
+
 def test_cancel_stops_a_running_configuration_and_its_workers():
     workload = LoadJob(probe_userdata.make_slow(), step_ms=1.0)
     plan = RunPlan(window_s=30.0, loader_timeout_s=10.0)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import warnings
@@ -18,6 +19,7 @@ from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.system.facts import MachineFacts
 
 DEFAULT_BATCH_SIZE = 32
+DEFAULT_STEP_MS = 20.0  # the training step simulated for a user's dataset when none is given
 
 
 class ProbeInterrupted(KeyboardInterrupt):
@@ -37,7 +39,28 @@ def plan_for_budget(budget_s: float):
     return RunPlan(window_s=window, loader_timeout_s=loader_timeout)
 
 
-def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
+class BudgetTooShort(UserError):
+    """The budget cannot hold one measured configuration at this training step."""
+
+
+def check_budget(budget_s: float, step_ms: float) -> None:
+    """Refuse, before measuring anything, a budget that one configuration's training steps alone
+    exceed: the probe could only stop it half-way, and a cut-off run says nothing about the data."""
+    from loaderdoc.probing.measure import STEPS_PER_RUN, RunPlan
+
+    least = RunPlan.least_s(step_ms)
+    if least <= budget_s:
+        return
+    # a configuration also loads batches and starts workers: a quarter more and 2 s leave room for it
+    one = math.ceil(least * 1.25 + 2)
+    raise BudgetTooShort(
+        f"the {budget_s:g} s probe budget is too short for a {step_ms:g} ms training step: measuring one "
+        f"DataLoader configuration takes at least {STEPS_PER_RUN} steps ({least:g} s) plus loading; "
+        f"--budget {one} measures one (num_workers=0), and each further one needs about {one} s more "
+        "(or simulate a shorter --step-ms)")
+
+
+def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_ms: float):
     """The search's limits, from the facts alone (loaderdoc.system reads the machine)."""
     from loaderdoc import policy
     from loaderdoc.probing.search import SearchLimits
@@ -50,7 +73,7 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
         shm_free_bytes=room.shm_free,
         ranks=room.ranks,
         cuda=device.startswith("cuda"),
-        expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5,
+        expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5 + plan.least_s(step_ms),
     )
 
 
@@ -99,7 +122,7 @@ def probe(
     preset: str | None = None,
     collate_fn: Callable | None = None,
     batch_size: int | None = None,
-    step_ms: float | None = 20.0,
+    step_ms: float | None = DEFAULT_STEP_MS,
     budget_s: float = 30.0,
     facts: MachineFacts | None = None,
     on_result: Callable[[ConfigResult], None] | None = None,
@@ -137,9 +160,10 @@ def probe(
     batch_size = batch_size or preset_batch or DEFAULT_BATCH_SIZE
     if batch_size < 1:
         raise UserError(f"batch_size must be >= 1, got {batch_size}")
-    step = step_ms if step_ms is not None else (preset_step if preset_step is not None else 20.0)
+    step = step_ms if step_ms is not None else (preset_step if preset_step is not None else DEFAULT_STEP_MS)
     if step < 0:
         raise UserError(f"step_ms must be >= 0, got {step:g}")
+    check_budget(budget_s, step)
     device = _device(facts)
     info.batch_size = batch_size
     info.step_ms = step
@@ -151,7 +175,7 @@ def probe(
 
     plan = plan_for_budget(budget_s)
     remaining = budget_s - (time.monotonic() - started)
-    limits = _limits(facts, max(remaining, 0.1), device, plan)
+    limits = _limits(facts, max(remaining, 0.1), device, plan, step)
     workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device)
 

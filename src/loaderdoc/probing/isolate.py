@@ -53,7 +53,8 @@ def run_config(
         os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
     chunks: list[bytes] = []
     stopped = ""
-    deadline = started + plan.watchdog_s
+    watchdog_s = plan.watchdog_s(workload.step_ms)
+    deadline = started + watchdog_s
     try:
         while True:
             if cancel is not None and cancel.is_set():
@@ -83,7 +84,7 @@ def run_config(
         result = ConfigResult(
             settings=settings,
             status="timeout",
-            error=f"no result within {plan.watchdog_s:.0f} s, stopped by the watchdog: "
+            error=f"no result within {watchdog_s:.0f} s, stopped by the watchdog: "
             "the dataset or a worker probably hangs",
         )
     else:

@@ -9,10 +9,17 @@ session, even reparented to init).
 from __future__ import annotations
 
 import json
+import sys
+import warnings
 
-from faults_support import loaderdoc, one_line_error
+import pytest
+from faults_support import DATASETS, loaderdoc, one_line_error
 
+from loaderdoc._compat import tomllib
 from loaderdoc.errors import EXIT_OK, EXIT_USAGE
+
+sys.path.insert(0, DATASETS)
+import faults_data  # noqa: E402
 
 
 # ---- a long training step -------------------------------------------------------------------
@@ -39,3 +46,26 @@ def test_a_long_training_step_that_fits_the_budget_is_measured():
     # loading 8 samples in 160 ms cannot starve a 2 s step: workers would not help
     assert doc["recommended"]["num_workers"] == 0
     assert not {"worker-hung", "worker-crashed"} & {f["rule_id"] for f in doc["findings"]}
+
+
+# ---- an endless IterableDataset ---------------------------------------------------------------
+ENDLESS = ["--dataset", "faults_data:make_endless", "--batch-size", "8", "--step-ms", "5", "--budget", "4"]
+
+
+@pytest.mark.parametrize("command", [["probe", "--no-progress"], []], ids=["probe --export", "--export"])
+def test_an_endless_iterable_dataset_is_probed_and_exported_without_shuffle(tmp_path, command):
+    target = tmp_path / "loader.toml"
+    proc = loaderdoc(*command, *ENDLESS, "--export", str(target), timeout=90)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    settings = tomllib.loads(target.read_text())["dataloader"]
+    # torch refuses shuffle=True and any sampler for an IterableDataset ("expected unspecified
+    # shuffle option"): the export sets neither
+    assert settings.get("shuffle") is not True and "sampler" not in settings, settings
+    # the exported settings are what a real DataLoader over that dataset accepts and runs with
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's "suggested max number of worker" on 2 cores
+        loader = faults_data.torch.utils.data.DataLoader(faults_data.make_endless(), **settings)
+        iterator = iter(loader)
+        got = [next(iterator) for _ in range(3)]
+    del iterator, loader  # stops its workers (persistent ones with the loader)
+    assert all(b.shape == (settings["batch_size"], 4) for b in got)

@@ -188,6 +188,18 @@ def test_an_iterable_dataset_is_measured_without_a_sampler():
     assert r.batches >= 3 and r.epoch_restart_s is None  # no sampler: no epoch boundary to time
 
 
+def test_an_endless_iterable_dataset_with_workers_ends_its_measurement():
+    # the restart would drain the epoch, which an endless stream never ends: the run must stop on
+    # its own (the plan's watchdog, ~10 s here, would report anything else as a timeout)
+    import faults_data
+
+    plan = RunPlan(window_s=0.3, loader_timeout_s=3.0)  # restart and persistence compared, as at the end
+    r = run_config(LoadJob(faults_data.make_endless(), step_ms=1.0), loader(2, batch_size=8, shuffle=False), plan)
+    assert r.ok, r.error
+    assert r.batches >= 3
+    assert r.epoch_restart_s is None and r.epoch_restart_persistent_s is None
+
+
 def test_a_dataset_that_runs_out_fails_with_a_reason():
     workload = LoadJob(probe_userdata.make_short_stream(), step_ms=1.0)
     r = run_config(workload, loader(0, batch_size=2, shuffle=False), QUICK)

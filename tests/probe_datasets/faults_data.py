@@ -5,12 +5,13 @@ Each is small and quick; the fault tests use budgets of a few seconds.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
 
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 MiB = 1024 * 1024
 
@@ -121,6 +122,22 @@ class Hoarder(Small):
 
 def make_hoarder():
     return Hoarder()
+
+
+class Endless(IterableDataset):
+    """A stream that never ends (no __len__), split between workers with get_worker_info() as
+    torch's documentation shows: worker k of n yields k, k + n, k + 2n, ..."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        first, stride = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in itertools.count(first, stride):
+            time.sleep(0.002)
+            yield torch.full((4,), float(i))
+
+
+def make_endless():
+    return Endless()
 
 
 # ---- factories that are wrong ------------------------------------------------------------------

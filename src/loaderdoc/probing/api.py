@@ -60,7 +60,7 @@ def check_budget(budget_s: float, step_ms: float) -> None:
         "(or simulate a shorter --step-ms)")
 
 
-def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_ms: float):
+def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_ms: float, iterable: bool):
     """The search's limits, from the facts alone (loaderdoc.system reads the machine)."""
     from loaderdoc import policy
     from loaderdoc.probing.search import SearchLimits
@@ -73,6 +73,7 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_m
         shm_free_bytes=room.shm_free,
         ranks=room.ranks,
         cuda=device.startswith("cuda"),
+        iterable=iterable,
         expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5 + plan.least_s(step_ms),
     )
 
@@ -111,8 +112,11 @@ def build_workload(
         dataset, preset_collate = spec.build()
         info = WorkloadInfo(name=spec.name, description=f"{spec.description} ({spec.describe_costs()})")
         return dataset, collate_fn or preset_collate, info, spec.batch_size, spec.step_ms
+    from torch.utils.data import IterableDataset
+
     info = WorkloadInfo(name=getattr(dataset, "__loaderdoc_name__", type(dataset).__name__),
-                        description=f"user dataset {type(dataset).__module__}.{type(dataset).__qualname__}")
+                        description=f"user dataset {type(dataset).__module__}.{type(dataset).__qualname__}",
+                        iterable=isinstance(dataset, IterableDataset))
     return dataset, collate_fn, info, None, None
 
 
@@ -175,7 +179,7 @@ def probe(
 
     plan = plan_for_budget(budget_s)
     remaining = budget_s - (time.monotonic() - started)
-    limits = _limits(facts, max(remaining, 0.1), device, plan, step)
+    limits = _limits(facts, max(remaining, 0.1), device, plan, step, info.iterable)
     workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device)
 
@@ -193,7 +197,8 @@ def probe(
 
     search = Search(
         measure,
-        LoaderSettings(batch_size=batch_size, shuffle=True),
+        # torch refuses shuffle (and a sampler) for an IterableDataset: the stream decides the order
+        LoaderSettings(batch_size=batch_size, shuffle=not info.iterable),
         limits,
         cancel=cancel,
         on_result=record,

@@ -62,6 +62,7 @@ class WorkloadInfo:
     name: str = ""  # preset name or "module:factory"
     description: str = ""
     dataset_len: int | None = None
+    iterable: bool = False  # an IterableDataset: no shuffle, no sampler, no epoch the probe can end
     batch_size: int = 1
     sample_bytes: int | None = None  # measured from a real sample
     batch_bytes: int | None = None  # measured from a real collated batch

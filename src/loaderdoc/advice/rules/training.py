@@ -59,6 +59,10 @@ def _distributed_sampler(i: Inputs) -> Finding | None:
     c = i.context
     if c.uses_distributed_sampler is not False:
         return None
+    if i.probe is not None and i.probe.workload.iterable:
+        # DataLoader takes no sampler for an IterableDataset, so "no sampler" is not evidence: whether
+        # the stream is split by rank in __iter__ is unknown here, and the fix below would not apply
+        return None
     ws = i.world_size
     if not (c.distributed or (ws and ws > 1)):
         return None

@@ -24,6 +24,13 @@ import probe_userdata  # noqa: E402
 QUICK = RunPlan(window_s=0.3, min_batches=3, loader_timeout_s=3.0, watchdog_override_s=30.0)
 
 
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
@@ -198,6 +205,21 @@ def test_an_endless_iterable_dataset_with_workers_ends_its_measurement():
     assert r.ok, r.error
     assert r.batches >= 3
     assert r.epoch_restart_s is None and r.epoch_restart_persistent_s is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_processes_the_dataset_starts_in_another_session_die_with_the_configuration(tmp_path, monkeypatch, workers):
+    # Popen(start_new_session=True), fork + setsid, a double fork: the measuring process keeps them
+    # below itself (a subreaper), so they die with it even in a process that is not one (this one)
+    import faults_data
+
+    log = tmp_path / "started.pids"
+    monkeypatch.setenv(faults_data.SPAWN_LOG, str(log))
+    r = run_config(LoadJob(faults_data.make_starts_processes(), step_ms=1.0), loader(workers, batch_size=8), QUICK)
+    assert r.ok, r.error
+    pids = [int(line) for line in log.read_text().split()]
+    assert len(pids) >= 3 * max(1, workers), pids
+    assert not [pid for pid in pids if running(pid)]
 
 
 def test_a_dataset_that_runs_out_fails_with_a_reason():

@@ -9,14 +9,19 @@ session, even reparented to init).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 import warnings
 
+import psutil
 import pytest
-from faults_support import DATASETS, loaderdoc, one_line_error
+from faults_support import DATASETS, assert_nothing_left, fault_env, loaderdoc, one_line_error, tagged
 
 from loaderdoc._compat import tomllib
-from loaderdoc.errors import EXIT_OK, EXIT_USAGE
+from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
 
 sys.path.insert(0, DATASETS)
 import faults_data  # noqa: E402
@@ -69,3 +74,77 @@ def test_an_endless_iterable_dataset_is_probed_and_exported_without_shuffle(tmp_
         got = [next(iterator) for _ in range(3)]
     del iterator, loader  # stops its workers (persistent ones with the loader)
     assert all(b.shape == (settings["batch_size"], 4) for b in got)
+
+
+# ---- a dataset that starts processes in their own session -------------------------------------
+QUICK = ["--batch-size", "8", "--step-ms", "5", "--no-progress", "--json"]
+
+
+def spawn_env(tmp_path) -> tuple[dict, str, object]:
+    """The faults environment, plus the file the dataset logs each process it starts to."""
+    log = tmp_path / "started.pids"
+    env, tag = fault_env({faults_data.SPAWN_LOG: str(log)})
+    return env, tag, log
+
+
+def started(log) -> list[int]:
+    return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+def assert_none_running(pids: list[int]) -> None:
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    assert not alive, f"started by the dataset and still running: {alive}"
+
+
+@pytest.mark.parametrize("factory, code", [
+    ("make_starts_processes", EXIT_OK),  # in __getitem__: the measuring process and every worker
+    ("make_starts_processes_in_factory", EXIT_OK),  # in the factory: the loaderdoc process itself
+    ("make_starts_processes_then_fails", EXIT_PROBE_FAILED),  # and then every configuration fails
+], ids=["getitem", "factory", "failing"])
+def test_processes_the_dataset_starts_in_their_own_session_do_not_outlive_the_probe(tmp_path, factory, code):
+    env, tag, log = spawn_env(tmp_path)
+    proc = loaderdoc("probe", "--dataset", f"faults_data:{factory}", *QUICK, "--budget", "4", env=env)
+    assert proc.returncode == code, proc.stderr
+    pids = started(log)
+    # Popen(start_new_session=True), fork + setsid, a double-forked daemon: 3 per process that loaded
+    assert len(pids) >= 3 and len(pids) % 3 == 0, pids
+    assert_none_running(pids)  # (loaderdoc() has also scanned for the tag, in every session)
+
+
+def wait_for_detached(tag: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until workers run and the dataset has started processes outside the probe's session."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = tagged(tag)
+        sessions = set()
+        for p in found:
+            try:
+                sessions.add(os.getsid(p.pid))
+            except OSError:
+                continue
+        if len(found) >= 6 and len(sessions) > 1:
+            return
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"the dataset never started its processes (exit {proc.poll()})")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_probe_leaves_no_process_the_dataset_started(tmp_path, sig):
+    env, tag, log = spawn_env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "probe", "--dataset",
+                             "faults_data:make_starts_processes_slow", *QUICK, "--budget", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    wait_for_detached(tag, proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert json.loads(out)["stopped"] == "interrupted"
+    assert_nothing_left(tag)
+    assert_none_running(started(log))

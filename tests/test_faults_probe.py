@@ -74,6 +74,23 @@ def test_an_endless_iterable_dataset_is_probed_and_exported_without_shuffle(tmp_
         got = [next(iterator) for _ in range(3)]
     del iterator, loader  # stops its workers (persistent ones with the loader)
     assert all(b.shape == (settings["batch_size"], 4) for b in got)
+    # split between its workers with get_worker_info(): no finding says the workers repeat it
+    assert "iterable-workers-repeat" not in target.read_text()
+
+
+def test_an_iterable_dataset_every_worker_replays_is_diagnosed():
+    proc = loaderdoc("probe", "--dataset", "faults_data:make_endless_unsplit", "--batch-size", "8", "--step-ms", "5",
+                     "--budget", "4", "--no-progress", "--json", timeout=90)
+    assert proc.returncode == EXIT_OK, proc.stderr
+    doc = json.loads(proc.stdout)
+    # checked once, by the first configuration with 2 or more workers
+    assert [r["workers_repeat"] for r in doc["results"] if r["workers_repeat"] is not None] == [True]
+    found = {f["rule_id"]: f for f in doc["findings"]}
+    # judged for the recommendation: repeats need 2 workers or more
+    assert ("iterable-workers-repeat" in found) == (doc["recommended"]["num_workers"] >= 2), doc["recommended"]
+    if "iterable-workers-repeat" in found:
+        assert found["iterable-workers-repeat"]["severity"] == "critical"
+        assert "get_worker_info" in found["iterable-workers-repeat"]["fix"]
 
 
 # ---- a dataset that starts processes in their own session -------------------------------------

@@ -207,6 +207,22 @@ def test_an_endless_iterable_dataset_with_workers_ends_its_measurement():
     assert r.epoch_restart_s is None and r.epoch_restart_persistent_s is None
 
 
+@pytest.mark.parametrize("factory, repeats", [("make_endless_unsplit", True), ("make_endless", False)])
+def test_the_stream_check_tells_whether_workers_repeat_an_iterable_dataset(factory, repeats):
+    import dataclasses
+
+    import faults_data
+
+    plan = dataclasses.replace(QUICK, check_worker_streams=True, measure_restart=False)
+    workload = LoadJob(getattr(faults_data, factory)(), step_ms=1.0)
+    r = run_config(workload, loader(3, batch_size=8, shuffle=False), plan)
+    assert r.ok, r.error
+    assert r.workers_repeat is repeats
+    # unasked, no check runs
+    plain = run_config(workload, loader(3, batch_size=8, shuffle=False), dataclasses.replace(plan, check_worker_streams=False))
+    assert plain.workers_repeat is None
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_processes_the_dataset_starts_in_another_session_die_with_the_configuration(tmp_path, monkeypatch, workers):
     # Popen(start_new_session=True), fork + setsid, a double fork: the measuring process keeps them

@@ -142,6 +142,19 @@ def make_endless():
     return Endless()
 
 
+class EndlessUnsplit(IterableDataset):
+    """The same stream without get_worker_info(): every worker yields 0, 1, 2, ..."""
+
+    def __iter__(self):
+        for i in itertools.count():
+            time.sleep(0.002)
+            yield torch.full((4,), float(i))
+
+
+def make_endless_unsplit():
+    return EndlessUnsplit()
+
+
 # ---- datasets that start processes in their own session --------------------------------------
 SPAWN_LOG = "FAULTS_SPAWN_LOG"  # a file each started process's pid is appended to, when set
 

@@ -221,6 +221,18 @@ def _scenarios() -> list[Scenario]:
                      batch_bytes=64 * CIFAR_U8, dataset_len=None, name="mypkg.data:make_stream", iterable=True),
         expect=frozenset({"settings-rejected"}),
     ))
+    unsplit = report([measured(0, bps=14.0, starved=30.0), measured(2, bps=19.6, starved=2.0)],
+                     batch_bytes=64 * CIFAR_U8, dataset_len=None, name="mypkg.data:make_stream", iterable=True)
+    unsplit.results[1].workers_repeat = True  # the probe's check: both workers delivered A, A, B, B
+    s.append(Scenario(
+        "iterable-stream-every-worker-replays",
+        "an IterableDataset that ignores get_worker_info(): the probe's 2 workers yielded the same batches",
+        "ci-2core",
+        LoaderSettings(batch_size=64, num_workers=2, prefetch_factor=2, persistent_workers=True),
+        batch_bytes=64 * CIFAR_U8,
+        probe=unsplit,
+        expect=frozenset({"iterable-workers-repeat"}),
+    ))
     s.append(Scenario(
         "pod-8-workers-on-4-cpus",
         "8 workers in a pod whose cgroup quota is 4 CPUs (os.cpu_count() says 64)",

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -183,9 +184,16 @@ def probe(
     workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device)
 
+    streams_known = False  # an IterableDataset: whether its workers repeat the stream, once answered
+
     def measure(settings: LoaderSettings, purpose: str, restart: bool) -> ConfigResult:
+        nonlocal streams_known
         run_plan = plan if restart else _without_restart(plan)
-        return run_config(workload, settings, run_plan, cancel=cancel, purpose=purpose)
+        if info.iterable and settings.num_workers >= 2 and not streams_known:
+            run_plan = dataclasses.replace(run_plan, check_worker_streams=True)
+        result = run_config(workload, settings, run_plan, cancel=cancel, purpose=purpose)
+        streams_known = streams_known or result.workers_repeat is not None
+        return result
 
     def record(result: ConfigResult) -> None:
         report.results.append(result)
@@ -220,8 +228,6 @@ def probe(
 
 
 def _without_restart(plan: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(plan, measure_restart=False)
 
 

@@ -53,6 +53,8 @@ class RunPlan:
     # with workers and persistent_workers off, also time that gap with persistent workers (a second
     # loader in the same run: cheaper than a whole second configuration)
     compare_persistent: bool = True
+    # IterableDataset: after the measurement, see whether 2 workers yield the same batches (untimed)
+    check_worker_streams: bool = False
     watchdog_override_s: float | None = None  # replace the computed watchdog (tests use short ones)
 
     @property
@@ -71,7 +73,9 @@ class RunPlan:
         if self.watchdog_override_s is not None:
             return self.watchdog_override_s
         steps = STEPS_PER_RUN * step_ms / 1000.0
-        return self.steady_cap_s + self.warmup_s + 2 * self.loader_timeout_s + 3.0 + steps
+        # the stream check: 2 workers' start-up and two rounds of batches, each within the timeout
+        check = 2 * self.loader_timeout_s + 1.0 if self.check_worker_streams else 0.0
+        return self.steady_cap_s + self.warmup_s + 2 * self.loader_timeout_s + 3.0 + steps + check
 
     @staticmethod
     def least_s(step_ms: float) -> float:
@@ -303,7 +307,36 @@ def measure_in_process(
     else:
         del iterator
         _shutdown(loader)
+    if plan.check_worker_streams and sampler is None:
+        result.workers_repeat = _workers_repeat(dataset, workload, kwargs, keep_alive)
     return result
+
+
+def _workers_repeat(dataset: Any, workload: LoadJob, kwargs: dict[str, Any], keep_alive: list[Any] | None) -> bool | None:
+    """Whether 2 workers of this IterableDataset yield the same batches: two rounds from a loader
+    of its own, after the measurement (its monitor has stopped: these workers count nowhere).
+    Anything going wrong (the stream ends, a timeout) is no verdict, not a failed configuration."""
+    from torch.utils.data import DataLoader
+
+    from loaderdoc.probing.consumer import batch_digest, repeated_streams
+
+    workers = 2
+    loader = DataLoader(dataset, collate_fn=workload.collate_fn,
+                        **{**kwargs, "num_workers": workers, "prefetch_factor": 2, "persistent_workers": False})
+    iterator = None
+    digests: list[str | None] = []
+    try:
+        iterator = iter(loader)
+        digests = [batch_digest(next(iterator)) for _ in range(2 * workers)]
+    except Exception:
+        digests = []
+    finally:
+        if keep_alive is not None:
+            keep_alive.extend([loader, iterator])  # killed with the measuring process, never joined
+        else:
+            del iterator
+            _shutdown(loader)
+    return repeated_streams(digests, workers)
 
 
 def _epoch_restart(

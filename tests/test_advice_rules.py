@@ -64,6 +64,47 @@ def test_prefetch_below_one_with_workers_goes_back_to_torch_default():
     assert f.settings_change == {"prefetch_factor": 2}
 
 
+def test_shuffle_is_rejected_only_for_a_probed_iterable_dataset():
+    facts = load_machine("ci-2core")
+    s = LoaderSettings(batch_size=32, shuffle=True, num_workers=1, prefetch_factor=2, persistent_workers=True)
+    stream = ProbeReport(workload=WorkloadInfo(name="mod:make_stream", batch_size=32, iterable=True))
+    f = one(evaluate(facts, s, probe=stream), "settings-rejected")
+    assert f.severity == CRITICAL and f.symptom.endswith(": shuffle")
+    assert "mod:make_stream" in f.evidence[0] and "expected unspecified shuffle option" in f.evidence[0]
+    assert f.settings_change == {"shuffle": False} and "shuffle buffer" in f.fix
+    # a map-style dataset, or no probe to say what the dataset is: shuffling is fine
+    mapped = ProbeReport(workload=WorkloadInfo(name="image", batch_size=32))
+    assert "settings-rejected" not in ids(evaluate(facts, s, probe=mapped))
+    assert "settings-rejected" not in ids(evaluate(facts, s))
+
+
+def test_workers_repeating_an_iterable_dataset_is_critical_from_two_workers():
+    facts = load_machine("ci-2core")
+    s = LoaderSettings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)
+    checked = ConfigResult(settings=s.replace(num_workers=2), batches_per_s=20.0, starvation_pct=5.0,
+                           workers_repeat=True)
+    stream = ProbeReport(workload=WorkloadInfo(name="mod:make_stream", batch_size=32, iterable=True),
+                         results=[checked])
+    f = one(evaluate(facts, s, probe=stream), "iterable-workers-repeat")
+    assert f.severity == CRITICAL and "each sample arrives 4 times per epoch" in " ".join(f.evidence)
+    assert "get_worker_info" in f.fix and f.settings_change == {}
+    # one worker (or none) yields the stream once; a stream split between workers is fine
+    assert "iterable-workers-repeat" not in ids(evaluate(facts, s.replace(num_workers=1), probe=stream))
+    checked.workers_repeat = False
+    assert "iterable-workers-repeat" not in ids(evaluate(facts, s, probe=stream))
+
+
+def test_a_missing_distributed_sampler_is_not_asked_of_an_iterable_dataset():
+    facts = load_machine("h100x8-node")
+    facts.distributed.world_size = Reading.of(8, "WORLD_SIZE")
+    s = LoaderSettings(batch_size=64, num_workers=8)
+    ctx = TrainingContext(distributed=True, uses_distributed_sampler=False)
+    assert "distributed-sampler-missing" in ids(evaluate(facts, s, context=ctx))
+    # DataLoader takes no sampler for an IterableDataset: whether the stream is split by rank is unknown
+    stream = ProbeReport(workload=WorkloadInfo(name="mod:make_stream", batch_size=64, iterable=True))
+    assert "distributed-sampler-missing" not in ids(evaluate(facts, s, probe=stream, context=ctx))
+
+
 # ---- CPU --------------------------------------------------------------------------------------
 def test_eight_workers_in_a_four_cpu_pod_names_the_quota():
     facts = load_machine("k8s-4cpu-quota")

@@ -10,12 +10,14 @@ import torch
 
 from loaderdoc.probing.consumer import (
     SleepConsumer,
+    batch_digest,
     batch_nbytes,
     calibrate_spin,
     fit_cycles_per_ms,
     iter_tensors,
     make_consumer,
     move_to,
+    repeated_streams,
 )
 
 
@@ -56,3 +58,26 @@ def test_spin_calibration_recovers_the_clock_of_a_fake_gpu():
 def test_calibration_rejects_useless_samples():
     with pytest.raises(ValueError):
         fit_cycles_per_ms([(0, 1.0), (100, 0.0)])
+
+
+def test_batch_digests_tell_batches_apart_by_content_shape_and_dtype():
+    a = {"x": torch.arange(8).reshape(2, 4), "y": [torch.tensor([1, 2])]}
+    same = {"x": torch.arange(8).reshape(2, 4), "y": [torch.tensor([1, 2])]}
+    assert batch_digest(a) == batch_digest(same)
+    assert batch_digest(a) != batch_digest({"x": torch.arange(8).reshape(4, 2), "y": [torch.tensor([1, 2])]})
+    assert batch_digest(a) != batch_digest({"x": torch.arange(8).reshape(2, 4).float(), "y": [torch.tensor([1, 2])]})
+    assert batch_digest(a) != batch_digest({"x": torch.arange(8).reshape(2, 4), "y": [torch.tensor([1, 3])]})
+    assert batch_digest(torch.arange(6)[::2]) == batch_digest(torch.tensor([0, 2, 4]))  # a strided view
+    assert batch_digest(["no", "tensors"]) is None
+
+
+def test_repeated_streams_needs_two_rounds_of_the_same_batches_from_every_worker():
+    # batch k comes from worker k % workers
+    assert repeated_streams(["a", "a", "b", "b"], 2) is True  # both workers replay one stream
+    assert repeated_streams(["a", "a", "a", "b", "b", "b"], 3) is True
+    assert repeated_streams(["a", "b", "c", "d"], 2) is False  # split between the workers
+    assert repeated_streams(["a", "a", "b", "c"], 2) is False  # the second round differs
+    assert repeated_streams(["a", "a", "a", "a"], 2) is None  # a constant stream: cannot tell
+    assert repeated_streams(["a", "a", "b"], 2) is None  # too few batches
+    assert repeated_streams(["a", "a", None, "b"], 2) is None  # a batch without tensors
+    assert repeated_streams(["a", "a"], 1) is None

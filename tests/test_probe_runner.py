@@ -24,6 +24,13 @@ import probe_userdata  # noqa: E402
 QUICK = RunPlan(window_s=0.3, min_batches=3, loader_timeout_s=3.0, watchdog_override_s=30.0)
 
 
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
 
@@ -136,6 +143,15 @@ def test_a_dataset_hanging_in_the_training_process_is_stopped_by_the_watchdog():
     assert time.monotonic() - started < 5
 
 
+def test_a_long_training_step_is_measured_not_taken_for_a_hang():
+    # one run takes 3 steps of 2 s (after the first batch, one in the warm-up, one steady): more
+    # than a watchdog blind to the step allows at this plan (0.625 + 0.125 + 2 x 1 + 3 = 5.75 s)
+    plan = RunPlan(window_s=0.25, loader_timeout_s=1.0, measure_restart=False)
+    r = run_config(LoadJob(probe_userdata.Squares(n=64), step_ms=2000), loader(0, batch_size=4), plan)
+    assert r.ok, r.error
+    assert r.batches >= 1 and r.step_ms_achieved >= 2000
+
+
 def test_cancel_stops_a_running_configuration_and_its_workers():
     workload = LoadJob(probe_userdata.make_slow(), step_ms=1.0)
     plan = RunPlan(window_s=30.0, loader_timeout_s=10.0)
@@ -177,6 +193,49 @@ def test_an_iterable_dataset_is_measured_without_a_sampler():
     r = run_config(workload, loader(0, shuffle=False), QUICK)
     assert r.ok, r.error
     assert r.batches >= 3 and r.epoch_restart_s is None  # no sampler: no epoch boundary to time
+
+
+def test_an_endless_iterable_dataset_with_workers_ends_its_measurement():
+    # the restart would drain the epoch, which an endless stream never ends: the run must stop on
+    # its own (the plan's watchdog, ~10 s here, would report anything else as a timeout)
+    import faults_data
+
+    plan = RunPlan(window_s=0.3, loader_timeout_s=3.0)  # restart and persistence compared, as at the end
+    r = run_config(LoadJob(faults_data.make_endless(), step_ms=1.0), loader(2, batch_size=8, shuffle=False), plan)
+    assert r.ok, r.error
+    assert r.batches >= 3
+    assert r.epoch_restart_s is None and r.epoch_restart_persistent_s is None
+
+
+@pytest.mark.parametrize("factory, repeats", [("make_endless_unsplit", True), ("make_endless", False)])
+def test_the_stream_check_tells_whether_workers_repeat_an_iterable_dataset(factory, repeats):
+    import dataclasses
+
+    import faults_data
+
+    plan = dataclasses.replace(QUICK, check_worker_streams=True, measure_restart=False)
+    workload = LoadJob(getattr(faults_data, factory)(), step_ms=1.0)
+    r = run_config(workload, loader(3, batch_size=8, shuffle=False), plan)
+    assert r.ok, r.error
+    assert r.workers_repeat is repeats
+    # unasked, no check runs
+    plain = run_config(workload, loader(3, batch_size=8, shuffle=False), dataclasses.replace(plan, check_worker_streams=False))
+    assert plain.workers_repeat is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_processes_the_dataset_starts_in_another_session_die_with_the_configuration(tmp_path, monkeypatch, workers):
+    # Popen(start_new_session=True), fork + setsid, a double fork: the measuring process keeps them
+    # below itself (a subreaper), so they die with it even in a process that is not one (this one)
+    import faults_data
+
+    log = tmp_path / "started.pids"
+    monkeypatch.setenv(faults_data.SPAWN_LOG, str(log))
+    r = run_config(LoadJob(faults_data.make_starts_processes(), step_ms=1.0), loader(workers, batch_size=8), QUICK)
+    assert r.ok, r.error
+    pids = [int(line) for line in log.read_text().split()]
+    assert len(pids) >= 3 * max(1, workers), pids
+    assert not [pid for pid in pids if running(pid)]
 
 
 def test_a_dataset_that_runs_out_fails_with_a_reason():

@@ -238,3 +238,17 @@ def test_io_bound_pick_past_the_cpus_says_why():
     assert out.recommended.num_workers > 2
     assert any(c.num_workers == 2 for c in model.calls)  # the reference at the CPU budget
     assert f"num_workers={out.recommended.num_workers} is more than the 2 CPUs because" in " ".join(out.reasons)
+
+
+def test_an_iterable_dataset_is_recommended_without_shuffle_and_no_restart_run():
+    # an IterableDataset: torch refuses shuffle for it, and its epoch ends with its stream, so the
+    # probe has no epoch restart to time (a restart run would only spend the budget)
+    model = Model(fetch_ms=320, cpu_share=0.03)
+    s = Search(model, LoaderSettings(batch_size=32, shuffle=False),
+               SearchLimits(budget_s=30.0, cpu_budget=2.0, expected_cost_s=model.cost_s, iterable=True),
+               clock=model.clock)
+    out = s.run()
+    assert out.recommended.num_workers > 0 and out.recommended.shuffle is False
+    assert not any("epoch restart" in (r.purpose or "") for r in s.results)
+    assert any(r.startswith("shuffle=False: an IterableDataset") for r in out.reasons)
+    assert any("an IterableDataset's epoch ends with its stream" in r for r in out.reasons)

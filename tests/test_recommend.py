@@ -99,6 +99,18 @@ def test_probe_choice_is_the_starting_point():
     assert rec.reasons["num_workers"].startswith("num_workers=3")
 
 
+def test_an_iterable_dataset_is_never_given_shuffle():
+    # torch refuses shuffle=True for an IterableDataset, with the probe's pick and without one
+    report = ProbeReport(workload=WorkloadInfo(name="mod:make_stream", batch_size=32, iterable=True),
+                         recommended=LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2,
+                                                    persistent_workers=True))
+    for probe in (report, ProbeReport(workload=report.workload)):
+        rec = recommend(load_machine("ci-2core"), probe=probe)
+        assert rec.settings.shuffle is False
+        assert "IterableDataset" in rec.reasons["shuffle"]
+    assert recommend(load_machine("ci-2core"), batch_size=32).settings.shuffle is True
+
+
 def test_a_probe_pick_beyond_the_cpus_without_the_measurement_that_justifies_it_is_capped():
     # a report whose pick exceeds this machine's 2 CPUs, with measurements showing no gain past them
     facts = load_machine("ci-2core")

@@ -117,6 +117,19 @@ def _terminate_as_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _contained(args: argparse.Namespace):
+    """Commands that may run a user's --dataset factory or a probe (probe, a probed --export, the
+    app) kill, on the way out, every process started below loaderdoc, in whatever session: a
+    factory's or a dataset's servers and daemons do not outlive the command."""
+    import contextlib
+
+    if args.command not in (None, "probe"):
+        return contextlib.nullcontext()
+    from loaderdoc.probing.reaper import contained
+
+    return contained()
+
+
 def main(argv: list[str] | None = None) -> int:
     from loaderdoc import output
 
@@ -146,15 +159,16 @@ def _run(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    if args.command:
-        return int(args._run(args))
-    if args.export is not None:  # '' too: an error, not the app
-        from loaderdoc.commands import export_cmd
+    with _contained(args):
+        if args.command:
+            return int(args._run(args))
+        if args.export is not None:  # '' too: an error, not the app
+            from loaderdoc.commands import export_cmd
 
-        return export_cmd.run(args)
-    from loaderdoc.commands.app import run_app
+            return export_cmd.run(args)
+        from loaderdoc.commands.app import run_app
 
-    return run_app(args)
+        return run_app(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,12 +5,15 @@ Each is small and quick; the fault tests use budgets of a few seconds.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import signal
+import subprocess
 import time
 
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 MiB = 1024 * 1024
 
@@ -121,6 +124,119 @@ class Hoarder(Small):
 
 def make_hoarder():
     return Hoarder()
+
+
+class Endless(IterableDataset):
+    """A stream that never ends (no __len__), split between workers with get_worker_info() as
+    torch's documentation shows: worker k of n yields k, k + n, k + 2n, ..."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        first, stride = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in itertools.count(first, stride):
+            time.sleep(0.002)
+            yield torch.full((4,), float(i))
+
+
+def make_endless():
+    return Endless()
+
+
+class EndlessUnsplit(IterableDataset):
+    """The same stream without get_worker_info(): every worker yields 0, 1, 2, ..."""
+
+    def __iter__(self):
+        for i in itertools.count():
+            time.sleep(0.002)
+            yield torch.full((4,), float(i))
+
+
+def make_endless_unsplit():
+    return EndlessUnsplit()
+
+
+# ---- datasets that start processes in their own session --------------------------------------
+SPAWN_LOG = "FAULTS_SPAWN_LOG"  # a file each started process's pid is appended to, when set
+
+
+def _log_pid(pid: int) -> None:
+    path = os.environ.get(SPAWN_LOG)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, f"{pid}\n".encode())
+        os.close(fd)
+
+
+def _become_sleeper() -> None:
+    """In a forked child: a new session, no inherited stdio, then `sleep 300` (never returns)."""
+    try:
+        with contextlib.suppress(OSError):  # already a session leader
+            os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.execvp("sleep", ["sleep", "300"])
+    finally:
+        os._exit(1)
+
+
+def start_detached_processes() -> None:
+    """Start three processes that leave the caller's process group, as servers and daemons do:
+    Popen(start_new_session=True), os.setsid() in a forked child, and a double fork whose grandchild
+    is orphaned at once (reparented away from the caller's tree)."""
+    popen = subprocess.Popen(["sleep", "300"], start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _log_pid(popen.pid)
+    child = os.fork()
+    if child == 0:
+        _become_sleeper()
+    _log_pid(child)
+    middle = os.fork()
+    if middle == 0:  # the daemon's double fork
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                _become_sleeper()
+            _log_pid(grandchild)
+        finally:
+            os._exit(0)
+    os.waitpid(middle, 0)
+
+
+class StartsProcesses(Small):
+    """Starts detached processes on the first sample each process loads (the measuring process
+    with 0 workers, every worker otherwise); optionally fails every sample after that."""
+
+    def __init__(self, io_ms: float = 2.0, fail: bool = False) -> None:
+        super().__init__(io_ms=io_ms)
+        self.fail = fail
+        self.started = False
+
+    def __getitem__(self, i: int):
+        if not self.started:
+            self.started = True
+            start_detached_processes()
+        if self.fail:
+            raise OSError(f"cannot decode sample {i}: truncated file")
+        return super().__getitem__(i)
+
+
+def make_starts_processes():
+    return StartsProcesses()
+
+
+def make_starts_processes_slow():
+    return StartsProcesses(io_ms=20.0)
+
+
+def make_starts_processes_then_fails():
+    return StartsProcesses(fail=True)
+
+
+def make_starts_processes_in_factory():
+    start_detached_processes()  # in the loaderdoc process itself, before any probing
+    return Small(io_ms=2.0)
 
 
 # ---- factories that are wrong ------------------------------------------------------------------

@@ -124,10 +124,10 @@ def measured(num_workers: int, *, bps: float | None = None, starved: float | Non
 
 def report(results: list[ConfigResult], *, batch_size: int = 64, batch_bytes: int | None = None,
            step_ms: float = 50.0, device: str = "cpu", dataset_len: int | None = 10_000,
-           name: str = "scenario") -> ProbeReport:
+           name: str = "scenario", iterable: bool = False) -> ProbeReport:
     return ProbeReport(
         workload=WorkloadInfo(name=name, batch_size=batch_size, batch_bytes=batch_bytes, step_ms=step_ms,
-                              dataset_len=dataset_len,
+                              dataset_len=dataset_len, iterable=iterable,
                               consumer="cuda-kernel" if device.startswith("cuda") else "cpu-sleep"),
         results=results, device=device,
     )
@@ -210,6 +210,28 @@ def _scenarios() -> list[Scenario]:
         "ci-2core",
         LoaderSettings(batch_size=32, num_workers=0, prefetch_factor=2, persistent_workers=True),
         expect=frozenset({"settings-rejected"}),
+    ))
+    s.append(Scenario(
+        "iterable-stream-with-shuffle",
+        "shuffle=True for an IterableDataset the probe measured (a stream has no indices to shuffle)",
+        "ci-2core",
+        LoaderSettings(batch_size=64, shuffle=True, num_workers=1, prefetch_factor=2, persistent_workers=True),
+        batch_bytes=64 * CIFAR_U8,
+        probe=report([measured(0, bps=14.0, starved=30.0), measured(1, bps=19.6, starved=2.0)],
+                     batch_bytes=64 * CIFAR_U8, dataset_len=None, name="mypkg.data:make_stream", iterable=True),
+        expect=frozenset({"settings-rejected"}),
+    ))
+    unsplit = report([measured(0, bps=14.0, starved=30.0), measured(2, bps=19.6, starved=2.0)],
+                     batch_bytes=64 * CIFAR_U8, dataset_len=None, name="mypkg.data:make_stream", iterable=True)
+    unsplit.results[1].workers_repeat = True  # the probe's check: both workers delivered A, A, B, B
+    s.append(Scenario(
+        "iterable-stream-every-worker-replays",
+        "an IterableDataset that ignores get_worker_info(): the probe's 2 workers yielded the same batches",
+        "ci-2core",
+        LoaderSettings(batch_size=64, num_workers=2, prefetch_factor=2, persistent_workers=True),
+        batch_bytes=64 * CIFAR_U8,
+        probe=unsplit,
+        expect=frozenset({"iterable-workers-repeat"}),
     ))
     s.append(Scenario(
         "pod-8-workers-on-4-cpus",

@@ -93,8 +93,10 @@ KNOBS: dict[str, Knob] = {
             "Visits the samples in a new random order every epoch.",
             ("batches are not correlated with the file order, which SGD needs",),
             ("random access: slower on spinning disks and on formats meant to be read sequentially",
-             "must be False when a sampler (e.g. DistributedSampler) is given"),
-            "On for training, off for evaluation; under DDP let DistributedSampler(shuffle=True) do it.",
+             "must be False when a sampler (e.g. DistributedSampler) is given",
+             "must be left off for an IterableDataset, which yields samples in its own order"),
+            "On for training, off for evaluation; under DDP let DistributedSampler(shuffle=True) do it; an "
+            "IterableDataset shuffles inside its stream (e.g. a shuffle buffer) instead.",
         ),
         Knob(
             "timeout", "0: wait forever",

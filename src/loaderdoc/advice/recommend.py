@@ -98,13 +98,18 @@ def recommend(
     else:
         reasons["persistent_workers"] = "false: there are no workers to keep (torch rejects it with 0 workers)"
         reasons["prefetch_factor"] = "unset: only valid with workers"
-    reasons["shuffle"] = "true: a training loader reshuffles every epoch (set false for evaluation)"
+    # torch refuses shuffle=True (and any sampler) for an IterableDataset, which the probe knows it measured
+    iterable = probe is not None and probe.workload.iterable
+    reasons["shuffle"] = ("false: an IterableDataset decides its own order and DataLoader refuses shuffle=True "
+                          "(and a sampler) for it; shuffle inside the stream (a shuffle buffer) if training needs it"
+                          if iterable else
+                          "true: a training loader reshuffles every epoch (set false for evaluation)")
     reasons["drop_last"] = "false: torch's default; set true with BatchNorm or DDP so every step sees a full batch"
     reasons["timeout"] = "0 (wait forever): torch's default; a few minutes turns a hung worker into an error"
 
     settings = LoaderSettings(
         batch_size=batch_size,
-        shuffle=True,
+        shuffle=not iterable,
         num_workers=workers,
         pin_memory=pin,
         persistent_workers=workers > 0,

@@ -87,14 +87,19 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         get_preset(preset)  # an unknown name is the first thing to hear about
     else:
         parse_dataset_spec(dataset_spec)  # so is a malformed MOD:FACTORY: before the seconds torch takes
-    require_torch()
-    from loaderdoc.probing.api import probe
-
     kwargs: dict[str, Any] = dict(
         batch_size=getattr(args, "batch_size", None),
         step_ms=getattr(args, "step_ms", None),
         budget_s=getattr(args, "budget", None) or 30.0,
     )
+    from loaderdoc.probing.api import DEFAULT_STEP_MS, check_budget
+
+    step = kwargs["step_ms"] if kwargs["step_ms"] is not None else (
+        get_preset(preset).step_ms if preset else DEFAULT_STEP_MS)
+    check_budget(kwargs["budget_s"], step)  # and a budget too short for the step: before loading anything
+    require_torch()
+    from loaderdoc.probing.api import probe
+
     if facts is not None:
         kwargs["facts"] = facts
     if preset:
@@ -110,7 +115,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         dataset, collate_fn = load_user_dataset(dataset_spec)
         kwargs.update(dataset=dataset, collate_fn=collate_fn, name=dataset_spec)
         if kwargs["step_ms"] is None:
-            kwargs["step_ms"] = 20.0
+            kwargs["step_ms"] = DEFAULT_STEP_MS
     if not progress:
         return probe(**kwargs)
     with _Progress(kwargs["budget_s"]) as bar:

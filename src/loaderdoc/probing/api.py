@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import threading
 import time
 import warnings
@@ -18,6 +20,7 @@ from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.system.facts import MachineFacts
 
 DEFAULT_BATCH_SIZE = 32
+DEFAULT_STEP_MS = 20.0  # the training step simulated for a user's dataset when none is given
 
 
 class ProbeInterrupted(KeyboardInterrupt):
@@ -37,7 +40,28 @@ def plan_for_budget(budget_s: float):
     return RunPlan(window_s=window, loader_timeout_s=loader_timeout)
 
 
-def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
+class BudgetTooShort(UserError):
+    """The budget cannot hold one measured configuration at this training step."""
+
+
+def check_budget(budget_s: float, step_ms: float) -> None:
+    """Refuse, before measuring anything, a budget that one configuration's training steps alone
+    exceed: the probe could only stop it half-way, and a cut-off run says nothing about the data."""
+    from loaderdoc.probing.measure import STEPS_PER_RUN, RunPlan
+
+    least = RunPlan.least_s(step_ms)
+    if least <= budget_s:
+        return
+    # a configuration also loads batches and starts workers: a quarter more and 2 s leave room for it
+    one = math.ceil(least * 1.25 + 2)
+    raise BudgetTooShort(
+        f"the {budget_s:g} s probe budget is too short for a {step_ms:g} ms training step: measuring one "
+        f"DataLoader configuration takes at least {STEPS_PER_RUN} steps ({least:g} s) plus loading; "
+        f"--budget {one} measures one (num_workers=0), and each further one needs about {one} s more "
+        "(or simulate a shorter --step-ms)")
+
+
+def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_ms: float, iterable: bool):
     """The search's limits, from the facts alone (loaderdoc.system reads the machine)."""
     from loaderdoc import policy
     from loaderdoc.probing.search import SearchLimits
@@ -50,7 +74,8 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any):
         shm_free_bytes=room.shm_free,
         ranks=room.ranks,
         cuda=device.startswith("cuda"),
-        expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5,
+        iterable=iterable,
+        expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5 + plan.least_s(step_ms),
     )
 
 
@@ -88,8 +113,11 @@ def build_workload(
         dataset, preset_collate = spec.build()
         info = WorkloadInfo(name=spec.name, description=f"{spec.description} ({spec.describe_costs()})")
         return dataset, collate_fn or preset_collate, info, spec.batch_size, spec.step_ms
+    from torch.utils.data import IterableDataset
+
     info = WorkloadInfo(name=getattr(dataset, "__loaderdoc_name__", type(dataset).__name__),
-                        description=f"user dataset {type(dataset).__module__}.{type(dataset).__qualname__}")
+                        description=f"user dataset {type(dataset).__module__}.{type(dataset).__qualname__}",
+                        iterable=isinstance(dataset, IterableDataset))
     return dataset, collate_fn, info, None, None
 
 
@@ -99,7 +127,7 @@ def probe(
     preset: str | None = None,
     collate_fn: Callable | None = None,
     batch_size: int | None = None,
-    step_ms: float | None = 20.0,
+    step_ms: float | None = DEFAULT_STEP_MS,
     budget_s: float = 30.0,
     facts: MachineFacts | None = None,
     on_result: Callable[[ConfigResult], None] | None = None,
@@ -137,9 +165,10 @@ def probe(
     batch_size = batch_size or preset_batch or DEFAULT_BATCH_SIZE
     if batch_size < 1:
         raise UserError(f"batch_size must be >= 1, got {batch_size}")
-    step = step_ms if step_ms is not None else (preset_step if preset_step is not None else 20.0)
+    step = step_ms if step_ms is not None else (preset_step if preset_step is not None else DEFAULT_STEP_MS)
     if step < 0:
         raise UserError(f"step_ms must be >= 0, got {step:g}")
+    check_budget(budget_s, step)
     device = _device(facts)
     info.batch_size = batch_size
     info.step_ms = step
@@ -151,13 +180,20 @@ def probe(
 
     plan = plan_for_budget(budget_s)
     remaining = budget_s - (time.monotonic() - started)
-    limits = _limits(facts, max(remaining, 0.1), device, plan)
+    limits = _limits(facts, max(remaining, 0.1), device, plan, step, info.iterable)
     workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device)
 
+    streams_known = False  # an IterableDataset: whether its workers repeat the stream, once answered
+
     def measure(settings: LoaderSettings, purpose: str, restart: bool) -> ConfigResult:
+        nonlocal streams_known
         run_plan = plan if restart else _without_restart(plan)
-        return run_config(workload, settings, run_plan, cancel=cancel, purpose=purpose)
+        if info.iterable and settings.num_workers >= 2 and not streams_known:
+            run_plan = dataclasses.replace(run_plan, check_worker_streams=True)
+        result = run_config(workload, settings, run_plan, cancel=cancel, purpose=purpose)
+        streams_known = streams_known or result.workers_repeat is not None
+        return result
 
     def record(result: ConfigResult) -> None:
         report.results.append(result)
@@ -169,7 +205,8 @@ def probe(
 
     search = Search(
         measure,
-        LoaderSettings(batch_size=batch_size, shuffle=True),
+        # torch refuses shuffle (and a sampler) for an IterableDataset: the stream decides the order
+        LoaderSettings(batch_size=batch_size, shuffle=not info.iterable),
         limits,
         cancel=cancel,
         on_result=record,
@@ -191,8 +228,6 @@ def probe(
 
 
 def _without_restart(plan: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(plan, measure_restart=False)
 
 

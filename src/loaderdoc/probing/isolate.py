@@ -2,11 +2,13 @@
 :class:`ConfigResult`, whatever the dataset does.
 
 Each configuration runs in its own process group; the DataLoader's workers are forked from it and
-share the group. The parent only waits on a pipe, so it can always stop a configuration: on a
-watchdog deadline, on ``cancel`` or on Ctrl+C it kills the whole group, and no worker process is
-left behind whatever the dataset did (hung in ``__getitem__`` with 0 workers, killed a worker,
-deadlocked). Forking also means the user's dataset is never pickled. What is measured inside is
-:mod:`loaderdoc.probing.measure`'s business.
+share the group. The measuring process is a child subreaper and waits to be killed once it has
+reported, so whatever the dataset starts (in another session too) stays below it. The parent only
+waits on a pipe, so it can always stop a configuration: on its result, a watchdog deadline,
+``cancel`` or Ctrl+C it kills that whole tree (:func:`loaderdoc.probing.reaper.kill_tree`), and no
+worker process is left behind whatever the dataset did (hung in ``__getitem__`` with 0 workers,
+killed a worker, deadlocked, started a daemon). Forking also means the user's dataset is never
+pickled. What is measured inside is :mod:`loaderdoc.probing.measure`'s business.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any
 
 from loaderdoc._serde import from_dict, to_dict
 from loaderdoc.probing.measure import LoadJob, RunPlan, measure_in_process
+from loaderdoc.probing.reaper import interrupts_deferred, kill_tree, set_subreaper
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 
@@ -37,9 +39,10 @@ def run_config(
     cancel: threading.Event | None = None,
     purpose: str = "",
 ) -> ConfigResult:
-    """Measure one configuration in a forked process; never hangs, never leaves a worker behind.
+    """Measure one configuration in a forked process; never hangs, never leaves a worker (or any
+    process the dataset started) behind.
 
-    KeyboardInterrupt propagates after the process group was killed.
+    KeyboardInterrupt propagates after the measuring process's tree was killed.
     """
     read_fd, write_fd = os.pipe()
     started = time.perf_counter()
@@ -53,7 +56,8 @@ def run_config(
         os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
     chunks: list[bytes] = []
     stopped = ""
-    deadline = started + plan.watchdog_s
+    watchdog_s = plan.watchdog_s(workload.step_ms)
+    deadline = started + watchdog_s
     try:
         while True:
             if cancel is not None and cancel.is_set():
@@ -74,8 +78,8 @@ def run_config(
                     break
     finally:
         os.close(read_fd)
-        kill_process_group(pid)
-        wait_status = _reap(pid)
+        with interrupts_deferred():  # a second Ctrl+C must not cut the cleanup short
+            wait_status = kill_tree(pid)
     duration = time.perf_counter() - started
     if stopped == "cancelled":
         result = ConfigResult(settings=settings, status="cancelled", error="cancelled before it finished")
@@ -83,7 +87,7 @@ def run_config(
         result = ConfigResult(
             settings=settings,
             status="timeout",
-            error=f"no result within {plan.watchdog_s:.0f} s, stopped by the watchdog: "
+            error=f"no result within {watchdog_s:.0f} s, stopped by the watchdog: "
             "the dataset or a worker probably hangs",
         )
     else:
@@ -99,45 +103,6 @@ def run_config(
     result.duration_s = duration
     result.purpose = purpose
     return result
-
-
-def kill_process_group(pgid: int, wait_s: float = 3.0) -> None:
-    """SIGKILL every process in the group (the measuring process and its DataLoader workers),
-    and wait until the workers are really gone (a killed process takes a moment to exit)."""
-    import psutil
-
-    try:
-        workers = psutil.Process(pgid).children(recursive=True)
-    except psutil.Error:
-        workers = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    for proc in workers:  # a worker that left the group (setsid) is still ours to stop
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    deadline = time.monotonic() + wait_s
-    while workers and time.monotonic() < deadline:
-        workers = [p for p in workers if _alive(p)]
-        if workers:
-            time.sleep(0.01)
-
-
-def _alive(proc: Any) -> bool:
-    """Running and not a zombie (a zombie holds no memory; whoever adopted it reaps it)."""
-    import psutil
-
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _reap(pid: int) -> int | None:
-    try:
-        _, status = os.waitpid(pid, 0)
-        return status
-    except ChildProcessError:
-        return None
 
 
 def _describe_wait_status(status: int | None) -> str:
@@ -160,6 +125,7 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
         os.close(read_fd)
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
+        set_subreaper(True)  # orphans of whatever the dataset starts stay below this process
         _die_with_parent()
         # Ctrl+C reaches the parent, which kills this whole group; the child must not race it
         with contextlib.suppress(ValueError):
@@ -183,6 +149,10 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
             written = os.write(write_fd, view)
             view = view[written:]
         os.close(write_fd)
+        # the parent kills this process and everything below it: exiting first would hand the
+        # orphans of what the dataset started to init, out of the parent's reach
+        while True:
+            signal.pause()
     except BaseException:
         code = 1
     finally:

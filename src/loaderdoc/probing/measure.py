@@ -34,6 +34,12 @@ class LoadJob:
     seed: int = 0
 
 
+# training steps every measured run takes, however short its windows: the one after the first
+# batch, at least one in the warm-up and at least one in the steady window (each time cap is
+# checked before a batch, so each phase can overrun its cap by one step)
+STEPS_PER_RUN = 3
+
+
 @dataclass
 class RunPlan:
     """How long to measure one configuration, and when to give up on it."""
@@ -47,6 +53,8 @@ class RunPlan:
     # with workers and persistent_workers off, also time that gap with persistent workers (a second
     # loader in the same run: cheaper than a whole second configuration)
     compare_persistent: bool = True
+    # IterableDataset: after the measurement, see whether 2 workers yield the same batches (untimed)
+    check_worker_streams: bool = False
     watchdog_override_s: float | None = None  # replace the computed watchdog (tests use short ones)
 
     @property
@@ -57,12 +65,22 @@ class RunPlan:
     def warmup_s(self) -> float:
         return self.warmup_cap_s if self.warmup_cap_s is not None else 0.5 * self.window_s
 
-    @property
-    def watchdog_s(self) -> float:
-        """Wall time after which the parent kills the configuration (start-up, drain, restart)."""
+    def watchdog_s(self, step_ms: float) -> float:
+        """Wall time after which the parent kills a configuration whose training step takes
+        ``step_ms``: the windows, the steps no time cap can cut short, two DataLoader timeouts
+        (start-up, drain) and 3 s for the rest. Shorter, a healthy run of a long step would be
+        killed and reported as a hang."""
         if self.watchdog_override_s is not None:
             return self.watchdog_override_s
-        return self.steady_cap_s + self.warmup_s + 2 * self.loader_timeout_s + 3.0
+        steps = STEPS_PER_RUN * step_ms / 1000.0
+        # the stream check: 2 workers' start-up and two rounds of batches, each within the timeout
+        check = 2 * self.loader_timeout_s + 1.0 if self.check_worker_streams else 0.0
+        return self.steady_cap_s + self.warmup_s + 2 * self.loader_timeout_s + 3.0 + steps + check
+
+    @staticmethod
+    def least_s(step_ms: float) -> float:
+        """The shortest a measured configuration can take at this step: its steps alone."""
+        return STEPS_PER_RUN * step_ms / 1000.0
 
 
 # ---- parent side ------------------------------------------------------------------------------
@@ -191,7 +209,9 @@ def measure_in_process(
     sampler = None if isinstance(dataset, IterableDataset) else _StoppableSampler(len(dataset), workload.seed)
     kwargs = settings.as_kwargs()
     kwargs.pop("shuffle", None)  # the sampler shuffles
-    # whole tenths, so torch's "timed out after 2.7 seconds" reads cleanly
+    # whole tenths, so torch's "timed out after 2.7 seconds" reads cleanly. It need not grow with the
+    # training step: it counts from the moment the loop asks for a batch, and workers keep loading
+    # while the step runs, so a healthy worker's delivery time does not depend on the step.
     kwargs["timeout"] = round(plan.loader_timeout_s, 1) if settings.num_workers > 0 else 0
     loader = DataLoader(dataset, sampler=sampler, collate_fn=workload.collate_fn, **kwargs)
     result = ConfigResult(settings=settings)
@@ -287,7 +307,36 @@ def measure_in_process(
     else:
         del iterator
         _shutdown(loader)
+    if plan.check_worker_streams and sampler is None:
+        result.workers_repeat = _workers_repeat(dataset, workload, kwargs, keep_alive)
     return result
+
+
+def _workers_repeat(dataset: Any, workload: LoadJob, kwargs: dict[str, Any], keep_alive: list[Any] | None) -> bool | None:
+    """Whether 2 workers of this IterableDataset yield the same batches: two rounds from a loader
+    of its own, after the measurement (its monitor has stopped: these workers count nowhere).
+    Anything going wrong (the stream ends, a timeout) is no verdict, not a failed configuration."""
+    from torch.utils.data import DataLoader
+
+    from loaderdoc.probing.consumer import batch_digest, repeated_streams
+
+    workers = 2
+    loader = DataLoader(dataset, collate_fn=workload.collate_fn,
+                        **{**kwargs, "num_workers": workers, "prefetch_factor": 2, "persistent_workers": False})
+    iterator = None
+    digests: list[str | None] = []
+    try:
+        iterator = iter(loader)
+        digests = [batch_digest(next(iterator)) for _ in range(2 * workers)]
+    except Exception:
+        digests = []
+    finally:
+        if keep_alive is not None:
+            keep_alive.extend([loader, iterator])  # killed with the measuring process, never joined
+        else:
+            del iterator
+            _shutdown(loader)
+    return repeated_streams(digests, workers)
 
 
 def _epoch_restart(

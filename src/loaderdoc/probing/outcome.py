@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from loaderdoc.probing.search import Search
 
 
+ITERABLE_SHUFFLE = ("shuffle=False: an IterableDataset decides its own order (DataLoader refuses shuffle=True "
+                    "and a sampler for it); shuffle inside the stream (a shuffle buffer) if training needs it")
+
+
 @dataclass
 class SearchOutcome:
     results: list[ConfigResult] = field(default_factory=list)
@@ -100,6 +104,8 @@ def outcome(self: Search) -> SearchOutcome:
             reasons.append("pin_memory=True: CUDA is present and pinned copies can overlap the step (not measured)")
     else:
         reasons.append("pin_memory=False: no CUDA device, pinning would only cost RAM (torch warns and ignores it)")
+    if self.limits.iterable:
+        reasons.append(ITERABLE_SHUFFLE)
     chosen_starved = statistics.fmean(r.starvation_pct or 0 for r in self.measured(*candidate))
     if self.stopped in ("budget", "cancelled", "interrupted") and chosen_starved >= NOT_STARVED_PCT:
         # the best so far is not an answer when the search was cut short while still starved
@@ -130,9 +136,11 @@ def _choose_persistent(self: Search, key: tuple[int, int], reasons: list[str]) -
                            f"never costs time; it keeps the workers' {pss / MiB:.0f} MiB (PSS) between epochs")
         return True
     first = [r.first_batch_s for r in rows or self.measured(*key) if r.first_batch_s is not None]
+    why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
+               else "within the budget")
     if first:
         reasons.append(f"persistent_workers=True: starting the workers took {min(first):.2f} s, paid again "
-                       "every epoch without it (restart not measured within the budget)")
+                       f"every epoch without it (restart not measured: {why_not})")
         return True
     reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
     return True

@@ -50,6 +50,9 @@ class ConfigResult:
     h2d_pageable_ms: float | None = None
     batch_bytes: int | None = None  # tensor bytes of one collated batch, as measured
     fetch_cpu_pct: float | None = None  # 0 workers only: share of fetch time running or runnable (CPU), not I/O wait
+    # IterableDataset only: True when 2 workers delivered the same batches (each replays the whole
+    # stream: the dataset does not split it with get_worker_info()), False when they differed
+    workers_repeat: bool | None = None
     purpose: str = ""  # why the search tried this configuration (evidence for the reasons)
 
     @property
@@ -62,6 +65,7 @@ class WorkloadInfo:
     name: str = ""  # preset name or "module:factory"
     description: str = ""
     dataset_len: int | None = None
+    iterable: bool = False  # an IterableDataset: no shuffle, no sampler, no epoch the probe can end
     batch_size: int = 1
     sample_bytes: int | None = None  # measured from a real sample
     batch_bytes: int | None = None  # measured from a real collated batch

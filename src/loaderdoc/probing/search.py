@@ -51,6 +51,7 @@ class SearchLimits:
     shm_free_bytes: int | None = None  # free /dev/shm
     ranks: int = 1  # loader processes on this node sharing /dev/shm and RAM
     cuda: bool = False
+    iterable: bool = False  # an IterableDataset: no shuffle, and no epoch restart to measure
     max_workers: int = 64
     expected_cost_s: float = 3.0  # guess for one configuration before any was measured
 
@@ -381,7 +382,8 @@ class Search:
         workers, prefetch = candidate
         settings = self.settings_for(workers, prefetch)
         done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
-        if not done and self.try_config(settings, "epoch restart, persistent_workers off and on", restart=True,
+        # an IterableDataset's epoch ends when its stream does, not when the probe asks: no restart to time
+        if not done and not self.limits.iterable and self.try_config(settings, "epoch restart, persistent_workers off and on", restart=True,
                                         reserve=False) is None:
             return
         if self.limits.cuda:

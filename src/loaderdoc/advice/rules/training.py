@@ -1,4 +1,5 @@
-"""The training context: BatchNorm, DDP samplers, cuDNN autotuning."""
+"""The training context: BatchNorm, DDP samplers, cuDNN autotuning; an IterableDataset each
+worker replays."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def _distributed_sampler(i: Inputs) -> Finding | None:
     c = i.context
     if c.uses_distributed_sampler is not False:
         return None
+    if i.probe is not None and i.probe.workload.iterable:
+        # DataLoader takes no sampler for an IterableDataset, so "no sampler" is not evidence: whether
+        # the stream is split by rank in __iter__ is unknown here, and the fix below would not apply
+        return None
     ws = i.world_size
     if not (c.distributed or (ws and ws > 1)):
         return None
@@ -74,6 +79,34 @@ def _distributed_sampler(i: Inputs) -> Finding | None:
         "Pass sampler=DistributedSampler(dataset, shuffle=True) (and shuffle=False to the DataLoader); "
         "call sampler.set_epoch(epoch) at the start of each epoch.",
         {"shuffle": False},
+    )
+
+
+@rule("iterable-workers-repeat", CRITICAL, "Every DataLoader worker yields the same samples (IterableDataset)",
+      "probe", "the probe's check of 2 workers over an IterableDataset: in two rounds both delivered identical "
+      "batches (every tensor hashed) while the stream moved on between the rounds")
+def _iterable_workers_repeat(i: Inputs) -> Finding | None:
+    if i.probe is None or not any(r.workers_repeat for r in i.probe.results):
+        return None
+    workers = i.settings.num_workers if i.settings is not None else None
+    if workers is not None and workers < 2:
+        return None  # one worker (or none) yields the stream once
+    name = i.probe.workload.name
+    evidence = [f"{name}: with num_workers=2 the first 4 batches were A, A, B, B (from workers 0, 1, 0, 1): "
+                "worker 1 delivered the same 2 batches as worker 0"]
+    if workers is not None:
+        evidence.append(f"num_workers={workers}: each sample arrives {workers} times per epoch, and the "
+                        "throughput measured with workers counts every copy")
+    return found(
+        CRITICAL,
+        "Every worker yields the whole stream: training sees each sample once per worker",
+        evidence,
+        "DataLoader gives every worker its own copy of an IterableDataset and iterates each; unless "
+        "__iter__ consults torch.utils.data.get_worker_info(), they all yield the same samples.",
+        "Split the stream by worker in __iter__: info = get_worker_info(); with info set, yield only "
+        "itertools.islice(stream, info.id, None, info.num_workers), or give each worker its own shards. "
+        "Then probe again: the measured throughput with workers included the repeats.",
+        {},
     )
 
 

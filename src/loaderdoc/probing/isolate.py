@@ -137,7 +137,12 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
             torch.set_num_threads(1)  # OpenMP does not survive fork (see module docstring)
             # keep the loader alive: a graceful worker shutdown can take seconds, and the parent
             # kills this process group the moment the result is read
-            result = measure_in_process(workload, settings, plan, keep_alive=[])
+            try:
+                result = measure_in_process(workload, settings, plan, keep_alive=[])
+            finally:
+                # torch's SIGCHLD handler raises when a worker dies, at whatever line runs then: once
+                # the measurement is over it must not fire in the reporting below (exit 1, no result)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         except BaseException as exc:
             result = failure_result(settings, exc)
             # the traceback holds the failed loader: releasing it would shut its workers down,

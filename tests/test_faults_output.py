@@ -37,6 +37,9 @@ def run_with_stdout(args: list[str], stdout, *, env=None, prefix=None) -> subpro
     ["check"],
     ["check", "--json"],
     ["facts", "--json"],
+    ["facts"],
+    ["tradeoffs"],
+    ["tradeoffs", "--json"],
     ["--export", "-"],
     ["probe", "tensor", "--budget", "2", "--no-progress"],
     ["probe", "tensor", "--budget", "2", "--no-progress", "--json"],
@@ -53,13 +56,13 @@ def test_a_reader_that_went_away_is_a_quiet_exit_141(args):
     assert proc.stderr == "", proc.stderr  # quietly, as cat does
 
 
-@pytest.mark.parametrize("args", [["check"], ["facts"], ["--export", "-"]])
+@pytest.mark.parametrize("args", [["check"], ["facts"], ["tradeoffs"], ["--export", "-"]])
 def test_a_closed_stdout_is_one_line_exit_3(args):
     proc = run_with_stdout(args, None, prefix=["sh", "-c", 'exec "$@" >&-', "sh"])
     one_line_error(proc, EXIT_USAGE, "standard output is closed")
 
 
-@pytest.mark.parametrize("args", [["check"], ["check", "--json"], ["--export", "-"]])
+@pytest.mark.parametrize("args", [["check"], ["check", "--json"], ["tradeoffs", "--json"], ["--export", "-"]])
 def test_stdout_on_a_full_device_is_one_line_exit_3(args):
     with open("/dev/full", "w") as full:  # writing to the host's /dev/full replaces nothing
         proc = run_with_stdout(args, full)

@@ -242,3 +242,32 @@ def test_a_dataset_that_runs_out_fails_with_a_reason():
     workload = LoadJob(probe_userdata.make_short_stream(), step_ms=1.0)
     r = run_config(workload, loader(0, batch_size=2, shuffle=False), QUICK)
     assert r.status == "failed" and "ran out" in r.error
+
+
+def test_a_broken_connection_from_a_killed_worker_is_named_as_the_death():
+    # torch's main process sees a worker killed mid-handover only as ConnectionResetError (or
+    # EOFError); the failure must name the death, as torch's own message would
+    import multiprocessing
+    import os
+    import signal as signals
+
+    from loaderdoc.probing.isolate import failure_result
+
+    class Iterator:  # stands in for _MultiProcessingDataLoaderIter: its _workers are processes
+        def __init__(self, workers):
+            self._workers = workers
+
+    victim = multiprocessing.get_context("fork").Process(target=signals.pause)
+    victim.start()
+    os.kill(victim.pid, signals.SIGKILL)
+
+    def receive(iterator):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    try:
+        receive(Iterator([victim]))
+    except ConnectionResetError as exc:
+        result = failure_result(loader(2), exc)
+    assert result.status == "failed"
+    assert f"DataLoader worker (pid {victim.pid}) is killed by signal: Killed" in result.error
+    assert "ConnectionResetError" in result.error

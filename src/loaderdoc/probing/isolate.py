@@ -187,4 +187,33 @@ def failure_result(settings: LoaderSettings, exc: BaseException) -> ConfigResult
         error = f"{lines[0]} (a worker did not deliver a batch in time: it hangs or is far too slow)"
     else:
         error = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+        if isinstance(exc, (OSError, EOFError)):
+            # a worker killed while it handed a batch over: the training process sees only the
+            # broken connection (ConnectionResetError, EOFError); name the death, which is the cause
+            deaths = _dead_workers(exc)
+            if deaths:
+                error = f"{deaths[0]} while sending a batch ({error})"
     return ConfigResult(settings=settings, status=status, error=error, traceback=text)
+
+
+def _dead_workers(exc: BaseException, wait_s: float = 1.0) -> list[str]:
+    """Workers of the failed loader (found in the traceback's frames) that died, as torch words it."""
+    workers = []
+    tb = exc.__traceback__
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            found = getattr(value, "_workers", None)
+            if isinstance(found, list):
+                workers += [w for w in found if hasattr(w, "exitcode") and w not in workers]
+        tb = tb.tb_next
+    deaths = []
+    deadline = time.monotonic() + wait_s  # one wait for all: a hung worker must not hold each up
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))  # the connection breaks as it dies
+            code = worker.exitcode
+            if code is not None and code < 0:
+                deaths.append(f"DataLoader worker (pid {worker.pid}) is killed by signal: {signal.strsignal(-code)}")
+            elif code:
+                deaths.append(f"DataLoader worker (pid {worker.pid}) exited unexpectedly with exit code {code}")
+    return deaths

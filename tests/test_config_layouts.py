@@ -4,6 +4,7 @@ shapes), each read to the right DataLoader settings with where in the file each 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,13 @@ def test_check_text_names_each_loader_and_where_its_settings_were_read():
     assert "mmdet_retinanet.py (mmengine): 3 loaders" in proc.stdout, proc.stdout
     assert "num_workers <- train_dataloader.num_workers:20" in proc.stdout
     assert "  val [" in proc.stdout and "  test [" in proc.stdout
+
+
+def test_the_config_section_fits_80_columns():
+    env = {**os.environ, "COLUMNS": "80"}
+    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", "ci-2core",
+                           "--config", str(CONFIGS / "cvnets_mobilevit.yaml")], capture_output=True, text=True,
+                          timeout=60, env=env)
+    section = proc.stdout.split("Config ", 1)[1].split("\nFindings", 1)[0].splitlines()[1:]
+    assert len(section) >= 6 and all(len(line) <= 80 for line in section), "\n".join(section)
+    assert "      persistent_workers <- dataset.persistent_workers:17" in section  # a pair is never cut

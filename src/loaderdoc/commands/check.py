@@ -169,20 +169,26 @@ def render_text(report: dict) -> str:
 
 
 def _config_lines(config: dict) -> list[str]:
+    from loaderdoc.commands.layout import output_width, wrap
+
+    width = output_width()
     loaders = config["loaders"]
     layouts = sorted({entry["layout"] for entry in loaders})
     out = [f"Config {config['path']} ({', '.join(layouts)}): {len(loaders)} loader{'s' if len(loaders) != 1 else ''}"]
     for entry in loaders:
         shown = {**entry["settings"], **{k: f"<{source}>" for k, source in entry["unreadable"].items()}}
         kwargs = ", ".join(f"{k}={v if k in entry['unreadable'] else repr(v)}" for k, v in shown.items())
-        out.append(f"  {entry['name'] or 'loader'} [{entry['status']}]: {kwargs}")
+        out += wrap(kwargs, width, first=f"  {entry['name'] or 'loader'} [{entry['status']}]: ", rest="      ")
         if entry["unreadable"]:
-            out.append(f"    not judged: {', '.join(entry['unreadable'])} is computed when the config runs; "
-                       "check the resolved config (mmengine: tools/misc/print_config.py)")
-        found = ", ".join(f"{k} <- {where['key']}" + (f":{where['line']}" if where["line"] else "")
-                          for k, where in entry["found"].items())
-        if found:
-            out.append(f"    read from: {found}")
+            out += wrap(f"{', '.join(entry['unreadable'])} is computed when the config runs; check the resolved "
+                        "config (mmengine: tools/misc/print_config.py)", width, first="    not judged: ", rest="      ")
+        pairs = [f"{k} <- {where['key']}" + (f":{where['line']}" if where["line"] else "")
+                 for k, where in entry["found"].items()]
+        if pairs and len("    read from: " + ", ".join(pairs)) <= width:
+            out.append("    read from: " + ", ".join(pairs))
+        elif pairs:  # one setting a line: a pair is never cut
+            out.append("    read from:")
+            out += [f"      {pair}" for pair in pairs]
     return out
 
 

@@ -188,6 +188,7 @@ def _timm(document: dict[str, Any]) -> list[FoundLoader]:
     if "workers" not in document or not ("pin_mem" in document or "model" in document):
         return []
     loader = FoundLoader("train", "timm")
+    loader.values["shuffle"] = True  # timm's create_loader shuffles the training set (no key for it)
     loader.put("num_workers", document["workers"], ("workers",))
     if "pin_mem" in document:
         loader.put("pin_memory", document["pin_mem"], ("pin_mem",))
@@ -207,6 +208,7 @@ def _cvnets(document: dict[str, Any]) -> list[FoundLoader]:
         if split != "train" and batch_key not in dataset:
             continue
         loader = FoundLoader(split, "ml-cvnets")
+        loader.values["shuffle"] = split == "train"  # its samplers shuffle the training set (no key for it)
         loader.put("num_workers", dataset["workers"], ("dataset", "workers"))
         for key in ("persistent_workers", "pin_memory", "prefetch_factor"):
             if key in dataset:

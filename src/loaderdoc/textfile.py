@@ -21,3 +21,19 @@ def read_bounded(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
     if len(data) > limit:
         raise InputTooLarge(f"over {limit // (1024 * 1024)} MiB; not a config or machine file")
     return data.decode("utf-8-sig")
+
+
+def read_input(path: str | Path, *, what: str, flag: str, error: type[Exception]) -> str:
+    """The text of an input file the user named with ``flag``; every way it can't be read is
+    ``error`` with one line naming the file: missing, a directory, unreadable, not UTF-8, too large."""
+    try:
+        return read_bounded(path)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file; check the {flag} path") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a {what}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0] or type(exc).__name__
+        raise error(f"{path}: cannot read it ({reason})") from None
+    except InputTooLarge as exc:
+        raise error(f"{path}: {exc}") from None

@@ -16,7 +16,7 @@ from loaderdoc.config.layouts import LAYOUTS_UNDERSTOOD, FoundLoader, find_loade
 from loaderdoc.config.python import NotALiteral, read_python
 from loaderdoc.errors import SettingsError
 from loaderdoc.settings import LoaderSettings
-from loaderdoc.textfile import InputTooLarge, read_bounded
+from loaderdoc.textfile import read_input
 
 
 @dataclass
@@ -76,16 +76,7 @@ class ConfigFile:
 def read_config(path: str | Path) -> ConfigFile:
     """Parse a config file by its suffix (.yaml/.yml, .json, .py, else TOML) and find its loaders."""
     path = Path(path)
-    try:
-        text = read_bounded(path)
-    except FileNotFoundError:
-        raise SettingsError(f"{path}: no such file; check the --config path") from None
-    except IsADirectoryError:
-        raise SettingsError(f"{path}: is a directory, not a config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"{path}: cannot read it ({_short(exc)})") from None
-    except InputTooLarge as exc:
-        raise SettingsError(f"{path}: {exc}") from None
+    text = read_input(path, what="config file", flag="--config", error=SettingsError)
     suffix = path.suffix.lower()
     key_lines: dict[tuple[str, ...], int] = {}
     try:

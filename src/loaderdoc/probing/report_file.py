@@ -22,7 +22,7 @@ from typing import Any
 from loaderdoc.errors import UserError
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
-from loaderdoc.textfile import InputTooLarge, read_bounded
+from loaderdoc.textfile import read_input
 
 HOW_TO_WRITE = "write one with 'loaderdoc probe PRESET --json > FILE'"
 
@@ -35,18 +35,11 @@ def load_report(path: str | Path) -> ProbeReport:
     """The probe report in ``path`` (the JSON ``loaderdoc probe --json`` prints); ProbeReportError
     (exit 3) for a file that is missing, unreadable, not JSON or not a probe report."""
     path = Path(path)
+    text = read_input(path, what="probe report", flag="--probe-report", error=ProbeReportError)
     try:
-        data = json.loads(read_bounded(path))
-    except FileNotFoundError:
-        raise ProbeReportError(f"{path}: no such file; check the --probe-report path") from None
-    except IsADirectoryError:
-        raise ProbeReportError(f"{path}: is a directory, not a probe report") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProbeReportError(f"{path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProbeReportError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); {HOW_TO_WRITE}") from None
-    except InputTooLarge as exc:
-        raise ProbeReportError(f"{path}: {exc}") from None
     except RecursionError:
         raise ProbeReportError(f"{path}: nested too deeply to be a probe report") from None
     problem = report_problem(data)

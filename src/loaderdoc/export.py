@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from loaderdoc._version import __version__
+from loaderdoc.config.layouts import HF_NAMES
 from loaderdoc.errors import ExportError
 from loaderdoc.safe_write import write_text
 from loaderdoc.settings import LoaderSettings
@@ -25,15 +26,9 @@ from loaderdoc.system.facts import MachineFacts
 # node; hf: Hugging Face TrainingArguments keys
 FORMATS = ("toml", "yaml", "json", "py", "lightning", "hydra", "hf")
 _SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
-# DataLoader setting -> TrainingArguments field (shuffle, timeout and the context have none)
-HF_FIELDS = {
-    "batch_size": "per_device_train_batch_size",
-    "num_workers": "dataloader_num_workers",
-    "pin_memory": "dataloader_pin_memory",
-    "prefetch_factor": "dataloader_prefetch_factor",
-    "persistent_workers": "dataloader_persistent_workers",
-    "drop_last": "dataloader_drop_last",
-}
+# DataLoader setting -> TrainingArguments field, the reverse of what the config reader maps
+# (shuffle, timeout and the context have none)
+HF_FIELDS = {"batch_size": "per_device_train_batch_size", **{setting: hf for hf, setting in HF_NAMES.items()}}
 
 
 def format_for(path: str, fmt: str | None) -> str:

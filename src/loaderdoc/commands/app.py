@@ -80,17 +80,16 @@ def run_app(args: argparse.Namespace) -> int:
 
     if getattr(args, "machine", None):  # a recorded machine, as `check --machine` reads it
         from loaderdoc.commands.check import load_facts
-        from loaderdoc.tui.app import make_app
 
-        app = make_app(workload=workload_from_args(args), facts=load_facts(args.machine))
+        sources = {"facts": load_facts(args.machine)}
     else:
         pool = ThreadPoolExecutor(1, thread_name_prefix="loaderdoc-facts")
-        early = pool.submit(detect, cpu_info=False)
+        sources = {"early_facts": pool.submit(detect, cpu_info=False)}
         pool.shutdown(wait=False)
 
-        from loaderdoc.tui.app import make_app
+    from loaderdoc.tui.app import make_app
 
-        app = make_app(workload=workload_from_args(args), early_facts=early)
+    app = make_app(workload=workload_from_args(args), **sources)
     _cancel_probe_on_sigterm(app)
     return run_to_exit_code(app)
 

@@ -70,7 +70,7 @@ def build_report(args: argparse.Namespace) -> dict:
         config = read_config(args.config)
         if config.training_table is not None:
             context = TrainingContext.from_mapping(config.training_table, where=str(config.path),
-                                                   lines=config.key_lines_flat)
+                                                   lines=config.training_lines)
         for loader in config.loaders:
             settings = config.settings(loader, strict=False)
             loader_batch = batch_bytes_for(args.batch_size or settings.batch_size, per_sample)
@@ -83,7 +83,7 @@ def build_report(args: argparse.Namespace) -> dict:
     first = checked[0] if checked else None
     settings = first["settings"] if first else None
     batch_size = args.batch_size or (settings.batch_size if settings else None)
-    batch_bytes = batch_bytes_for(batch_size, per_sample)
+    batch_bytes = first["batch_bytes"] if first else batch_bytes_for(batch_size, per_sample)
     findings = first["findings"] if first else evaluate(facts, None, batch_bytes=batch_bytes, context=context)
     seen = {(f.rule_id, f.symptom) for f in findings}
     for entry in checked[1:]:  # what only another loader (val, test) has

@@ -46,17 +46,13 @@ class ConfigFile:
         return _scan_for(self.text, path)
 
     @property
-    def key_lines_flat(self) -> dict[str, int]:
-        """Last key -> line for the [training] table (its keys are unique names)."""
-        out = {path[-1]: line for path, line in self.key_lines.items() if len(path) == 2 and path[0] == "training"}
-        if not out and self.text:
-            training = self.document.get("training")
-            if isinstance(training, dict):
-                for key in training:
-                    line = self.line_of(("training", key))
-                    if line:
-                        out[key] = line
-        return out
+    def training_lines(self) -> dict[str, int]:
+        """[training] key -> line, for the training context's messages."""
+        training = self.document.get("training")
+        if not isinstance(training, dict):
+            return {}
+        lines = {key: self.line_of(("training", key)) for key in training}
+        return {key: line for key, line in lines.items() if line}
 
     def lines_for(self, loader: FoundLoader) -> dict[str, int]:
         """Setting -> line, for :meth:`LoaderSettings.from_mapping`'s messages."""

@@ -32,6 +32,8 @@ class LoaderSettings:
     prefetch_factor: int | None = None  # torch uses 2 when num_workers > 0 and this is None
     persistent_workers: bool = False
     multiprocessing_context: str | None = None
+    # torch >= 2.6: False lets a worker's ready batch overtake a slow one (batch order then varies)
+    in_order: bool = True
 
     # ---- validation -------------------------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:
@@ -159,6 +161,8 @@ class LoaderSettings:
             for key in ("prefetch_factor", "multiprocessing_context"):
                 out.pop(key)
             out["persistent_workers"] = False
+        if self.in_order:
+            out.pop("in_order")  # torch's default; leaving it out keeps torch < 2.6 working
         return {k: v for k, v in out.items() if v is not None or k == "batch_size"}
 
     def replace(self, **changes: Any) -> LoaderSettings:
@@ -166,9 +170,9 @@ class LoaderSettings:
 
 
 # ---- helpers ------------------------------------------------------------------------------
-_BOOL_KEYS = {"shuffle", "pin_memory", "drop_last", "persistent_workers"}
+_BOOL_KEYS = {"shuffle", "pin_memory", "drop_last", "persistent_workers", "in_order"}
 SETTING_NAMES = {"batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "timeout", "prefetch_factor",
-                  "persistent_workers", "multiprocessing_context"}
+                  "persistent_workers", "multiprocessing_context", "in_order"}
 _INT_KEYS = {"num_workers"}
 _OPT_INT_KEYS = {"batch_size", "prefetch_factor"}
 

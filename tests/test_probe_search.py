@@ -43,8 +43,10 @@ def test_io_bound_data_gets_more_workers_than_cores():
     assert model.rate(rec.replace(num_workers=rec.num_workers - 1)) < 0.97 * model.rate(rec)
     assert model.now <= 30.0
     assert rec.persistent_workers is True
-    assert any(r.startswith("persistent_workers=True") and "fell from" in r for r in out.reasons)
-    assert "more workers than cores can help" in " ".join(out.reasons)
+    assert any(r.startswith("persistent_workers=True: the gap between epochs was") for r in out.reasons)
+    # predicted from the 0-worker run: 320 ms of loading a batch against a 20 ms step
+    assert "so about 16 workers reach 50.0 steps/s, where the training step limits it" in " ".join(out.reasons)
+    assert out.stopped == "settled"
 
 
 def test_cpu_bound_data_stops_near_the_cpu_budget():
@@ -53,7 +55,7 @@ def test_cpu_bound_data_stops_near_the_cpu_budget():
     s, out = search(model)
     assert out.recommended.num_workers == 2
     assert max(c.num_workers for c in model.calls) <= 4
-    assert "CPU budget is 2" in " ".join(out.reasons)
+    assert "where the CPU budget limits it" in " ".join(out.reasons)
 
 
 def test_recommendation_is_cheapest_within_tolerance_not_the_raw_best():
@@ -210,22 +212,50 @@ def test_a_search_cut_short_while_starved_says_its_pick_is_provisional():
 
 
 def test_cpu_bound_data_is_not_picked_past_the_cpus_on_noise():
-    # decode-like work on 2 CPUs: more workers than CPUs would measure as fast as 2 (within a few %)
-    model = Model(fetch_ms=140, cpu_share=0.93, step_ms=20)
+    # decode-like work on 2 CPUs: 3 workers measure 4 % faster than 2 in one run, 4 % slower in the next
+    model = Model(fetch_ms=140, cpu_share=1.0, step_ms=20)
     model_rate = model.rate
-    model.rate = lambda s: model_rate(s) * (1.04 if s.num_workers > 2 else 1.0)
+    runs = {}
+
+    def rate(s):
+        runs[s.num_workers] = runs.get(s.num_workers, 0) + 1
+        jitter = 1.04 if runs[s.num_workers] % 2 else 0.96
+        return model_rate(s) * (jitter if s.num_workers > 2 else 1.0)
+
+    model.rate = rate
     s, out = search(model)
     assert out.recommended.num_workers == 2
-    # CPU work is never picked past the CPUs, so it is not measured past them either
-    assert max(c.num_workers for c in model.calls) == 2
-    assert "loading is CPU work, so no more workers than the 2 CPUs allow (2) are measured" in " ".join(out.reasons)
+    # CPU work is measured at most one past the CPUs: enough to see whether it pays
+    assert max(c.num_workers for c in model.calls) == 3
+
+
+def test_cpu_bound_data_past_the_cpus_when_every_repeat_says_so():
+    # measurement outranks the rule: 3 workers on 2 CPUs 8 % faster in every interleaved repeat
+    # (workers leave the CPUs idle while handing batches over) is picked, and the reason says why
+    model = Model(fetch_ms=140, cpu_share=0.93, step_ms=20)
+    model_rate = model.rate
+    model.rate = lambda s: model_rate(s) * (1.08 if s.num_workers > 2 else 1.0)
+    s, out = search(model)
+    assert out.recommended.num_workers == 3
+    assert len(s.measured(3)) >= 2 and len(s.measured(2)) >= 2
+    assert "num_workers=3 is more than the 2 CPUs because 2 -> 3 workers went" in " ".join(out.reasons)
+    assert "every repeated run faster" in " ".join(out.reasons)
 
 
 def test_a_pick_past_the_cpus_without_evidence_is_not_chosen():
-    # a fetch the 0-worker run saw as 60 % CPU, but throughput flat past 2 workers (+5 %, noise)
+    # a fetch the 0-worker run saw as 60 % CPU, throughput flat past 2 workers: +5 % in one run,
+    # -3 % in the next (noise, not evidence)
     model = Model(fetch_ms=140, cpu_share=0.6, step_ms=20)
     model_rate = model.rate
-    model.rate = lambda s: (model_rate(s.replace(num_workers=2)) * 1.05 if s.num_workers > 2 else model_rate(s))
+    runs = {}
+
+    def rate(s):
+        if s.num_workers <= 2:
+            return model_rate(s)
+        runs[s.num_workers] = runs.get(s.num_workers, 0) + 1
+        return model_rate(s.replace(num_workers=2)) * (1.05 if runs[s.num_workers] % 2 else 0.97)
+
+    model.rate = rate
     s, out = search(model)
     assert out.recommended.num_workers <= 2
     assert any(r.startswith("not chosen: num_workers=") and "no measurement showed more workers than CPUs" in r
@@ -236,7 +266,6 @@ def test_io_bound_pick_past_the_cpus_says_why():
     model = Model(fetch_ms=320, cpu_share=0.03)
     s, out = search(model)
     assert out.recommended.num_workers > 2
-    assert any(c.num_workers == 2 for c in model.calls)  # the reference at the CPU budget
     assert f"num_workers={out.recommended.num_workers} is more than the 2 CPUs because" in " ".join(out.reasons)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.probing.result import ConfigResult, WaitStats
+from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.shm import shm_used_bytes
 
@@ -203,6 +203,7 @@ def measure_in_process(
     from torch.utils.data import DataLoader, IterableDataset
 
     from loaderdoc.probing.consumer import batch_nbytes, make_consumer
+    from loaderdoc.probing.instrument import Tally, wrap_collate, wrap_dataset
 
     consumer = make_consumer(workload.step_ms, workload.device)
     dataset = workload.dataset
@@ -213,9 +214,12 @@ def measure_in_process(
     # training step: it counts from the moment the loop asks for a batch, and workers keep loading
     # while the step runs, so a healthy worker's delivery time does not depend on the step.
     kwargs["timeout"] = round(plan.loader_timeout_s, 1) if settings.num_workers > 0 else 0
-    loader = DataLoader(dataset, sampler=sampler, collate_fn=workload.collate_fn, **kwargs)
+    tally = Tally(settings.num_workers)
+    loader = DataLoader(wrap_dataset(dataset, tally), sampler=sampler,
+                        collate_fn=wrap_collate(workload.collate_fn, tally), **kwargs)
     result = ConfigResult(settings=settings)
     clock = time.perf_counter
+    rows = range(1, tally.rows) if settings.num_workers else range(0, 1)
 
     shm_baseline = shm_used_bytes()
     started = clock()
@@ -228,28 +232,24 @@ def measure_in_process(
     monitor = _Monitor(shm_baseline)
     monitor.start()
     epoch_over = False
+    ready = _ready_batches(iterator)
     try:
-        # warm-up: the batches workers prepared during start-up would flatter the throughput
-        warm_started = clock()
-        for _ in range(max(1, settings.batches_in_flight)):
-            if clock() - warm_started > plan.warmup_s:
-                break
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                epoch_over = True
-                break
-            consumer.step(batch)
-
+        epoch_over, result.warmup_batches = _warm_up(iterator, consumer, settings, plan, clock)
         waits: list[float] = []
         steps: list[float] = []
+        ready_waits: list[float] = []  # waits for a batch that was already in the queue: the transfer
         fetch_cpu = 0.0
         psutil.cpu_percent(None)
+        before = tally.snapshot()
         steady_started = clock()
         while not epoch_over:
             elapsed = clock() - steady_started
-            if (elapsed >= plan.window_s and len(waits) >= plan.min_batches) or elapsed >= plan.steady_cap_s:
+            if elapsed >= plan.steady_cap_s:
                 break
+            if elapsed >= plan.window_s and len(waits) >= plan.min_batches and _every_worker_delivered(
+                    before, tally.snapshot(), rows):
+                break
+            was_ready = ready()
             asked, cpu_before = clock(), busy_seconds()
             try:
                 batch = next(iterator)
@@ -260,8 +260,11 @@ def measure_in_process(
             fetch_cpu += busy_seconds() - cpu_before
             consumer.step(batch)
             waits.append(got - asked)
+            if was_ready:
+                ready_waits.append(got - asked)
             steps.append(clock() - got)
         steady = clock() - steady_started
+        after = tally.snapshot()
         result.cpu_util_pct = psutil.cpu_percent(None)
     finally:
         monitor.stop()
@@ -269,7 +272,10 @@ def measure_in_process(
     result.batches = len(waits)
     if waits:
         ordered = sorted(waits)
-        result.batches_per_s = len(waits) / steady
+        result.consumed_per_s = len(waits) / steady
+        result.stages = _stages(before, after, rows, ready_waits, settings.num_workers)
+        produced = result.stages.produced_per_s if result.stages else None
+        result.batches_per_s = min(result.consumed_per_s, produced) if produced else result.consumed_per_s
         batch_size = kwargs.get("batch_size") or 1
         result.samples_per_s = result.batches_per_s * batch_size
         result.wait = WaitStats(
@@ -297,7 +303,7 @@ def measure_in_process(
         result.epoch_restart_s, iterator = _epoch_restart(loader, iterator, sampler, clock)
         if plan.compare_persistent and settings.num_workers > 0 and not settings.persistent_workers:
             del iterator  # shut these workers down (not timed) before starting the persistent ones
-            loader = DataLoader(dataset, sampler=sampler, collate_fn=workload.collate_fn,
+            loader = DataLoader(loader.dataset, sampler=sampler, collate_fn=loader.collate_fn,
                                 **{**kwargs, "persistent_workers": True})
             iterator = iter(loader)
             next(iterator)  # start-up: not part of the restart
@@ -310,6 +316,75 @@ def measure_in_process(
     if plan.check_worker_streams and sampler is None:
         result.workers_repeat = _workers_repeat(dataset, workload, kwargs, keep_alive)
     return result
+
+
+def _warm_up(iterator: Any, consumer: Any, settings: LoaderSettings, plan: RunPlan,
+             clock: Callable[[], float]) -> tuple[bool, int]:
+    """Consume until the prefetch buffer is at equilibrium: the batches workers prepared during
+    start-up would flatter the rate. It is there once a batch had to be waited for (the buffer ran
+    dry: the step now gets what the workers produce) or once a whole buffer's worth went by without
+    waiting (the step is the slower side). Returns (epoch over, batches consumed)."""
+    started = clock()
+    dry_after_s = 0.001 + 0.05 * consumer.step_s if hasattr(consumer, "step_s") else 0.001
+    consumed = 0
+    for _ in range(max(1, settings.batches_in_flight)):
+        if clock() - started > plan.warmup_s:
+            break
+        asked = clock()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return True, consumed
+        consumed += 1
+        waited = clock() - asked
+        consumer.step(batch)
+        if settings.num_workers and consumed > 1 and waited > dry_after_s:
+            break
+    return False, consumed
+
+
+def _ready_batches(iterator: Any) -> Callable[[], bool]:
+    """A test for "a batch is already waiting in the queue" (torch's worker result queue; private,
+    so anything unexpected answers False and only the transfer estimate goes without)."""
+    queue = getattr(iterator, "_data_queue", None)
+    if queue is None or not hasattr(queue, "qsize"):
+        return lambda: False
+
+    def ready() -> bool:
+        try:
+            return queue.qsize() > 0
+        except (NotImplementedError, OSError):
+            return False
+
+    return ready
+
+
+def _every_worker_delivered(before: list[dict[str, float]], now: list[dict[str, float]], rows: range) -> bool:
+    """Every loading process finished at least two batches in the window, so each one's rate spans
+    at least one whole batch interval."""
+    return all(now[r]["batches"] - before[r]["batches"] >= 2 for r in rows)
+
+
+def _stages(before: list[dict[str, float]], after: list[dict[str, float]], rows: range,
+            ready_waits: list[float], workers: int) -> StageTimes | None:
+    from loaderdoc.probing.instrument import window
+
+    w = window(before, after, rows)
+    if w.batches < 1:
+        return None
+    per = 1000.0 / w.batches
+    receive = None
+    if workers == 0:
+        receive = 0.0
+    elif ready_waits:
+        # the lower quartile: a queued batch can still be one the loader must hold back (in order)
+        receive = _percentile(sorted(ready_waits), 0.25) * 1000
+    return StageTimes(
+        batches=w.batches, samples=w.samples, dataset_ms=w.dataset_s * per, dataset_cpu_ms=w.dataset_cpu_s * per,
+        dataset_queued_ms=w.dataset_queued_s * per, collate_ms=w.collate_s * per,
+        collate_cpu_ms=w.collate_cpu_s * per, receive_ms=receive,
+        produced_per_s=w.produced_per_s if workers else None,
+    )
 
 
 def _workers_repeat(dataset: Any, workload: LoadJob, kwargs: dict[str, Any], keep_alive: list[Any] | None) -> bool | None:

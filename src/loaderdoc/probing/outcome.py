@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
-from loaderdoc.probing.result import ConfigResult
+from loaderdoc.probing.model import breakdown, prediction
+from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.units import MiB
 
@@ -30,14 +31,16 @@ class SearchOutcome:
     recommended: LoaderSettings | None = None
     reasons: list[str] = field(default_factory=list)
     stopped: str = ""
+    breakdown: list[Breakdown] = field(default_factory=list)
+    prediction: Prediction | None = None
 
 
 # ---- the recommendation -----------------------------------------------------------------
 def outcome(self: Search) -> SearchOutcome:
-    outcome = SearchOutcome(results=self.results, stopped=self.stopped or "done")
+    outcome = SearchOutcome(results=self.results, stopped=self.stopped or "settled")
     table = self.throughputs()
     if not table:
-        if outcome.stopped == "done":
+        if outcome.stopped == "settled":
             outcome.stopped = "failures"
         outcome.reasons = ["no configuration could be measured"] + self.notes
         return outcome
@@ -92,7 +95,8 @@ def outcome(self: Search) -> SearchOutcome:
                            f"(the step waited {starved:.0f} % of the time, waits steady)"
                            if starved < NOT_STARVED_PCT else
                            f"prefetch_factor={prefetch}: torch's default (a deeper queue was not measured)")
-        settings = settings.replace(persistent_workers=_choose_persistent(self, candidate, reasons))
+        settings = settings.replace(persistent_workers=_choose_persistent(self, candidate, rate, reasons))
+        settings = settings.replace(in_order=_choose_in_order(self, reasons))
     if self.limits.cuda:
         pinned = [r for r in self.results if r.ok and r.settings.pin_memory]
         settings = settings.replace(pin_memory=True)
@@ -115,32 +119,83 @@ def outcome(self: Search) -> SearchOutcome:
     if len(table) == 1 and self.stopped == "budget":
         reasons.append(f"only num_workers={next(iter(table))[0]} could be measured within the "
                        f"{self.limits.budget_s:.0f} s budget; a larger budget lets the probe try other sizes")
+    outcome.breakdown = _breakdowns(self, candidate)
+    if self.model is not None:
+        measured = {k[0]: round(v, 3) for k, v in table.items() if k[1] in (0, policy.DEFAULT_PREFETCH)}
+        outcome.prediction = prediction(self.model, measured, workers)
+        p = outcome.prediction
+        if p.pick_predicted_per_s and p.pick_measured_per_s is not None:
+            reasons.append(f"predicted {p.pick_predicted_per_s:.1f} steps/s at num_workers={workers} from the 0-worker "
+                           f"run, measured {p.pick_measured_per_s:.1f} ({p.error_pct:+.0f} %); the model predicted "
+                           f"num_workers={p.workers}")
+    if self.stopped == "settled":
+        reasons.append(f"settled after {len(self.results)} runs in {self.elapsed:.0f} s of the "
+                       f"{self.limits.budget_s:.0f} s budget: the pick held across repeated runs in turns")
     outcome.recommended = settings
     outcome.reasons = reasons + self.notes
     return outcome
 
-def _choose_persistent(self: Search, key: tuple[int, int], reasons: list[str]) -> bool:
+
+def _breakdowns(self: Search, key: tuple[int, int]) -> list[Breakdown]:
+    """Where the step's time goes with 0 workers and at the pick (the pick's latest run)."""
+    out = []
+    zero = self.measured(0)
+    if zero:
+        out.append(breakdown(zero[-1], "baseline: num_workers=0", self.limits.cpu_budget))
+    if key[0] > 0:
+        rows = [r for r in self.measured(*key) if r.stages is not None] or self.measured(*key)
+        if rows:
+            out.append(breakdown(rows[-1], f"pick: {policy.key_text(key)}", self.limits.cpu_budget))
+    return out
+
+
+def _choose_in_order(self: Search, reasons: list[str]) -> bool:
+    gain = self.in_order_gain()
+    if gain is None:
+        return True
+    off, on, runs = gain
+    if off > on * (1 + self.tolerance()):
+        reasons.append(f"in_order=False: {off:.1f} steps/s vs {on:.1f} in order ({off / on - 1:+.0%}): a slow batch "
+                       "no longer holds back the ready ones (batch order then varies between runs)")
+        return False
+    reasons.append(f"in_order=True: in_order=False measured {off:.1f} steps/s vs {on:.1f} in order, within "
+                   f"{self.tolerance():.0%}: keeping the reproducible order costs nothing here")
+    return True
+
+def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons: list[str]) -> bool:
+    """persistent_workers from what restarting the workers costs against the user's epoch.
+
+    The saving is the measured restart gap without persistence minus the gap with it (or, when
+    the restart was not timed, the measured start-up to the first batch). Weighed against one
+    epoch at the pick's rate: worth it from :data:`~loaderdoc.policy.PERSISTENT_PAYS_SHARE` of an
+    epoch; below that, keeping workers (and their memory) alive between epochs buys nothing."""
     rows = [r for r in self.results if r.ok and policy.stream_key(r.settings) == key and r.epoch_restart_s is not None]
     on = [r.epoch_restart_s for r in rows if r.settings.persistent_workers]
     on += [r.epoch_restart_persistent_s for r in rows if r.epoch_restart_persistent_s is not None]
     off = [r.epoch_restart_s for r in rows if not r.settings.persistent_workers]
+    pss = max((r.worker_pss_bytes or 0 for r in self.measured(*key)), default=0)
     if on and off:
-        if min(on) < min(off):
-            reasons.append(f"persistent_workers=True: the gap between epochs fell from {min(off):.2f} s to "
-                           f"{min(on):.2f} s (workers are not forked again each epoch)")
-        else:
-            # skipping the fork cannot make the restart slower: a reversed pair is noise
-            pss = max((r.worker_pss_bytes or 0 for r in rows), default=0)
-            reasons.append(f"persistent_workers=True: no saving measured here ({min(off):.2f} s without vs "
-                           f"{min(on):.2f} s with, within noise: loading the first batch dominates), but it "
-                           f"never costs time; it keeps the workers' {pss / MiB:.0f} MiB (PSS) between epochs")
+        saving, what = max(0.0, min(off) - min(on)), f"the gap between epochs was {min(off):.2f} s without and {min(on):.2f} s with"
+    else:
+        first = [r.first_batch_s for r in self.measured(*key) if r.first_batch_s is not None]
+        if not first:
+            reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
+            return True
+        why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
+                   else "within the budget")
+        saving, what = min(first), f"starting the workers took {min(first):.2f} s (restart not measured: {why_not})"
+    steps = self.limits.epoch_steps
+    if not steps or not rate:
+        reasons.append(f"persistent_workers=True: {what}; without it that is paid every epoch (epoch length "
+                       "unknown, so not weighed)")
         return True
-    first = [r.first_batch_s for r in rows or self.measured(*key) if r.first_batch_s is not None]
-    why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
-               else "within the budget")
-    if first:
-        reasons.append(f"persistent_workers=True: starting the workers took {min(first):.2f} s, paid again "
-                       f"every epoch without it (restart not measured: {why_not})")
+    epoch_s = steps / rate
+    share = saving / (epoch_s + saving)
+    if share >= policy.PERSISTENT_PAYS_SHARE:
+        reasons.append(f"persistent_workers=True: {what}; that is {share:.1%} of a {steps}-step epoch "
+                       f"({epoch_s:.0f} s at {rate:.1f} steps/s), saved every epoch")
         return True
-    reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
-    return True
+    reasons.append(f"persistent_workers=False: {what}; that is only {share:.2%} of a {steps}-step epoch "
+                   f"({epoch_s:.0f} s at {rate:.1f} steps/s), not worth keeping the workers' {pss / MiB:.0f} MiB "
+                   "(PSS) alive between epochs")
+    return False

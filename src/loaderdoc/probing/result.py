@@ -25,6 +25,44 @@ class WaitStats:
 
 
 @dataclass
+class StageTimes:
+    """Where one batch's loading time went, timed inside the process that loaded it (a worker, or the
+    training process with 0 workers) by wrapping the dataset and the collate function. Per batch,
+    milliseconds, averaged over the batches loaded during the steady window."""
+
+    batches: int = 0  # batches loaded (collated) during the window, all workers together
+    samples: int = 0  # samples fetched during the window
+    dataset_ms: float | None = None  # Dataset.__getitem__ for one batch's samples, wall time
+    dataset_cpu_ms: float | None = None  # ... of which this thread's CPU time
+    dataset_queued_ms: float | None = None  # ... waiting for a CPU (runnable but not running; schedstat)
+    collate_ms: float | None = None  # collate_fn, wall time
+    collate_cpu_ms: float | None = None
+    receive_ms: float | None = None  # training process: taking a batch that was ready (unpickle, map /dev/shm)
+    pin_ms: float | None = None  # CUDA only: pinning one batch
+    produced_per_s: float | None = None  # batches the workers finished per second in the window
+
+    @property
+    def load_ms(self) -> float | None:
+        """One batch loaded by one process: its samples plus collate."""
+        if self.dataset_ms is None:
+            return None
+        return self.dataset_ms + (self.collate_ms or 0.0)
+
+    @property
+    def load_cpu_ms(self) -> float | None:
+        if self.dataset_cpu_ms is None:
+            return None
+        return self.dataset_cpu_ms + (self.collate_cpu_ms or 0.0)
+
+    @property
+    def dataset_wait_ms(self) -> float | None:
+        """Wall minus CPU minus waiting for a CPU: storage, the network, a sleep, a lock."""
+        if self.dataset_ms is None or self.dataset_cpu_ms is None:
+            return None
+        return max(0.0, self.dataset_ms - self.dataset_cpu_ms - (self.dataset_queued_ms or 0.0))
+
+
+@dataclass
 class ConfigResult:
     settings: LoaderSettings = field(default_factory=LoaderSettings)
     status: str = "ok"  # "ok" | "failed" | "timeout" | "cancelled"
@@ -53,6 +91,11 @@ class ConfigResult:
     # IterableDataset only: True when 2 workers delivered the same batches (each replays the whole
     # stream: the dataset does not split it with get_worker_info()), False when they differed
     workers_repeat: bool | None = None
+    # the steady rate is the lower of what the step consumed and what the workers produced in the
+    # window: batches the workers had buffered during start-up flatter consumption, never production
+    consumed_per_s: float | None = None
+    warmup_batches: int = 0  # consumed before the window, until the prefetch buffer reached equilibrium
+    stages: StageTimes | None = None
     purpose: str = ""  # why the search tried this configuration (evidence for the reasons)
 
     @property
@@ -74,15 +117,69 @@ class WorkloadInfo:
 
 
 @dataclass
+class StageCost:
+    """One stage of a step in the breakdown: its time per batch and the rate it alone would allow."""
+
+    stage: str  # "dataset (CPU)", "dataset (waiting)", "collate", "transfer", "training step", ...
+    ms: float  # per batch, in the process that pays it
+    per_s: float | None = None  # batches per second this stage could sustain at this configuration
+    note: str = ""
+
+
+@dataclass
+class Breakdown:
+    """Where a training step's time goes at one configuration (the 0-worker baseline, the pick)."""
+
+    settings: LoaderSettings = field(default_factory=LoaderSettings)
+    label: str = ""  # "baseline (num_workers=0)", "pick (num_workers=3)"
+    stages: list[StageCost] = field(default_factory=list)
+    measured_per_s: float | None = None  # steady training steps per second
+    wait_ms: float | None = None  # the step's mean wait for a batch
+    bottleneck: str = ""  # the stage with the lowest rate
+    why: str = ""  # one sentence naming the bottleneck with its numbers
+
+
+@dataclass
+class CurvePoint:
+    workers: int
+    predicted_per_s: float
+    measured_per_s: float | None = None  # mean of the runs at this size (default prefetch), if measured
+    limit: str = ""  # what caps the prediction at this size
+
+
+@dataclass
+class Prediction:
+    """The throughput curve over num_workers predicted from the 0-worker baseline, and the check."""
+
+    curve: list[CurvePoint] = field(default_factory=list)
+    workers: int = 0  # the size the model predicted as the fewest workers at the top of the curve
+    model: str = ""  # the model's inputs in words
+    pick_workers: int | None = None  # what was recommended after measuring
+    pick_predicted_per_s: float | None = None
+    pick_measured_per_s: float | None = None
+
+    @property
+    def error_pct(self) -> float | None:
+        """Measured vs predicted at the pick, in percent of the prediction (negative: slower)."""
+        if not self.pick_predicted_per_s or self.pick_measured_per_s is None:
+            return None
+        return 100.0 * (self.pick_measured_per_s / self.pick_predicted_per_s - 1.0)
+
+
+@dataclass
 class ProbeReport:
+    schema: str = "loaderdoc.probe/2"
     workload: WorkloadInfo = field(default_factory=WorkloadInfo)
     results: list[ConfigResult] = field(default_factory=list)
     recommended: LoaderSettings | None = None
     reasons: list[str] = field(default_factory=list)  # evidence for each recommended choice
     budget_s: float = 0.0
     elapsed_s: float = 0.0
-    stopped: str = ""  # why the search stopped: "budget", "not starved", "cancelled", ...
+    stopped: str = ""  # why the search stopped: "settled", "budget", "not starved", "cancelled", ...
     device: str = "cpu"
+    epoch_steps: int | None = None  # steps per epoch the start-up cost was weighed against
+    breakdown: list[Breakdown] = field(default_factory=list)
+    prediction: Prediction | None = None
 
     @property
     def ok_results(self) -> list[ConfigResult]:

@@ -3,29 +3,34 @@
 Pure logic: :class:`Search` calls a ``measure(settings, purpose, restart)`` function (the real
 runner, or a fake in tests) and never imports torch.
 
-The strategy, in order, each step only while the budget lasts:
+Predict, then verify:
 
-1. ``num_workers=0``. If the training step is not starved, workers cannot help: stop.
-2. Guess the workers needed from that run: one batch took ``fetch`` seconds to load serially and
-   the step takes ``step``, so about ``fetch / step`` workers keep up -- unless loading is CPU
-   work, in which case no more than the CPU budget divided by the CPU share of loading can run
-   at once. Not capped at the core count: waiting on I/O uses no CPU.
-3. Climb from that guess while the step is starved and throughput still rises by 5 %.
-4. If it went past the CPU budget, measure as many workers as the CPUs allow: more than that is
-   recommended only when measured 20 % faster (:func:`loaderdoc.policy.beyond_cpus_evidence`).
+1. ``num_workers=0``, instrumented. If the training step is not starved, workers cannot help: stop.
+2. **Predict** the throughput curve over ``num_workers`` from that run's stage timings
+   (:mod:`.model`): waiting overlaps across workers, CPU work saturates at the CPU budget, the
+   step (and taking batches from workers) caps everything; memory and ``/dev/shm`` cap the
+   workers through :mod:`loaderdoc.policy`. The model names the fewest workers at the top.
+3. **Measure around the prediction**: that size, a quarter above and a quarter below (one at
+   least). If the top one is still clearly the fastest, go up until it stops paying.
+4. If a size past the CPU budget is among them, measure as many workers as the CPUs allow.
 5. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best.
-6. ``prefetch_factor=4`` if the waits are bursty (a deeper queue smooths bursts, not averages).
-7. Measure the close contenders again (short windows on a small machine are noisy).
-8. ``persistent_workers`` on/off at the chosen size, timing the restart between epochs.
+6. ``prefetch_factor=4`` if the waits are bursty; ``in_order=False`` if single batches take far
+   longer than others to load (torch >= 2.6), each against the pick measured again beside it.
+7. Measure the close contenders again, in turns, until the pick stops changing: a repeated,
+   interleaved comparison is what a busy machine's noise cannot fake.
+8. ``persistent_workers`` on/off at the pick, timing the restart between epochs.
 9. ``pin_memory`` only with CUDA (without it pinning does nothing).
 
-Which configuration wins, what fits memory and what counts as noise is :mod:`loaderdoc.policy`'s
-call (:func:`~loaderdoc.policy.choose`), the same the rules judge the pick with.
+The search stops early once the pick is confirmed ("settled"), and otherwise when the budget
+would be overrun by the next configuration ("budget"). Which configuration wins, what fits memory
+and what counts as noise is :mod:`loaderdoc.policy`'s call (:func:`~loaderdoc.policy.choose`),
+the same the rules judge the pick with.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -33,12 +38,17 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
+from loaderdoc.probing.model import LoadModel, model_from
 from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 
-MIN_GAIN = 0.05  # climbing stops when more workers add less than 5 %
 MAX_CONSECUTIVE_FAILURES = 3
+MAX_ROUNDS = 4  # contenders are measured at most this many times each
+
+# what limits a predicted rate, in words
+_LIMITS = {"workers": "workers' loading", "CPU": "CPU budget", "step": "training step",
+           "loading and the step take turns": "serial loading"}
 
 Measure = Callable[[LoaderSettings, str, bool], ConfigResult]
 
@@ -52,6 +62,8 @@ class SearchLimits:
     ranks: int = 1  # loader processes on this node sharing /dev/shm and RAM
     cuda: bool = False
     iterable: bool = False  # an IterableDataset: no shuffle, and no epoch restart to measure
+    in_order_supported: bool = False  # torch >= 2.6 takes DataLoader(in_order=...)
+    epoch_steps: int | None = None  # steps in one of the user's epochs: weighs the workers' start-up
     max_workers: int = 64
     expected_cost_s: float = 3.0  # guess for one configuration before any was measured
 
@@ -83,6 +95,9 @@ class Search:
         self.notes: list[str] = []  # evidence gathered on the way, for the reasons
         self._started = clock()
         self._failures_in_a_row = 0
+        self.model: LoadModel | None = None  # predicted from the 0-worker run
+        self.predicted = 0  # the workers the model predicted
+        self._max = limits.max_workers
 
     # ---- bookkeeping ------------------------------------------------------------------------
     @property
@@ -104,28 +119,21 @@ class Search:
             return self.base.replace(**changes)
         return self.base.replace(num_workers=workers, prefetch_factor=prefetch or 2, **changes)
 
-    def try_config(
-        self, settings: LoaderSettings, purpose: str, *, restart: bool = False, reserve: bool = True
-    ) -> ConfigResult | None:
-        """Measure one configuration if the budget allows; None when it did not run.
-
-        ``reserve`` keeps time back for the two epoch-restart measurements at the end.
-        """
+    def try_config(self, settings: LoaderSettings, purpose: str, *, restart: bool = False) -> ConfigResult | None:
+        """Measure one configuration if the budget allows; None when it did not run."""
         if self.cancel is not None and self.cancel.is_set():
             self.stopped = "cancelled"
             return None
         if self._failures_in_a_row >= MAX_CONSECUTIVE_FAILURES:
             self.stopped = "failures"
             return None
-        choice = self.choice() if reserve else None
-        # time for the persistence run at the end, which only a pick with workers gets
-        held_back = self._expected_cost(True) if choice is not None and choice.workers > 0 else 0.0
-        if self.results and self.elapsed + self._expected_cost(restart) + held_back > self.limits.budget_s:
+        if self.results and self.elapsed + self._expected_cost(restart) > self.limits.budget_s:
             if not self.stopped or self.stopped == "not starved":
                 self.stopped = "budget" if not self.stopped else self.stopped
             return None
         if self.on_progress is not None:
-            self.on_progress(min(1.0, self.elapsed / self.limits.budget_s), f"measuring {policy.key_text(policy.stream_key(settings))}")
+            self.on_progress(min(1.0, self.elapsed / self.limits.budget_s),
+                             f"measuring {policy.key_text(policy.stream_key(settings))}")
         result = self.measure(settings, purpose, restart)
         result.purpose = result.purpose or purpose
         self.results.append(result)
@@ -138,7 +146,8 @@ class Search:
 
     def measured(self, workers: int, prefetch: int | None = None) -> list[ConfigResult]:
         pf = 0 if workers == 0 else (prefetch or 2)
-        return [r for r in self.results if r.ok and r.batches_per_s and group_key(r.settings) == (workers, pf)]
+        return [r for r in self.results
+                if r.ok and r.batches_per_s and r.settings.in_order and group_key(r.settings) == (workers, pf)]
 
     def throughputs(self) -> dict[tuple[int, int], float]:
         return policy.throughputs(self.results)
@@ -184,7 +193,7 @@ class Search:
 
     # ---- the search -------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
-        base0 = self.try_config(self.settings_for(0), "baseline: load in the training process", reserve=False)
+        base0 = self.try_config(self.settings_for(0), "baseline: load in the training process")
         if base0 is not None and base0.ok and (base0.starvation_pct or 0) < NOT_STARVED_PCT:
             self.stopped = "not starved"
             self.notes.append(
@@ -192,21 +201,28 @@ class Search:
                 "workers cannot speed this up, they would only add memory and start-up time"
             )
         elif not self._halted():
-            self._climb(base0)
+            self._predict(base0)
+            self._verify()
             self._cpu_reference()
             self._refine()
             self._prefetch()
+            self._in_order(base0)
             self._repeat_contenders()
+            if not self.stopped:
+                self.stopped = "settled"
         if self.stopped not in ("cancelled", "failures"):
             self._persistence()
         return self._outcome()
 
-    def _cpu_ceiling(self, base0: ConfigResult | None) -> int | None:
-        """The most workers worth measuring for CPU work: as many as the CPUs allow.
+    def _cap(self, base0: ConfigResult | None) -> int:
+        """The most workers worth measuring: /dev/shm's share, and for CPU work one past the CPUs
+        (the policy recommends more than that only on repeated evidence, which one more shows)."""
+        cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
+        ceiling = self._cpu_ceiling(base0)
+        return min(cap, ceiling + 1) if ceiling is not None else cap
 
-        When the 0-worker fetch was mostly CPU time the policy never picks more workers than CPUs
-        (:func:`loaderdoc.policy.beyond_cpus_evidence` is vetoed), so measuring past them only
-        spends the budget."""
+    def _cpu_ceiling(self, base0: ConfigResult | None) -> int | None:
+        """As many workers as the CPUs allow, when the 0-worker fetch was mostly CPU time."""
         cpus = self.limits.cpu_budget
         if cpus is None or base0 is None or not base0.ok or base0.fetch_cpu_pct is None:
             return None
@@ -214,76 +230,47 @@ class Search:
             return None
         return policy.cpu_limit(cpus)
 
-    def _first_guess(self, base0: ConfigResult | None) -> int:
-        if base0 is None or not base0.ok or not base0.wait.mean_ms:
-            return 2
-        step_ms = max(base0.step_ms_achieved or 0.0, 1.0)
-        fetch_ms = base0.wait.mean_ms
-        needed = math.ceil(fetch_ms / step_ms)
-        reason = f"num_workers=0: loading one batch took {fetch_ms:.0f} ms against a {step_ms:.0f} ms step, so about {needed} worker{'s' if needed != 1 else ''} keep{'s' if needed == 1 else ''} up"
-        cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0
-        guess = needed
-        cpus = self.limits.cpu_budget
-        if cpu_share > 0.2 and cpus is not None:
-            cpu_cap = math.ceil(cpus / cpu_share)
-            if cpu_cap < needed:
-                reason += (f"; but loading is {cpu_share * 100:.0f} % CPU and the CPU budget is "
-                           f"{cpus:g}, so no more than ~{cpu_cap} can run at once")
-                guess = cpu_cap
-        elif cpu_share:
-            reason += f" (loading is only {cpu_share * 100:.0f} % CPU, mostly waiting: more workers than cores can help)"
-        ceiling = self._cpu_ceiling(base0)
-        if ceiling is not None and guess > ceiling:
-            reason += (f"; loading is CPU work, so no more workers than the {cpus:g} CPUs allow ({ceiling}) are "
-                       "measured: more would only take turns")
-            guess = ceiling
-        self.notes.append(reason)
-        cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes))
-        return max(1, min(guess, cap))
+    def _predict(self, base0: ConfigResult | None) -> None:
+        """The model from the baseline, and the size it predicts (2 when there is no model)."""
+        self._max = self._cap(base0)
+        self.model = model_from(base0, self.limits.cpu_budget, self._max) if base0 is not None else None
+        if self.model is None:
+            self.predicted = min(2, self._max)
+            self.notes.append("no stage timings from num_workers=0: measuring around 2 workers")
+            return
+        m = self.model
+        self.predicted = max(1, min(self._max, m.pick()))
+        rate, limit = m.rate(self.predicted)
+        capped = " (capped by /dev/shm)" if self._max < m.workers_for(1.0) and self._max == self.predicted else ""
+        self.notes.append(
+            f"prediction from num_workers=0: {m.describe()}; so about {policy.workers_text(self.predicted)} "
+            f"reach {rate:.1f} steps/s, where the {_LIMITS[limit]} limits it{capped}")
 
-    def _climb(self, base0: ConfigResult | None) -> None:
-        workers = self._first_guess(base0)
-        best = base0.batches_per_s if base0 is not None and base0.ok and base0.batches_per_s else 0.0
-        cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
-        cpu_share = (base0.fetch_cpu_pct or 0.0) / 100.0 if base0 is not None and base0.ok else 0.0
-        ceiling = self._cpu_ceiling(base0)
-        if ceiling is not None:
-            cap = min(cap, ceiling)
-        elif cpu_share > 0.5 and self.limits.cpu_budget is not None:
-            # partly CPU work: far more processes than CPUs only adds contention and memory
-            cap = min(cap, max(2 * workers, math.ceil(self.limits.cpu_budget) + 2))
-        best_workers = 0
-        tried: set[int] = set()
-        while True:
-            tried.add(workers)
-            result = self.try_config(self.settings_for(workers), "climb: more workers while the step is starved")
-            if result is None:
+    def _verify(self) -> None:
+        """Measure the predicted size and its neighbours; go up while the top one still pays."""
+        w = self.predicted
+        delta = max(1, round(0.25 * w))
+        for n in (w, w + delta, w - delta):
+            if 1 <= n <= self._max and not self.measured(n):
+                result = self.try_config(self.settings_for(n), "verify: around the predicted size")
+                if result is None or self._halted():
+                    return
+                if not result.ok:
+                    self.notes.append(f"num_workers={n} failed ({result.error})")
+        while not self._halted():
+            table = {k[0]: v for k, v in self.fitting_throughputs().items() if k[1] in (0, policy.DEFAULT_PREFETCH)}
+            sizes = sorted(table)
+            top = sizes[-1]
+            if top >= self._max or max(table, key=table.get) != top or len(sizes) < 2:
                 return
-            if not result.ok:
-                self.notes.append(f"num_workers={workers} failed ({result.error}); not trying more")
+            below = sizes[-2]
+            if table[top] < table[below] * (1 + self.tolerance()):
+                return  # the plateau
+            nxt = min(self._max, top + max(1, round(0.5 * top)))
+            self.notes.append(f"num_workers={top} still beat num_workers={below} ({table[top]:.1f} vs "
+                              f"{table[below]:.1f} steps/s): the model was low, measuring {nxt}")
+            if self.try_config(self.settings_for(nxt), "verify: more workers still paid") is None:
                 return
-            rate = result.batches_per_s or 0.0
-            if (result.starvation_pct or 0) < NOT_STARVED_PCT:
-                self.notes.append(
-                    f"num_workers={workers}: the step waited for data only {result.starvation_pct:.1f} % of the time"
-                )
-                return
-            if rate < best * (1 + MIN_GAIN):
-                self.notes.append(
-                    f"num_workers={workers} gave {rate:.1f} steps/s against {best:.1f} before: "
-                    "more workers do not help any more (CPU or I/O saturated)"
-                )
-                # the first step may have overshot into contention: look once below it
-                fewer = workers // 2
-                if best_workers == 0 and fewer > 0 and fewer not in tried:
-                    self.try_config(self.settings_for(fewer), "climb overshot? fewer workers")
-                return
-            best, best_workers = rate, workers
-            if workers >= cap:
-                return
-            step_rate = 1000.0 / max(result.step_ms_achieved or 1.0, 1.0)
-            scale = step_rate / rate if rate else 2.0
-            workers = min(cap, max(workers + 1, min(2 * workers, math.ceil(workers * scale * 1.1))))
 
     def _cpu_reference(self) -> None:
         """Measure as many workers as the CPUs allow when the climb went past them.
@@ -302,8 +289,7 @@ class Search:
         limit = policy.cpu_limit(per_rank)
         if self.measured(limit):
             return
-        self.try_config(self.settings_for(limit), f"the CPU budget: as many workers as the {per_rank:g} CPUs allow",
-                        reserve=False)
+        self.try_config(self.settings_for(limit), f"the CPU budget: as many workers as the {per_rank:g} CPUs allow")
 
     def _refine(self) -> None:
         """Narrow down to the fewest workers within tolerance of the best (default prefetch).
@@ -357,23 +343,67 @@ class Search:
         why = f"bursty waits: p95 {p95:.0f} ms vs p50 {p50:.0f} ms"
         self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
 
-    def _repeat_contenders(self) -> None:
-        """Measure the best and the cheapest-near-best again: one short window can mislead."""
-        table = self.fitting_throughputs()
-        if len(table) < 2 or self._halted():
-            return
-        best = max(table, key=table.get)
+    def _in_order(self, base0: ConfigResult | None) -> None:
+        """``in_order=False`` where a few batches take far longer to load than the rest: a slow
+        batch then no longer holds back the ready ones behind it. Measured beside the pick (in
+        turns), recommended only when it is faster by more than the tolerance."""
         candidate = self.cheapest_near_best()
-        contenders = {best, candidate} if candidate else {best}
-        # also anything within 10 % that is cheaper than the best: it may be the real winner
-        contenders |= {k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < best[0]}
-        for key in sorted(contenders):
-            if len(self.measured(*key)) >= 2:
-                continue
-            if self.try_config(self.settings_for(key[0], key[1] or None), "repeat: confirm a close contender") is None:
+        if candidate is None or candidate[0] < 2 or self._halted() or not self.limits.in_order_supported:
+            return
+        last = self.measured(*candidate)[-1]
+        spread = base0 is not None and base0.ok and policy.spiky_loading(base0.wait.p50_ms, base0.wait.p95_ms)
+        stalls = policy.bursty(last.wait.p50_ms, last.wait.p95_ms, last.step_ms_achieved)
+        if not (spread or stalls):
+            return
+        why = (f"batches load unevenly with 0 workers (p95 {base0.wait.p95_ms:.0f} ms vs p50 {base0.wait.p50_ms:.0f} ms)"
+               if spread else f"bursty waits at the pick (p95 {last.wait.p95_ms:.0f} ms vs p50 {last.wait.p50_ms:.0f} ms)")
+        settings = self.settings_for(candidate[0], candidate[1] or None, in_order=False)
+        if self.try_config(settings, f"in_order=False: {why}") is None:
+            return
+        self.try_config(self.settings_for(candidate[0], candidate[1] or None), "in_order=True again, beside it")
+
+    def in_order_gain(self) -> tuple[float, float, int] | None:
+        """(in_order=False, in_order=True) mean steps/s at the pick and runs of each, when both were measured."""
+        choice = self.choice()
+        if choice is None:
+            return None
+        off = [r.batches_per_s for r in self.results if r.ok and r.batches_per_s and not r.settings.in_order
+               and policy.stream_key(r.settings) == choice.key]
+        if not off:
+            return None
+        return statistics.fmean(off), choice.rate, len(off)
+
+    def _repeat_contenders(self) -> None:
+        """Measure the close contenders again, in turns, until the pick stops changing.
+
+        Contenders: the best, the pick, anything cheaper within 10 % of the best, the largest size
+        below the pick (the evidence that fewer workers are slower), and any size past the CPUs
+        that measured faster but is not allowed on one run. Each round measures each
+        one once more; two rounds in a row with the same pick settle it."""
+        previous = self.cheapest_near_best()
+        for round_ in range(2, MAX_ROUNDS + 1):
+            table = self.fitting_throughputs()
+            choice = self.choice()
+            if len(table) < 2 or choice is None or self._halted():
                 return
-        # bisecting again can matter when the repeat moved the best
-        self._refine()
+            best, pick = choice.best_key, choice.key
+            contenders = {best, pick} | {k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < best[0]}
+            # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
+            contenders |= {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
+            below = [k for k in table if k[0] < pick[0] and k[1] in (0, policy.DEFAULT_PREFETCH)]
+            if below and pick[0] > 0:
+                contenders.add(max(below))
+            for key in sorted(contenders):
+                if len(self.measured(*key)) >= round_:
+                    continue
+                if self.try_config(self.settings_for(key[0], key[1] or None),
+                                   "repeat: contenders measured in turns") is None:
+                    return
+            self._refine()  # a repeat can move the best, and with it the fewest workers that fast
+            now = self.cheapest_near_best()
+            if now == previous and all(len(self.measured(*k)) >= 2 for k in contenders if k in self.throughputs()):
+                return
+            previous = now
 
     def _persistence(self) -> None:
         candidate = self.cheapest_near_best()
@@ -383,12 +413,11 @@ class Search:
         settings = self.settings_for(workers, prefetch)
         done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
         # an IterableDataset's epoch ends when its stream does, not when the probe asks: no restart to time
-        if not done and not self.limits.iterable and self.try_config(settings, "epoch restart, persistent_workers off and on", restart=True,
-                                        reserve=False) is None:
+        if not done and not self.limits.iterable and self.try_config(
+                settings, "epoch restart, persistent_workers off and on", restart=True) is None:
             return
         if self.limits.cuda:
-            self.try_config(self.settings_for(workers, prefetch, pin_memory=True), "pin_memory on (CUDA)",
-                            reserve=False)
+            self.try_config(self.settings_for(workers, prefetch, pin_memory=True), "pin_memory on (CUDA)")
 
     def _outcome(self) -> SearchOutcome:
         return outcome(self)

@@ -1,0 +1,164 @@
+"""Time the stages of loading inside the process that loads: the dataset and the collate function,
+wrapped, write their wall time, CPU time and finished batches into counters every worker shares.
+
+The counters live in an anonymous shared mapping made before the DataLoader forks its workers (no
+file in ``/dev/shm``, which may be full or tiny), one row per loading process: row 0 is the training
+process (``num_workers=0``), row ``k + 1`` worker ``k``. Each process writes only its own row, so no
+lock is needed; the measuring process snapshots the rows at the start and end of its steady window.
+
+Used inside the measuring process only (imports torch lazily, when a wrapper is built).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FIELDS = ("samples", "dataset_wall", "dataset_cpu", "dataset_queued", "batches", "collate_wall",
+          "collate_cpu", "last_done")
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+_SIZE = struct.calcsize("d")
+
+
+def queued_seconds() -> float:
+    """Time this thread spent runnable but waiting for a CPU (Linux schedstat), 0 without it."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class Tally:
+    """Shared per-process counters (see the module docstring)."""
+
+    def __init__(self, workers: int) -> None:
+        self.rows = workers + 1
+        self._map = mmap.mmap(-1, self.rows * len(FIELDS) * _SIZE)  # MAP_SHARED | MAP_ANONYMOUS
+        self._values = memoryview(self._map).cast("d")
+
+    def row(self) -> int:
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        return 0 if info is None else 1 + info.id
+
+    def add(self, row: int, **amounts: float) -> None:
+        base = row * len(FIELDS)
+        for name, amount in amounts.items():
+            self._values[base + _INDEX[name]] += amount
+
+    def set(self, row: int, name: str, value: float) -> None:
+        self._values[row * len(FIELDS) + _INDEX[name]] = value
+
+    def snapshot(self) -> list[dict[str, float]]:
+        width = len(FIELDS)
+        return [dict(zip(FIELDS, self._values[r * width:(r + 1) * width].tolist(), strict=True))
+                for r in range(self.rows)]
+
+    def close(self) -> None:
+        self._values.release()
+        self._map.close()
+
+
+def wrap_dataset(dataset: Any, tally: Tally) -> Any:
+    """``dataset`` behind a wrapper that times its samples, one batch at a time where it can."""
+    from torch.utils.data import Dataset, IterableDataset
+
+    clock = time.perf_counter
+
+    class TimedIterable(IterableDataset):
+        def __init__(self) -> None:
+            self.inner = dataset
+
+        def __iter__(self):
+            row = tally.row()
+            stream = iter(dataset)
+            while True:
+                wall, cpu = clock(), time.thread_time()
+                try:
+                    sample = next(stream)
+                except StopIteration:
+                    return
+                tally.add(row, samples=1, dataset_wall=clock() - wall, dataset_cpu=time.thread_time() - cpu)
+                yield sample
+
+    class TimedDataset(Dataset):
+        def __init__(self) -> None:
+            self.inner = dataset
+
+        def __len__(self) -> int:
+            return len(dataset)
+
+        def __getitem__(self, index: Any) -> Any:
+            return self.__getitems__([index])[0]
+
+        def __getitems__(self, indices: list[Any]) -> list[Any]:
+            # torch's fetcher hands a batch's indices at once to a dataset that has this method: one
+            # timing per batch keeps the cost of timing negligible even for microsecond samples
+            row = tally.row()
+            wall, cpu, queued = clock(), time.thread_time(), queued_seconds()
+            batched = getattr(dataset, "__getitems__", None)
+            samples = batched(indices) if batched else [dataset[i] for i in indices]
+            tally.add(row, samples=len(indices), dataset_wall=clock() - wall,
+                      dataset_cpu=time.thread_time() - cpu, dataset_queued=queued_seconds() - queued)
+            return samples
+
+    return TimedIterable() if isinstance(dataset, IterableDataset) else TimedDataset()
+
+
+def wrap_collate(collate_fn: Callable[..., Any] | None, tally: Tally) -> Callable[..., Any]:
+    """``collate_fn`` (torch's default when None) timed, and each finished batch stamped."""
+    from torch.utils.data import default_collate
+
+    collate = collate_fn or default_collate
+    clock = time.perf_counter
+
+    def timed_collate(samples: Any) -> Any:
+        row = tally.row()
+        wall, cpu = clock(), time.thread_time()
+        batch = collate(samples)
+        done = clock()
+        tally.add(row, batches=1, collate_wall=done - wall, collate_cpu=time.thread_time() - cpu)
+        tally.set(row, "last_done", done)
+        return batch
+
+    return timed_collate
+
+
+@dataclass
+class Window:
+    """What the loading processes did between two snapshots."""
+
+    batches: int
+    samples: int
+    dataset_s: float
+    dataset_cpu_s: float
+    dataset_queued_s: float
+    collate_s: float
+    collate_cpu_s: float
+    produced_per_s: float | None  # None: a worker finished no batch in the window (too short to tell)
+
+
+def window(before: list[dict[str, float]], after: list[dict[str, float]], rows: range) -> Window:
+    """Totals over ``rows``, and the production rate: each worker's batches over the time between
+    its last finished batch before the window and its last one in it (whole batch intervals, so a
+    batch half-done at either edge does not bias the rate)."""
+    def total(name: str) -> float:
+        return sum(after[r][name] - before[r][name] for r in rows)
+
+    rate: float | None = 0.0
+    for r in rows:
+        done = after[r]["batches"] - before[r]["batches"]
+        span = after[r]["last_done"] - before[r]["last_done"]
+        if done < 1 or span <= 0 or before[r]["last_done"] == 0:
+            rate = None
+            break
+        rate += done / span
+    return Window(batches=int(total("batches")), samples=int(total("samples")), dataset_s=total("dataset_wall"),
+                  dataset_cpu_s=total("dataset_cpu"), dataset_queued_s=total("dataset_queued"),
+                  collate_s=total("collate_wall"), collate_cpu_s=total("collate_cpu"), produced_per_s=rate)

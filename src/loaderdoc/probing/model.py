@@ -1,0 +1,199 @@
+"""Where a step's time goes, and the throughput curve over ``num_workers`` it predicts.
+
+An operational model in the spirit of Plumber (Kuchnik et al., MLSys 2022): every stage of a step
+has a rate it alone could sustain, and the pipeline runs at the slowest one. From the timings the
+instrumented 0-worker run took inside the process that loaded (:class:`~.result.StageTimes`):
+
+- ``W`` workers, each loading a batch in ``load_ms`` of wall time, deliver ``W x 1000 / load_ms``
+  batches a second: waiting (storage, network, sleep) overlaps freely across workers;
+- the CPU budget runs at most ``cpus x 1000 / cpu_ms`` batches a second, however many workers
+  share it: CPU work saturates at the CPUs (the training process's receiving counts too);
+- the training process takes a batch (``receive_ms``) and runs the step (``step_ms``) one at a
+  time: ``1000 / (step_ms + receive_ms)``.
+
+``rate(W)`` is the lowest of the three; memory and ``/dev/shm`` cap ``W`` through
+:mod:`loaderdoc.policy`. The model is a prediction: the search measures around it and reports
+predicted against measured. Pure arithmetic, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from loaderdoc import policy
+from loaderdoc.probing.result import Breakdown, ConfigResult, CurvePoint, Prediction, StageCost
+from loaderdoc.units import fmt_bytes
+
+
+@dataclass
+class LoadModel:
+    load_ms: float  # one batch, loaded by one worker (samples + collate), wall time
+    cpu_ms: float  # ... of which CPU time
+    step_ms: float  # the training step
+    receive_ms: float = 0.0  # the training process taking a ready batch from a worker
+    cpus: float | None = None  # the rank's CPU budget; None: unknown, no CPU cap
+    zero_per_s: float | None = None  # measured steady rate with 0 workers
+    max_workers: int = 64  # the most workers memory and /dev/shm allow (policy)
+
+    # ---- the stages' rates ------------------------------------------------------------------
+    def workers_per_s(self, workers: int) -> float:
+        return workers * 1000.0 / max(self.load_ms, 1e-6)
+
+    def cpu_per_s(self) -> float | None:
+        if self.cpus is None or self.cpu_ms + self.receive_ms <= 0:
+            return None
+        return self.cpus * 1000.0 / (self.cpu_ms + self.receive_ms)
+
+    def step_per_s(self) -> float:
+        return 1000.0 / max(self.step_ms + self.receive_ms, 1e-6)
+
+    def rate(self, workers: int) -> tuple[float, str]:
+        """Predicted steady steps/s at ``workers`` (default prefetch), and what limits it."""
+        if workers == 0:
+            serial = 1000.0 / max(self.load_ms + self.step_ms, 1e-6)
+            return (self.zero_per_s or serial), "loading and the step take turns"
+        limits = [(self.workers_per_s(workers), "workers"), (self.step_per_s(), "step")]
+        cpu = self.cpu_per_s()
+        if cpu is not None:
+            limits.append((cpu, "CPU"))
+        return min(limits)
+
+    @property
+    def ceiling(self) -> float:
+        """The rate no number of workers can pass: the CPUs or the step."""
+        cpu = self.cpu_per_s()
+        return min(self.step_per_s(), cpu) if cpu is not None else self.step_per_s()
+
+    def workers_for(self, share: float) -> int:
+        """Fewest workers whose predicted rate reaches ``share`` of the ceiling (within the caps)."""
+        need = math.ceil(share * self.ceiling * self.load_ms / 1000.0 - 1e-9)
+        return max(1, min(self.max_workers, need))
+
+    def pick(self, tolerance: float = policy.TOLERANCE) -> int:
+        """Fewest workers within ``tolerance`` of the best predicted (0 when loading in the training
+        process is already that fast)."""
+        top = max(self.rate(w)[0] for w in (0, self.workers_for(1.0)))
+        if self.rate(0)[0] >= (1 - tolerance) * top:
+            return 0
+        return self.workers_for(1 - tolerance)
+
+    def describe(self) -> str:
+        cpus = f" on {self.cpus:g} CPUs" if self.cpus is not None else ""
+        return (f"a worker loads a batch in {self.load_ms:.1f} ms ({self.cpu_ms:.1f} ms of it CPU){cpus}; "
+                f"the step takes {self.step_ms:.1f} ms and receiving a batch {self.receive_ms:.1f} ms")
+
+
+def model_from(baseline: ConfigResult, cpus: float | None, max_workers: int,
+               receive_ms: float | None = None) -> LoadModel | None:
+    """The model from the 0-worker run: its instrumented stages, else its waits (each wait with 0
+    workers is one batch loaded in the training process) and the CPU share of that loading."""
+    if not baseline.ok or not baseline.batches_per_s:
+        return None
+    stages = baseline.stages
+    if stages is not None and stages.load_ms:
+        load, cpu = stages.load_ms, stages.load_cpu_ms or 0.0
+    elif baseline.wait.mean_ms:
+        load = baseline.wait.mean_ms
+        cpu = load * (baseline.fetch_cpu_pct or 0.0) / 100.0
+    else:
+        return None
+    return LoadModel(load_ms=load, cpu_ms=cpu, step_ms=baseline.step_ms_achieved or 0.0,
+                     receive_ms=receive_ms or 0.0, cpus=cpus, zero_per_s=baseline.batches_per_s,
+                     max_workers=max(1, max_workers))
+
+
+def curve(model: LoadModel, measured: dict[int, float], upto: int | None = None) -> list[CurvePoint]:
+    """Predicted (and, where measured, measured) steps/s from 0 workers to past the knee."""
+    knee = model.workers_for(1.0)
+    last = min(model.max_workers, max(upto or 0, knee + max(2, knee // 2), max(measured, default=0)))
+    points = []
+    for w in range(0, last + 1):
+        rate, limit = model.rate(w)
+        points.append(CurvePoint(workers=w, predicted_per_s=round(rate, 3), measured_per_s=measured.get(w),
+                                 limit=limit))
+    return points
+
+
+def prediction(model: LoadModel, measured: dict[int, float], pick: int | None) -> Prediction:
+    predicted_pick = model.pick()
+    out = Prediction(curve=curve(model, measured, upto=pick), workers=predicted_pick, model=model.describe(),
+                     pick_workers=pick)
+    if pick is not None:
+        out.pick_predicted_per_s = round(model.rate(pick)[0], 3)
+        out.pick_measured_per_s = measured.get(pick)
+    return out
+
+
+# ---- the breakdown of one measured configuration ------------------------------------------------
+def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown:
+    """Where a step's time went at ``result``'s configuration, and which stage limits it."""
+    out = Breakdown(settings=result.settings, label=label, measured_per_s=result.batches_per_s,
+                    wait_ms=result.wait.mean_ms)
+    st = result.stages
+    workers = result.settings.num_workers
+    step = result.step_ms_achieved or 0.0
+    if st is None or st.dataset_ms is None:
+        out.why = "not instrumented: no stage timings for this run"
+        return out
+    load = st.load_ms or 0.0
+    cpu = st.load_cpu_ms or 0.0
+    parallel = max(1, workers)
+
+    def rate(ms: float, n: int = 1) -> float | None:
+        return n * 1000.0 / ms if ms > 0 else None
+
+    where = f"in {policy.workers_text(workers)}" if workers else "in the training process"
+    out.stages.append(StageCost("dataset (CPU)", round(st.dataset_cpu_ms or 0.0, 3), None,
+                                f"__getitem__ running, {where}"))
+    if st.dataset_queued_ms:
+        out.stages.append(StageCost("dataset (waiting for a CPU)", round(st.dataset_queued_ms, 3), None,
+                                    "runnable, but other processes held the CPUs"))
+    out.stages.append(StageCost("dataset (waiting)", round(st.dataset_wait_ms or 0.0, 3), None,
+                                "storage, network, sleeps, locks: wall minus CPU time"))
+    out.stages.append(StageCost("collate", round(st.collate_ms or 0.0, 3), None, where))
+    loading = StageCost("loading, all stages", round(load, 3), rate(load, parallel),
+                        f"{policy.workers_text(parallel)} in parallel" if workers else "one batch at a time")
+    out.stages.append(loading)
+    if cpu > 0 and cpus is not None and workers:
+        out.stages.append(StageCost("CPU budget", round(cpu, 3), rate(cpu + (st.receive_ms or 0.0), 1) and
+                                    cpus * 1000.0 / (cpu + (st.receive_ms or 0.0)),
+                                    f"{cpus:g} CPUs shared by the workers"))
+    if workers:
+        moved = fmt_bytes(result.batch_bytes) if result.batch_bytes else "the batch"
+        out.stages.append(StageCost("transfer", round(st.receive_ms or 0.0, 3), None,
+                                    f"{moved} a batch through /dev/shm, taken by the training process"))
+    if st.pin_ms is not None:
+        out.stages.append(StageCost("pin memory", round(st.pin_ms, 3), None, "CUDA"))
+    if result.h2d_pinned_ms is not None:
+        h2d = result.h2d_pinned_ms if result.settings.pin_memory else (result.h2d_pageable_ms or 0.0)
+        out.stages.append(StageCost("host-to-device copy", round(h2d, 3), None, "CUDA"))
+    serial = step + (st.receive_ms or 0.0) + (0.0 if workers else load)
+    out.stages.append(StageCost("training step", round(step, 3), rate(serial),
+                                "one at a time" + ("" if workers else ", taking turns with loading")))
+    limits = [s for s in out.stages if s.per_s]
+    if not limits:
+        return out
+    slowest = min(limits, key=lambda s: s.per_s)
+    if workers == 0:
+        share = load / (load + step) if load + step > 0 else 0.0
+        if load >= step:
+            io = st.dataset_wait_ms or 0.0
+            kind = "waiting on storage/network" if io > cpu else "CPU work"
+            out.bottleneck = "loading"
+            out.why = (f"loading takes {load:.0f} ms of every {load + step:.0f} ms step ({share:.0%}), mostly {kind}, "
+                       "in the training process: the step waits for it")
+        else:
+            out.bottleneck = "training step"
+            out.why = f"the step ({step:.0f} ms) outlasts loading ({load:.0f} ms a batch)"
+        return out
+    out.bottleneck = {"loading, all stages": "workers", "CPU budget": "CPU", "training step": "training step"}.get(
+        slowest.stage, slowest.stage)
+    out.why = {
+        "workers": f"{policy.workers_text(workers)} at {load:.0f} ms a batch deliver {slowest.per_s:.1f} batches/s, "
+                   "below what the step could take",
+        "CPU": f"the {cpus:g} CPUs at {cpu:.0f} ms of CPU a batch run out at {slowest.per_s:.1f} batches/s: more "
+               "workers would only take turns",
+        "training step": f"the step ({step:.0f} ms) is the slowest stage: the data side keeps up",
+    }.get(out.bottleneck, f"{slowest.stage} is the slowest stage ({slowest.per_s:.1f} batches/s)")
+    return out

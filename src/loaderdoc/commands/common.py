@@ -77,3 +77,6 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, with_probe: bool)
         g.add_argument("--dataset", metavar="MOD:FACTORY", help="probe your own Dataset: a callable returning it")
         g.add_argument("--step-ms", type=non_negative_float, metavar="MS", help="simulated training step (ms)")
         g.add_argument("--budget", type=positive_float, metavar="SECONDS", help="probe time budget (default 30)")
+        g.add_argument("--epoch-steps", type=positive_int, metavar="N",
+                       help="training steps per epoch, to weigh worker start-up against (default: dataset length "
+                       "/ batch size)")

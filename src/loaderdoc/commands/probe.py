@@ -91,6 +91,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         batch_size=getattr(args, "batch_size", None),
         step_ms=getattr(args, "step_ms", None),
         budget_s=getattr(args, "budget", None) or 30.0,
+        epoch_steps=getattr(args, "epoch_steps", None),
     )
     from loaderdoc.probing.api import DEFAULT_STEP_MS, check_budget
 

@@ -61,7 +61,17 @@ def check_budget(budget_s: float, step_ms: float) -> None:
         "(or simulate a shorter --step-ms)")
 
 
-def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_ms: float, iterable: bool):
+def in_order_supported() -> bool:
+    """Whether this torch's DataLoader takes ``in_order`` (torch >= 2.6)."""
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    return "in_order" in inspect.signature(DataLoader.__init__).parameters
+
+
+def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_ms: float, iterable: bool,
+            epoch_steps: int | None = None):
     """The search's limits, from the facts alone (loaderdoc.system reads the machine)."""
     from loaderdoc import policy
     from loaderdoc.probing.search import SearchLimits
@@ -75,6 +85,8 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_m
         ranks=room.ranks,
         cuda=device.startswith("cuda"),
         iterable=iterable,
+        in_order_supported=in_order_supported(),
+        epoch_steps=epoch_steps,
         expected_cost_s=plan.window_s * 1.5 + plan.warmup_s + 0.5 + plan.least_s(step_ms),
     )
 
@@ -135,11 +147,13 @@ def probe(
     cancel: threading.Event | None = None,
     overrides: dict[str, Any] | None = None,
     name: str | None = None,
+    epoch_steps: int | None = None,
 ) -> ProbeReport:
     """Measure DataLoader configurations for ``dataset`` (or a synthetic ``preset``) and recommend one.
 
     ``batch_size`` None means the preset's own (32 for a user dataset); ``step_ms`` None means the
-    preset's typical step. ``on_result`` is called as each configuration finishes, ``on_progress``
+    preset's typical step. ``epoch_steps`` (default: the dataset's length / batch size) is what
+    the workers' start-up is weighed against for ``persistent_workers``. ``on_result`` is called as each configuration finishes, ``on_progress``
     with (fraction of the budget used, message). Setting ``cancel`` stops within ~0.1 s: the
     report then holds what was measured and ``stopped == "cancelled"``. Ctrl+C raises
     :class:`ProbeInterrupted` (a KeyboardInterrupt) carrying the partial report. Either way no
@@ -178,11 +192,15 @@ def probe(
     except TypeError:
         info.dataset_len = None
 
+    if epoch_steps is not None and epoch_steps < 1:
+        raise UserError(f"epoch_steps must be >= 1, got {epoch_steps}")
+    if epoch_steps is None and info.dataset_len:
+        epoch_steps = math.ceil(info.dataset_len / batch_size)
     plan = plan_for_budget(budget_s)
     remaining = budget_s - (time.monotonic() - started)
-    limits = _limits(facts, max(remaining, 0.1), device, plan, step, info.iterable)
+    limits = _limits(facts, max(remaining, 0.1), device, plan, step, info.iterable, epoch_steps)
     workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
-    report = ProbeReport(workload=info, budget_s=budget_s, device=device)
+    report = ProbeReport(workload=info, budget_s=budget_s, device=device, epoch_steps=epoch_steps)
 
     streams_known = False  # an IterableDataset: whether its workers repeat the stream, once answered
 
@@ -235,4 +253,6 @@ def _fill(report: ProbeReport, outcome: Any, started: float) -> None:
     report.recommended = outcome.recommended
     report.reasons = outcome.reasons
     report.stopped = outcome.stopped
+    report.breakdown = outcome.breakdown
+    report.prediction = outcome.prediction
     report.elapsed_s = time.monotonic() - started

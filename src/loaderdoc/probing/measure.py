@@ -274,6 +274,9 @@ def measure_in_process(
         ordered = sorted(waits)
         result.consumed_per_s = len(waits) / steady
         result.stages = _stages(before, after, rows, ready_waits, settings.num_workers)
+        if result.stages is not None and result.stages.receive_ms is None:
+            # the step never found a batch waiting (starved): time the hand-over itself instead
+            result.stages.receive_ms = _hand_over_ms(batch)
         produced = result.stages.produced_per_s if result.stages else None
         result.batches_per_s = min(result.consumed_per_s, produced) if produced else result.consumed_per_s
         batch_size = kwargs.get("batch_size") or 1
@@ -357,6 +360,28 @@ def _ready_batches(iterator: Any) -> Callable[[], bool]:
             return False
 
     return ready
+
+
+def _hand_over_ms(batch: Any, repeats: int = 3) -> float | None:
+    """Median time to pass ``batch`` through a torch multiprocessing queue and take it out again:
+    the pickling of its /dev/shm storages (file descriptors handed over) and the rebuild that a
+    worker's batch goes through. None if it cannot be done here."""
+    import torch.multiprocessing as tmp
+
+    queue = tmp.get_context("fork").Queue()
+    times = []
+    try:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            queue.put(batch)
+            queue.get(timeout=5.0)
+            times.append(time.perf_counter() - started)
+    except Exception:
+        return None
+    finally:
+        queue.close()
+        queue.join_thread()
+    return statistics.median(times) * 1000
 
 
 def _every_worker_delivered(before: list[dict[str, float]], now: list[dict[str, float]], rows: range) -> bool:

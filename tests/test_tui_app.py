@@ -183,6 +183,22 @@ async def test_settings_checkbox_toggles_from_keyboard():
         assert app.session.settings.persistent_workers is True
 
 
+async def test_in_order_is_a_switch_whose_change_reaches_the_export_preview():
+    app = app_for("ci-2core", settings=LoaderSettings(batch_size=32, num_workers=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        box = app.screen.query_one("#set-in_order", Checkbox)
+        assert box.value is True and str(box.label) == "true"
+        box.focus()
+        await pilot.press("space")
+        await pilot.pause()
+        assert app.session.settings.in_order is False and str(box.label) == "false"
+        await pilot.press("ctrl+e")
+        await pilot.pause()
+        assert "in_order = false" in app.screen.query_one("#preview-toml").text
+        assert "in_order=False," in app.screen.query_one("#preview-py").text
+
+
 # ---- diagnoses ----------------------------------------------------------------------------
 async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
     app = app_for("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),

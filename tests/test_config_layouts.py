@@ -228,6 +228,25 @@ def test_check_text_names_each_loader_and_where_its_settings_were_read():
     assert "  val [" in proc.stdout and "  test [" in proc.stdout
 
 
+def test_check_reads_in_order_and_refuses_it_on_a_torch_older_than_2_6(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("dataloader:\n  batch_size: 32\n  num_workers: 4\n  in_order: false\n")
+    runs = {}
+    for machine in ("laptop-rtx3050", "h100x8-node"):  # recorded with torch 2.5.1 and 2.8.0
+        proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", machine, "--json",
+                               "--config", str(path)], capture_output=True, text=True, timeout=60)
+        runs[machine] = (proc.returncode, json.loads(proc.stdout))
+    code, report = runs["laptop-rtx3050"]
+    (loader,) = report["config"]["loaders"]
+    assert loader["settings"]["in_order"] is False and loader["found"]["in_order"] == {"key": "dataloader.in_order",
+                                                                                        "line": 4}
+    rejected = [f for f in report["findings"] if f["rule_id"] == "settings-rejected"]
+    assert code == 2 and rejected and rejected[0]["settings_change"] == {"in_order": True}
+    code, report = runs["h100x8-node"]
+    assert report["config"]["settings"]["in_order"] is False
+    assert "settings-rejected" not in [f["rule_id"] for f in report["findings"]]
+
+
 def test_the_config_section_fits_80_columns():
     env = {**os.environ, "COLUMNS": "80"}
     proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", "ci-2core",

@@ -226,6 +226,23 @@ async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
             assert app.screen.query_one(f"#set-{key}", Input).value == str(value)
 
 
+async def test_applying_the_fix_for_in_order_on_an_old_torch_turns_the_switch_back_on():
+    app = app_for("laptop-rtx3050", settings=LoaderSettings(batch_size=32, num_workers=4, pin_memory=True,
+                                                            persistent_workers=True, in_order=False))
+    async with app.run_test(size=SIZE) as pilot:  # the laptop was recorded with torch 2.5.1
+        await pilot.pause()
+        await pilot.press("3")
+        finding = app.session.findings[0]
+        assert (finding.rule_id, finding.settings_change) == ("settings-rejected", {"in_order": True})
+        await pilot.press("a")
+        await pilot.pause()
+        assert app.session.settings.in_order is True
+        assert "settings-rejected" not in [f.rule_id for f in app.session.findings]
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.screen.query_one("#set-in_order", Checkbox).value is True
+
+
 async def test_healthy_machine_says_so():
     app = app_for("h100x8-node")
     async with app.run_test(size=SIZE) as pilot:

@@ -78,6 +78,54 @@ def test_shuffle_is_rejected_only_for_a_probed_iterable_dataset():
     assert "settings-rejected" not in ids(evaluate(facts, s))
 
 
+def _with_torch(machine, version, installed=True):
+    facts = load_machine(machine)
+    facts.torch.installed = Reading.of(installed, "test")
+    facts.torch.version = Reading.of(version, "test") if version is not None else Reading.missing("not read")
+    return facts
+
+
+def test_in_order_off_is_refused_where_the_installed_torch_predates_it():
+    s = LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True, in_order=False)
+    facts = load_machine("laptop-rtx3050")  # recorded with torch 2.5.1+cu124
+    f = one(evaluate(facts, s), "settings-rejected")
+    assert f.severity == CRITICAL and f.symptom.endswith("before the first batch: in_order")
+    assert f.evidence == ["in_order=False needs torch >= 2.6: with the installed torch 2.5.1+cu124, DataLoader(...) "
+                          "raises TypeError (got an unexpected keyword argument 'in_order'), with or without workers"]
+    assert "arrived in torch 2.6" in f.cause and "worker-only" not in f.fix and "upgrade" in f.fix
+    assert f.settings_change == {"in_order": True}
+    assert "settings-rejected" not in ids(evaluate(facts, s.replace(**f.settings_change)))
+    # torch in that version refuses the keyword itself: without workers too
+    assert "settings-rejected" in ids(evaluate(facts, LoaderSettings(batch_size=32, in_order=False)))
+
+
+@pytest.mark.parametrize("version, refused", [
+    ("1.13.1+cu117", True), ("2.5.1", True), ("2.6.0", False), ("2.6.0a0+gitabc", False), ("2.10.0+cpu", False),
+    ("3.0.0", False), (None, False), ("nightly", False),
+])
+def test_in_order_off_is_judged_by_the_torch_release_and_unknown_stays_silent(version, refused):
+    s = LoaderSettings(batch_size=32, num_workers=1, in_order=False)
+    assert ("settings-rejected" in ids(evaluate(_with_torch("ci-2core", version), s))) is refused
+    # in order (torch's default, left out of the kwargs) is fine on every torch
+    assert "settings-rejected" not in ids(evaluate(_with_torch("ci-2core", version), s.replace(in_order=True)))
+
+
+def test_in_order_off_is_not_judged_without_torch_installed_or_without_workers_on_a_new_torch():
+    s = LoaderSettings(batch_size=32, num_workers=1, in_order=False)
+    assert "settings-rejected" not in ids(evaluate(_with_torch("ci-2core", "2.5.1", installed=False), s))
+    # torch >= 2.6 ignores it without workers: no error, no cost, no finding
+    assert evaluate(load_machine("ci-2core"), LoaderSettings(batch_size=32, num_workers=0, in_order=False)) == []
+
+
+def test_in_order_on_an_old_torch_and_worker_only_settings_are_named_and_repaired_together():
+    bad = LoaderSettings(batch_size=32, num_workers=0, prefetch_factor=2, in_order=False)
+    f = one(evaluate(load_machine("k8s-4cpu-quota"), bad), "settings-rejected")  # torch 2.5.1+cpu
+    assert f.symptom.endswith(": prefetch_factor, in_order") and len(f.evidence) == 2
+    assert "worker processes" in f.cause and "torch 2.6" in f.cause
+    assert f.settings_change == {"prefetch_factor": None, "in_order": True}
+    assert "settings-rejected" not in ids(evaluate(load_machine("k8s-4cpu-quota"), bad.replace(**f.settings_change)))
+
+
 def test_workers_repeating_an_iterable_dataset_is_critical_from_two_workers():
     facts = load_machine("ci-2core")
     s = LoaderSettings(batch_size=32, num_workers=4, prefetch_factor=2, persistent_workers=True)

@@ -103,6 +103,59 @@ def test_ml_cvnets_yaml():
     assert got["val"][0]["batch_size"] == 100
 
 
+# ---- in_order (torch >= 2.6) in every layout that holds DataLoader keyword arguments ------------------
+# (file name, text with {v} for the value, where the key is, its line); Hugging Face TrainingArguments,
+# timm and ml-cvnets have no such option
+IN_ORDER_LAYOUTS = [
+    ("native.toml", "[dataloader]\nnum_workers = 2\nin_order = {v}\n", "dataloader.in_order", 3),
+    ("native.json", '{{"dataloader": {{"num_workers": 2,\n "in_order": {v}}}}}\n', "dataloader.in_order", 2),
+    ("top.yaml", "num_workers: 2\nin_order: {v}\n", "in_order", 2),
+    ("mmengine.py", "train_dataloader = dict(\n    num_workers=2,\n    in_order={V},\n"
+                    "    sampler=dict(type='DefaultSampler', shuffle=True))\n", "train_dataloader.in_order", 3),
+    ("mmengine.yaml", "train_dataloader:\n  num_workers: 2\n  in_order: {v}\n", "train_dataloader.in_order", 3),
+    ("lightning.yaml", "trainer: {{max_epochs: 1}}\ndata:\n  class_path: my.DataModule\n  init_args:\n"
+                       "    num_workers: 2\n    in_order: {v}\n", "data.init_args.in_order", 6),
+    ("lightning_data.yaml", "class_path: my.DataModule\ninit_args:\n  num_workers: 2\n  in_order: {v}\n",
+     "init_args.in_order", 4),
+    ("hydra.yaml", "_target_: torch.utils.data.DataLoader\n_partial_: true\nnum_workers: 2\nin_order: {v}\n",
+     "in_order", 4),
+    ("hydra_nested.yaml", "loader:\n  _target_: torch.utils.data.DataLoader\n  num_workers: 2\n  in_order: {v}\n",
+     "loader.in_order", 4),
+]
+
+
+@pytest.mark.parametrize("name, text, key, line", IN_ORDER_LAYOUTS, ids=[c[0] for c in IN_ORDER_LAYOUTS])
+def test_in_order_is_read_from_every_layout_with_its_key_and_line(tmp_path, name, text, key, line):
+    path = tmp_path / name
+    path.write_text(text.format(v="false", V="False"))
+    config = read_config(path)
+    (loader,) = config.loaders
+    settings = config.settings(loader)
+    assert settings.in_order is False and settings.as_kwargs()["in_order"] is False
+    assert (loader.where("in_order"), config.line_of(loader.keys["in_order"])) == (key, line)
+    path.write_text(text.format(v="true", V="True"))
+    config = read_config(path)
+    assert config.settings(config.loaders[0]).in_order is True
+
+
+@pytest.mark.parametrize("name, text, key, line", IN_ORDER_LAYOUTS, ids=[c[0] for c in IN_ORDER_LAYOUTS])
+def test_in_order_of_the_wrong_type_names_file_line_and_key(tmp_path, name, text, key, line):
+    path = tmp_path / name
+    path.write_text(text.format(v='"no"', V='"no"'))
+    config = read_config(path)
+    shown = f"{key}: " if key != "in_order" else ""  # a key path is named when it differs from the setting
+    with pytest.raises(SettingsError, match=rf"{name}:{line}: {shown}in_order must be true/false \(or 1/0\), got 'no'"):
+        config.settings(config.loaders[0])
+
+
+def test_a_misspelt_in_order_in_the_loader_table_is_refused_with_the_right_name(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[dataloader]\nnum_workers = 2\nin_ordr = false\n")
+    with pytest.raises(SettingsError, match=r"c\.toml:3: dataloader.in_ordr: unknown setting 'in_ordr' \(did you mean "
+                                            r"'in_order'\?\)"):
+        read_config(path).settings(read_config(path).loaders[0])
+
+
 # ---- what is ignored, what is still an error ------------------------------------------------------
 def test_unrelated_keys_are_ignored_and_a_sampler_in_the_loader_table_is_accepted(tmp_path):
     path = tmp_path / "train.yaml"
@@ -173,6 +226,25 @@ def test_check_text_names_each_loader_and_where_its_settings_were_read():
     assert "mmdet_retinanet.py (mmengine): 3 loaders" in proc.stdout, proc.stdout
     assert "num_workers <- train_dataloader.num_workers:20" in proc.stdout
     assert "  val [" in proc.stdout and "  test [" in proc.stdout
+
+
+def test_check_reads_in_order_and_refuses_it_on_a_torch_older_than_2_6(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("dataloader:\n  batch_size: 32\n  num_workers: 4\n  in_order: false\n")
+    runs = {}
+    for machine in ("laptop-rtx3050", "h100x8-node"):  # recorded with torch 2.5.1 and 2.8.0
+        proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", machine, "--json",
+                               "--config", str(path)], capture_output=True, text=True, timeout=60)
+        runs[machine] = (proc.returncode, json.loads(proc.stdout))
+    code, report = runs["laptop-rtx3050"]
+    (loader,) = report["config"]["loaders"]
+    assert loader["settings"]["in_order"] is False and loader["found"]["in_order"] == {"key": "dataloader.in_order",
+                                                                                        "line": 4}
+    rejected = [f for f in report["findings"] if f["rule_id"] == "settings-rejected"]
+    assert code == 2 and rejected and rejected[0]["settings_change"] == {"in_order": True}
+    code, report = runs["h100x8-node"]
+    assert report["config"]["settings"]["in_order"] is False
+    assert "settings-rejected" not in [f["rule_id"] for f in report["findings"]]
 
 
 def test_the_config_section_fits_80_columns():

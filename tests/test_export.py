@@ -11,7 +11,7 @@ from loaderdoc._compat import tomllib
 from loaderdoc.advice.recommend import recommend
 from loaderdoc.config import load_settings
 from loaderdoc.errors import ExportError
-from loaderdoc.export import export_header, format_for, render, write_export
+from loaderdoc.export import FORMATS, export_header, format_for, render, write_export
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 
@@ -107,7 +107,7 @@ def test_every_yaml_export_reads_back_to_the_same_settings(tmp_path, fmt, layout
     from loaderdoc.export import HF_FIELDS
 
     settings = LoaderSettings(batch_size=48, shuffle=True, num_workers=3, pin_memory=True, drop_last=True,
-                              prefetch_factor=4, persistent_workers=True)
+                              prefetch_factor=4, persistent_workers=True, in_order=False)
     path = tmp_path / "out.yaml"
     write_export(path, settings, fmt=fmt, header=["made for a test"])
     assert path.read_text().startswith("# made for a test\n")
@@ -115,6 +115,40 @@ def test_every_yaml_export_reads_back_to_the_same_settings(tmp_path, fmt, layout
     (loader,) = config.loaders
     assert loader.layout == layout
     back = config.settings(loader).as_kwargs()
-    compared = HF_FIELDS if fmt == "hf" else settings.as_kwargs()  # TrainingArguments has no shuffle field
+    # TrainingArguments has no shuffle and no in_order field
+    compared = HF_FIELDS if fmt == "hf" else settings.as_kwargs()
     for key in compared:
         assert back[key] == settings.as_kwargs()[key], key
+    if fmt == "hf":
+        assert "in_order" not in back  # read back as the Trainer's DataLoader will be built: in order
+    else:
+        assert back == settings.as_kwargs()
+
+
+# how each format spells in_order=False; Hugging Face TrainingArguments cannot, and says so
+IN_ORDER_FALSE = {"toml": "\nin_order = false\n", "yaml": "\n  in_order: false\n", "json": '"in_order": false',
+                  "py": "\n        in_order=False,\n", "lightning": "\n    in_order: false\n",
+                  "hydra": "\nin_order: false\n",
+                  "hf": "# not written, TrainingArguments has no field for it: in_order=False\n"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_in_order_is_written_only_when_false_as_each_format_writes_it(fmt):
+    assert set(IN_ORDER_FALSE) == set(FORMATS)
+    base = LoaderSettings(batch_size=16, num_workers=2)
+    assert "in_order" not in render(base, fmt, ["header"])  # torch's default: left out, as torch < 2.6 wants
+    text = render(base.replace(in_order=False), fmt, ["header"])
+    assert text.count("in_order") == 1 and IN_ORDER_FALSE[fmt] in text, text
+    # the settings the format can carry are written either way
+    assert text.replace(IN_ORDER_FALSE[fmt], "").count("num_workers") == 1
+
+
+def test_hugging_face_export_names_every_chosen_value_it_cannot_write():
+    chosen = LoaderSettings(batch_size=16, num_workers=2, timeout=30.0, multiprocessing_context="spawn",
+                            in_order=False)
+    notes = [line for line in render(chosen, "hf").splitlines() if line.startswith("#")]
+    assert notes[2] == ("# not written, TrainingArguments has no field for them: timeout=30.0, "
+                        "multiprocessing_context='spawn', in_order=False")
+    assert "get_train_dataloader" in notes[3]
+    # torch's defaults (and shuffle, which the Trainer decides) lose nothing: no such note
+    assert "not written" not in render(LoaderSettings(batch_size=16, num_workers=2, shuffle=True), "hf")

@@ -183,6 +183,22 @@ async def test_settings_checkbox_toggles_from_keyboard():
         assert app.session.settings.persistent_workers is True
 
 
+async def test_in_order_is_a_switch_whose_change_reaches_the_export_preview():
+    app = app_for("ci-2core", settings=LoaderSettings(batch_size=32, num_workers=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        box = app.screen.query_one("#set-in_order", Checkbox)
+        assert box.value is True and str(box.label) == "true"
+        box.focus()
+        await pilot.press("space")
+        await pilot.pause()
+        assert app.session.settings.in_order is False and str(box.label) == "false"
+        await pilot.press("ctrl+e")
+        await pilot.pause()
+        assert "in_order = false" in app.screen.query_one("#preview-toml").text
+        assert "in_order=False," in app.screen.query_one("#preview-py").text
+
+
 # ---- diagnoses ----------------------------------------------------------------------------
 async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
     app = app_for("docker-64m-shm", settings=LoaderSettings(batch_size=64, num_workers=16, prefetch_factor=4),
@@ -208,6 +224,23 @@ async def test_apply_fix_changes_the_chosen_settings_and_clears_the_finding():
         await pilot.pause()
         for key, value in finding.settings_change.items():
             assert app.screen.query_one(f"#set-{key}", Input).value == str(value)
+
+
+async def test_applying_the_fix_for_in_order_on_an_old_torch_turns_the_switch_back_on():
+    app = app_for("laptop-rtx3050", settings=LoaderSettings(batch_size=32, num_workers=4, pin_memory=True,
+                                                            persistent_workers=True, in_order=False))
+    async with app.run_test(size=SIZE) as pilot:  # the laptop was recorded with torch 2.5.1
+        await pilot.pause()
+        await pilot.press("3")
+        finding = app.session.findings[0]
+        assert (finding.rule_id, finding.settings_change) == ("settings-rejected", {"in_order": True})
+        await pilot.press("a")
+        await pilot.pause()
+        assert app.session.settings.in_order is True
+        assert "settings-rejected" not in [f.rule_id for f in app.session.findings]
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.screen.query_one("#set-in_order", Checkbox).value is True
 
 
 async def test_healthy_machine_says_so():

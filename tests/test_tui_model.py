@@ -76,6 +76,30 @@ def test_form_round_trips_settings():
     assert parsed == s
 
 
+def test_every_boolean_setting_is_a_switch_in_the_form():
+    import dataclasses
+
+    booleans = {f.name for f in dataclasses.fields(LoaderSettings) if f.type == "bool"}
+    assert "in_order" in booleans and set(model.BOOL_SETTINGS) == booleans
+    values = model.settings_form_values(LoaderSettings(num_workers=2, in_order=False))
+    assert values["in_order"] is False and values["persistent_workers"] is False
+
+
+def test_form_round_trips_in_order_and_leaves_it_alone_without_workers():
+    s = LoaderSettings(batch_size=64, num_workers=4, in_order=False)
+    assert model.parse_settings_form(model.settings_form_values(s)) == (s, {})
+    # torch ignores in_order without workers (and refuses nothing): the form accepts it as typed
+    parsed, errors = model.parse_settings_form(_form(num_workers="0", in_order=False))
+    assert errors == {} and parsed.in_order is False and parsed.num_workers == 0
+
+
+def test_settings_line_and_diff_show_in_order_only_when_it_is_off():
+    on = LoaderSettings(batch_size=32, num_workers=2)
+    assert "in_order" not in model.settings_line(on)
+    assert model.settings_line(on.replace(in_order=False)).endswith(", in_order=False")
+    assert settings_diff(on, on.replace(in_order=False)) == "in_order: True -> False"
+
+
 def test_form_type_errors_name_the_field():
     parsed, errors = model.parse_settings_form(_form(num_workers="four"))
     assert parsed is None

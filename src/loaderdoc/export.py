@@ -27,7 +27,7 @@ from loaderdoc.system.facts import MachineFacts
 FORMATS = ("toml", "yaml", "json", "py", "lightning", "hydra", "hf")
 _SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 # DataLoader setting -> TrainingArguments field, the reverse of what the config reader maps
-# (shuffle, timeout and the context have none)
+# (shuffle, timeout, the context and in_order have none)
 HF_FIELDS = {"batch_size": "per_device_train_batch_size", **{setting: hf for hf, setting in HF_NAMES.items()}}
 
 
@@ -86,14 +86,28 @@ def _yaml_document(settings: LoaderSettings, fmt: str) -> dict:
     return {field: kwargs[key] for key, field in HF_FIELDS.items() if key in kwargs}
 
 
-def _paste_note(fmt: str) -> list[str]:
+def _paste_note(fmt: str, settings: LoaderSettings) -> list[str]:
     return {
         "lightning": ["paste under your LightningCLI config's data: init_args (your DataModule must take these",
                       "arguments and pass them to its DataLoaders)"],
         "hydra": ["a Hydra node: instantiate(cfg)(dataset) builds the DataLoader (_partial_: the dataset comes later)"],
         "hf": ["Hugging Face TrainingArguments fields (YAML for HfArgumentParser.parse_yaml_file, or the same",
-               "names as --flags); shuffle and timeout have no TrainingArguments field: the Trainer shuffles"],
+               "names as --flags); shuffle and timeout have no TrainingArguments field: the Trainer shuffles"]
+        + _hf_unwritten(settings),
     }.get(fmt, [])
+
+
+def _hf_unwritten(settings: LoaderSettings) -> list[str]:
+    """The chosen values TrainingArguments cannot carry (other than shuffle, which the Trainer decides),
+    named so that they are not lost without a word: ``in_order=False``, a timeout, a start method."""
+    default = LoaderSettings().as_kwargs()
+    lost = [f"{key}={value!r}" for key, value in settings.as_kwargs().items()
+            if key not in HF_FIELDS and key != "shuffle" and default.get(key) != value]
+    if not lost:
+        return []
+    which = "it" if len(lost) == 1 else "them"
+    return [f"not written, TrainingArguments has no field for {which}: {', '.join(lost)}",
+            f"(the Trainer's DataLoader goes without {which}: pass {which} yourself, e.g. in get_train_dataloader)"]
 
 
 def _yaml(document: dict) -> str:
@@ -118,7 +132,7 @@ def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = ()) -> st
         doc = {"generated_by": f"loaderdoc {__version__}", "notes": header, "dataloader": settings.as_kwargs()}
         return json.dumps(doc, indent=2) + "\n"
     if fmt in ("yaml", "lightning", "hydra", "hf"):
-        return _comment_block(header + _paste_note(fmt)) + _yaml(_yaml_document(settings, fmt))
+        return _comment_block(header + _paste_note(fmt, settings)) + _yaml(_yaml_document(settings, fmt))
     raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 

@@ -114,6 +114,8 @@ def settings_line(settings: LoaderSettings) -> str:
         parts.append(f"timeout={s.timeout:g}")
     if s.multiprocessing_context:
         parts.append(f"multiprocessing_context={s.multiprocessing_context!r}")
+    if not s.in_order:
+        parts.append("in_order=False")
     return ", ".join(parts)
 
 

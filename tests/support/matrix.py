@@ -48,6 +48,10 @@ SILENT_ON_PURPOSE = (
     "dry; spikes are only reported for loaders that keep up on average.",
     "**Anything about settings the probe never measured**: probe-based rules judge the user's settings only "
     "when the probe ran them (or a directly comparable configuration).",
+    "**in_order=False, for or against**: torch ignores it without workers (no error, no cost), and neither the "
+    "settings nor the training context say whether a run needs a reproducible batch order, so it is not "
+    "flagged; nor is it suggested for spiky batches, as nothing measures what it would gain. It is refused "
+    "(`settings-rejected`) only where the installed torch is older than 2.6, which has no such argument.",
 )
 
 

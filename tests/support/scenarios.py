@@ -82,7 +82,7 @@ class Scenario:
         else:
             kw = self.settings.as_kwargs()
             keys = ("batch_size", "num_workers", "prefetch_factor", "pin_memory", "persistent_workers",
-                    "drop_last", "shuffle")
+                    "drop_last", "shuffle", "in_order")  # in_order only when False (as_kwargs leaves True out)
             parts.append(", ".join(f"{k}={kw[k]}" for k in keys if k in kw))
         if self.batch_bytes:
             parts.append(f"batch {self.batch_bytes / MiB:.1f} MiB")
@@ -196,6 +196,13 @@ def _scenarios() -> list[Scenario]:
         batch_bytes=64 * MNIST_F32,
     ))
     s.append(Scenario(
+        "healthy-ci-in-order-off",
+        "in_order=False with torch 2.13 on the CI box: a ready batch may overtake a slow one; torch takes it",
+        "ci-2core",
+        LoaderSettings(batch_size=128, num_workers=1, in_order=False),
+        batch_bytes=128 * CIFAR_U8,
+    ))
+    s.append(Scenario(
         "healthy-k8s-within-quota",
         "4-CPU pod: 3 workers, small batches that fit its 64 MiB /dev/shm",
         "k8s-4cpu-quota",
@@ -219,6 +226,15 @@ def _scenarios() -> list[Scenario]:
         batch_bytes=64 * CIFAR_U8,
         probe=report([measured(0, bps=14.0, starved=30.0), measured(1, bps=19.6, starved=2.0)],
                      batch_bytes=64 * CIFAR_U8, dataset_len=None, name="mypkg.data:make_stream", iterable=True),
+        expect=frozenset({"settings-rejected"}),
+    ))
+    s.append(Scenario(
+        "in-order-off-on-torch-2.5",
+        "in_order=False (an argument since torch 2.6) on the laptop, whose torch is 2.5.1: DataLoader(...) "
+        "raises TypeError",
+        "laptop-rtx3050",
+        LoaderSettings(batch_size=32, num_workers=4, pin_memory=True, persistent_workers=True, in_order=False),
+        batch_bytes=32 * IMAGE_F32,
         expect=frozenset({"settings-rejected"}),
     ))
     unsplit = report([measured(0, bps=14.0, starved=30.0), measured(2, bps=19.6, starved=2.0)],

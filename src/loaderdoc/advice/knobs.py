@@ -116,6 +116,20 @@ KNOBS: dict[str, Knob] = {
             "Leave the default unless workers hang or crash after CUDA is initialised (then 'spawn' or "
             "'forkserver').",
         ),
+        Knob(
+            "in_order", "True (an argument since torch 2.6; older versions always keep the order)",
+            "Whether batches are handed to the training loop in the order they were requested. With False "
+            "(and workers), a batch one worker has finished may overtake one a slower worker is still "
+            "preparing, so one slow sample no longer holds back the batches behind it.",
+            ("a slow sample (a large file, a network read, an expensive augmentation) stops stalling the "
+             "batches queued behind it",),
+            ("the order of batches varies from run to run, even with a fixed seed",
+             "with imbalanced data the training can see a skewed mix for a while (torch's own warning)",
+             "torch before 2.6 refuses the argument (TypeError); without workers it does nothing"),
+            "Consider False when batch times are uneven (a few slow samples) and nothing depends on the "
+            "batch order; keep True for bit-exact reproducibility and for evaluation code that matches "
+            "outputs to the order of the dataset.",
+        ),
     )
 }
 

@@ -23,7 +23,7 @@ TABLE_NAMES = ("dataloader", "data_loader", "loader")
 # keys a DataLoader (or a framework's loader dict) takes that loaderdoc does not tune: never an error
 OTHER_LOADER_KEYS = {
     "sampler", "batch_sampler", "dataset", "collate_fn", "worker_init_fn", "generator", "pin_memory_device",
-    "in_order", "snapshot_every_n_steps", "_target_", "_partial_", "type", "class_path", "init_args",
+    "snapshot_every_n_steps", "_target_", "_partial_", "type", "class_path", "init_args",
 }
 
 LAYOUTS_UNDERSTOOD = (

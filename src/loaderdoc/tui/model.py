@@ -158,7 +158,7 @@ def machine_rows(facts: MachineFacts, *, pending: Iterable[str] = ()) -> list[Fa
 # ---- settings form ----------------------------------------------------------------------
 
 SETTING_KEYS = [f.name for f in dataclasses.fields(LoaderSettings)]
-BOOL_SETTINGS = ("shuffle", "pin_memory", "drop_last", "persistent_workers")
+BOOL_SETTINGS = ("shuffle", "pin_memory", "drop_last", "persistent_workers", "in_order")
 TEXT_SETTINGS = ("batch_size", "num_workers", "prefetch_factor", "timeout")
 CONTEXT_CHOICES = ("default",) + MP_CONTEXTS
 

@@ -19,6 +19,7 @@ HINTS = {
     "prefetch_factor": "batches per worker (empty = torch's 2)",
     "timeout": "seconds to wait for a batch (0 = forever)",
     "multiprocessing_context": "how workers start",
+    "in_order": "off: ready batches may overtake a slow one",
 }
 
 

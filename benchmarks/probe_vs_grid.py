@@ -1,230 +1,261 @@
 #!/usr/bin/env python
-"""Probe vs exhaustive grid vs rules of thumb, on loaderdoc's synthetic workloads.
+"""The probe's pick against an exhaustive grid measured side by side at steady state.
 
-Rerunnable, not a test: ``python benchmarks/probe_vs_grid.py [--quick] [--only NAME ...]``.
-Writes ``benchmarks/results/probe_vs_grid-<timestamp>.json`` and prints a Markdown table.
+Rerunnable, not a test::
 
-For every workload, in the same run:
+    python benchmarks/probe_vs_grid.py [--only NAME ...] [--condition quiet|busy|both]
+                                       [--probes 3] [--rounds 3] [--window 2.0]
 
-1. the probe with its default 30 s budget (``loaderdoc.probing.api.probe``);
-2. a grid: num_workers 0..16 x prefetch_factor {2, 4} x persistent_workers {off, on}, each with
-   the same runner and a 1 s steady window (prefetch 1 and 8 are left out to keep the grid
-   under ~25 minutes for all six workloads on a 2-core machine);
-3. an evaluation pass: the probe's pick, the grid's best and each rule of thumb are measured
-   again, in turn, with a longer window, so the comparison is not the grid's own (noisy, and
-   biased upward by picking the maximum) numbers.
+For every workload and condition (``quiet``; ``busy``: another process burns one core throughout):
 
-Rules of thumb: 0 workers, 4, os.cpu_count(), min(8, cpu_count // 2) and Lightning's
-suggestion cpus // devices - 1 (devices = 1 here).
+1. the probe, ``--probes`` times, as `loaderdoc probe` runs it (its default 30 s budget, this
+   machine's facts, the workload's batch size and step);
+2. the grid: ``num_workers`` x ``prefetch_factor`` {2, 4} (the sizes are listed per workload;
+   ``in_order=False`` too where samples are spiky), plus every probe pick not already in it.
+   Each configuration is measured ``--rounds`` times, the rounds interleaved in a shuffled order
+   (so a change in the machine's load hits every configuration alike), with the probe's own
+   runner at steady state (warm-up until the prefetch buffer is at equilibrium, then a
+   ``--window`` second window, the rate being the lower of what the step consumed and what the
+   workers produced). Configurations are compared on their mean over the rounds.
+
+A pick passes when it reaches >= 97 % of the grid's best mean, the probe took <= 10 % of the grid's
+wall time, and its workers' PSS is no more than that of the leanest configuration within 3 % of
+the best (with 5 % allowance for the spread of PSS readings of one configuration).
+
+Writes ``benchmarks/results/probe_vs_grid-<timestamp>.json`` after each workload (a run cut short
+keeps what it measured) and prints a Markdown table (``--table-from FILE`` reprints one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
+import random
 import statistics
+import subprocess
 import sys
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from loaderdoc._serde import to_dict
-from loaderdoc.probing.api import probe
-from loaderdoc.probing.isolate import run_config
-from loaderdoc.probing.measure import LoadJob, RunPlan
-from loaderdoc.probing.workloads import PRESETS
-from loaderdoc.settings import LoaderSettings
-
 RESULTS_DIR = Path(__file__).with_name("results")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.torchvision_pipeline
+
+SMALL = [0, 1, 2, 3, 4, 6, 8, 12, 16]
+WIDE = SMALL + [20, 24]
 
 
 @dataclass
 class Case:
-    label: str  # what kind of workload this stands for
-    preset: str
+    name: str
+    label: str
     step_ms: float
     batch_size: int
+    preset: str | None = None
+    factory: str | None = None  # "module:function" returning a Dataset
+    sizes: list[int] = field(default_factory=lambda: list(SMALL))
+    in_order: bool = False  # also measure in_order=False
 
 
 CASES = [
-    Case("I/O-bound (remote, 10 ms/sample)", "remote", 20.0, 32),
-    Case("CPU-bound (image decode+augment)", "image", 20.0, 32),
-    Case("in-memory (tensor)", "tensor", 20.0, 128),
-    Case("large samples (2K uint16, batch 4)", "large-image", 50.0, 4),
-    Case("slow consumer (image, 150 ms step)", "image", 150.0, 32),
-    Case("spiky I/O (2 ms, +150 ms 1 in 25)", "spiky", 20.0, 32),
+    Case("torchvision", "real torchvision pipeline (ImageFolder, 3000 JPEGs, RandomResizedCrop+flip+ToTensor+Normalize)",
+         60.0, 64, factory="benchmarks.torchvision_pipeline:make_dataset"),
+    Case("io", "I/O-bound (10 ms wait per sample)", 20.0, 32, preset="remote", sizes=list(WIDE)),
+    Case("large", "large samples through /dev/shm (8 MiB each, batch 4)", 50.0, 4, preset="large-image"),
+    Case("spiky", "spiky stalls (2 ms, +150 ms on 1 sample in 25)", 20.0, 32, preset="spiky", sizes=list(WIDE),
+         in_order=True),
+    Case("tensor", "in-memory tensors", 20.0, 128, preset="tensor"),
+    Case("slow-step", "slow consumer (image decode, 150 ms step)", 150.0, 32, preset="image"),
 ]
 
 
-def rules_of_thumb(cpus: int) -> dict[str, int]:
-    return {
-        "0 workers": 0,
-        "4 workers": 4,
-        f"cpu_count ({cpus})": cpus,
-        f"min(8, cpus//2) ({min(8, cpus // 2)})": min(8, cpus // 2),
-        f"Lightning cpus-1 ({max(0, cpus - 1)})": max(0, cpus - 1),
-    }
+def build(case: Case):
+    from loaderdoc.probing.api import build_workload
+    from loaderdoc.probing.workloads import load_user_dataset
+
+    if case.factory:
+        dataset, collate = load_user_dataset(case.factory)
+        return dataset, collate
+    dataset, collate, *_ = build_workload(preset=case.preset)
+    return dataset, collate
 
 
-def settings_for(batch_size: int, workers: int, prefetch: int = 2, persistent: bool = False) -> LoaderSettings:
-    if workers == 0:
-        return LoaderSettings(batch_size=batch_size, shuffle=True)
-    return LoaderSettings(batch_size=batch_size, shuffle=True, num_workers=workers,
-                          prefetch_factor=prefetch, persistent_workers=persistent)
+def key_of(s) -> tuple[int, int, bool]:
+    return s.num_workers, s.effective_prefetch_factor, s.in_order
 
 
-def key_of(s: LoaderSettings) -> tuple[int, int, bool]:
-    return s.num_workers, s.effective_prefetch_factor, s.persistent_workers
+def grid_settings(case: Case, picks: list) -> list:
+    from loaderdoc.settings import LoaderSettings
+
+    def make(n: int, pf: int = 2, in_order: bool = True) -> LoaderSettings:
+        if n == 0:
+            return LoaderSettings(batch_size=case.batch_size, shuffle=True)
+        return LoaderSettings(batch_size=case.batch_size, shuffle=True, num_workers=n, prefetch_factor=pf,
+                              in_order=in_order)
+
+    configs = {key_of(make(0)): make(0)}
+    for n in case.sizes:
+        for pf in (2, 4):
+            if n:
+                configs[key_of(make(n, pf))] = make(n, pf)
+        if case.in_order and n >= 2:
+            configs[key_of(make(n, 2, False))] = make(n, 2, False)
+    for p in picks:
+        k = key_of(p)
+        if k not in configs:
+            configs[k] = make(k[0], k[1] or 2, k[2])
+    return list(configs.values())
 
 
-def run_case(case: Case, max_workers: int, prefetches: list[int], grid_window: float,
-             eval_window: float, eval_repeats: int, probe_budget: float) -> dict:
-    spec = PRESETS[case.preset]
-    dataset, collate = spec.build()
+def run_case(case: Case, condition: str, probes: int, rounds: int, window: float, seed: int) -> dict:
+    from loaderdoc.probing.api import probe
+    from loaderdoc.probing.isolate import run_config
+    from loaderdoc.probing.measure import LoadJob, RunPlan
+
+    dataset, collate = build(case)
+    print(f"\n== {case.name} ({condition}): {case.label}", flush=True)
+    reports = []
+    for i in range(probes):
+        report = probe(dataset, collate_fn=collate, batch_size=case.batch_size, step_ms=case.step_ms, name=case.name)
+        rec = report.recommended
+        reports.append(report)
+        print(f"  probe {i + 1}: {report.elapsed_s:.1f} s, {len(report.results)} runs, {report.stopped}, "
+              f"pick {key_of(rec) if rec else None}", flush=True)
+    picks = [r.recommended for r in reports if r.recommended is not None]
+
     workload = LoadJob(dataset=dataset, collate_fn=collate, step_ms=case.step_ms)
-    print(f"\n== {case.label}", flush=True)
+    plan = RunPlan(window_s=window, loader_timeout_s=30.0, measure_restart=False)
+    configs = grid_settings(case, picks)
+    rows: dict[tuple, list] = {key_of(s): [] for s in configs}
+    rng = random.Random(seed)
+    started = time.monotonic()
+    for round_ in range(rounds):
+        order = list(configs)
+        rng.shuffle(order)
+        for s in order:
+            rows[key_of(s)].append(run_config(workload, s, plan))
+        print(f"  grid round {round_ + 1}/{rounds}: {time.monotonic() - started:.0f} s", flush=True)
+    grid_s = time.monotonic() - started
 
-    # 1. the probe
-    report = probe(dataset, collate_fn=collate, batch_size=case.batch_size, step_ms=case.step_ms,
-                   budget_s=probe_budget, name=case.preset)
-    rec = report.recommended
-    print(f"probe: {report.elapsed_s:.1f} s, {len(report.results)} configs, stopped={report.stopped}, "
-          f"recommends {rec.as_kwargs() if rec else None}", flush=True)
-
-    # 2. the grid
-    grid_plan = RunPlan(window_s=grid_window, loader_timeout_s=20.0, measure_restart=False)
-    grid = []
-    grid_started = time.monotonic()
-    configs = [settings_for(case.batch_size, 0)] + [
-        settings_for(case.batch_size, n, pf, persistent)
-        for n in range(1, max_workers + 1) for pf in prefetches for persistent in (False, True)
-    ]
-    for settings in configs:
-        r = run_config(workload, settings, grid_plan)
-        grid.append(r)
-        print(f"  grid {key_of(settings)}: {r.status} {r.batches_per_s or 0:.2f} steps/s", flush=True)
-    grid_time = time.monotonic() - grid_started
-    ok = [r for r in grid if r.ok and r.batches_per_s]
-    grid_best = max(ok, key=lambda r: r.batches_per_s)
-
-    # 3. evaluation pass: same longer window for everyone, measured in turn
-    cpus = os.cpu_count() or 1
-    candidates: dict[str, LoaderSettings] = {"grid best": grid_best.settings}
-    if rec is not None:
-        candidates["probe"] = rec.replace(persistent_workers=False) if rec.num_workers else rec
-    for name, workers in rules_of_thumb(cpus).items():
-        candidates[name] = settings_for(case.batch_size, workers)
-    eval_plan = RunPlan(window_s=eval_window, loader_timeout_s=20.0, measure_restart=False)
-    distinct = {key_of(s): s for s in candidates.values()}
-    measured: dict[tuple, list] = {k: [] for k in distinct}
-    for _ in range(eval_repeats):
-        for k, settings in distinct.items():
-            r = run_config(workload, settings, eval_plan)
-            measured[k].append(r)
-    evaluation = {}
-    for name, settings in candidates.items():
-        runs = [r for r in measured[key_of(settings)] if r.ok and r.batches_per_s]
-        grid_row = next((r for r in grid if key_of(r.settings) == key_of(settings)), None)
-        evaluation[name] = {
-            "settings": settings.as_kwargs(),
-            "steps_per_s": statistics.fmean(r.batches_per_s for r in runs) if runs else None,
-            "worker_pss_mib": (max(r.worker_pss_bytes or 0 for r in runs) / 2**20) if runs else None,
-            "grid_steps_per_s": grid_row.batches_per_s if grid_row and grid_row.ok else None,
-        }
-        print(f"  eval {name:28s} {key_of(settings)}: {evaluation[name]['steps_per_s'] or 0:.2f} steps/s", flush=True)
+    table = {}
+    for k, runs in rows.items():
+        ok = [r for r in runs if r.ok and r.batches_per_s]
+        if len(ok) < len(runs) or not ok:
+            table[k] = None
+            continue
+        table[k] = {"steps_per_s": statistics.fmean(r.batches_per_s for r in ok),
+                    "runs": [round(r.batches_per_s, 3) for r in ok],
+                    "pss_mib": statistics.fmean((r.worker_pss_bytes or 0) for r in ok) / 2**20}
+    measured = {k: v for k, v in table.items() if v}
+    best_key = max(measured, key=lambda k: measured[k]["steps_per_s"])
+    best = measured[best_key]["steps_per_s"]
+    near = {k: v for k, v in measured.items() if v["steps_per_s"] >= 0.97 * best}
+    lean_key = min(near, key=lambda k: (near[k]["pss_mib"], k[0]))
+    lean_pss = near[lean_key]["pss_mib"]
+    verdicts = []
+    for report in reports:
+        rec = report.recommended
+        k = key_of(rec) if rec else None
+        row = measured.get(k)
+        share = row["steps_per_s"] / best if row else None
+        time_share = report.elapsed_s / grid_s
+        pss = row["pss_mib"] if row else None
+        verdicts.append({
+            "pick": list(k) if k else None, "persistent_workers": rec.persistent_workers if rec else None,
+            "elapsed_s": round(report.elapsed_s, 1), "stopped": report.stopped, "runs": len(report.results),
+            "share_of_best": share, "time_share": time_share, "pss_mib": pss,
+            "fast_enough": share is not None and share >= 0.97,
+            "quick_enough": time_share <= 0.10,
+            "lean_enough": pss is not None and pss <= lean_pss * 1.05 + 1.0,
+            "predicted": report.prediction.pick_predicted_per_s if report.prediction else None,
+            "predicted_measured": report.prediction.pick_measured_per_s if report.prediction else None,
+        })
     return {
-        "case": case.label, "preset": case.preset, "step_ms": case.step_ms, "batch_size": case.batch_size,
-        "probe": {"elapsed_s": report.elapsed_s, "configs": len(report.results), "stopped": report.stopped,
-                  "recommended": rec.as_kwargs() if rec else None, "reasons": report.reasons,
-                  "report": report.to_dict()},
-        "grid": {"elapsed_s": grid_time, "configs": len(grid), "best": grid_best.settings.as_kwargs(),
-                 "best_steps_per_s": grid_best.batches_per_s,
-                 "rows": [to_dict(r) for r in grid]},
-        "evaluation": evaluation,
+        "case": case.name, "label": case.label, "condition": condition, "step_ms": case.step_ms,
+        "batch_size": case.batch_size, "sizes": case.sizes, "grid_s": grid_s, "grid_configs": len(configs),
+        "rounds": rounds, "window_s": window,
+        "best": list(best_key), "best_steps_per_s": best, "lean": list(lean_key), "lean_pss_mib": lean_pss,
+        "table": [{"key": list(k), **(v or {"failed": True})} for k, v in table.items()],
+        "probes": verdicts, "reports": [r.to_dict() for r in reports],
     }
 
 
-def markdown(rows: list[dict]) -> str:
-    """The comparison table. Percentages are of the grid's best configuration *re-measured* in the
-    evaluation pass (the grid's own maximum is a lucky window), and in brackets of the best of all
-    re-measured configurations in that row."""
-    out = [
-        "| workload | grid best: workers, prefetch (grid / re-measured steps/s) | probe pick | probe steps/s "
-        "(% of grid best) [% of best re-measured] | probe time / grid time | 0 | 4 | cpu_count | "
-        "min(8, cpus//2) | Lightning cpus-1 | worker PSS: probe / grid best |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        ev = row["evaluation"]
-        best = ev["grid best"]["steps_per_s"] or 0.0
-        best_any = max((v["steps_per_s"] or 0.0) for v in ev.values())
+def _key_text(k) -> str:
+    if k is None:
+        return "-"
+    text = "0" if k[0] == 0 else f"{k[0]}, pf {k[1]}"
+    return text + ("" if k[2] else ", unordered")
 
-        def cell(name: str, ev: dict = ev, best: float = best, best_any: float = best_any) -> str:
-            value = ev[name]["steps_per_s"]
-            if value is None:
-                return "failed"
-            return f"{value:.1f} ({100 * value / best:.0f} %) [{100 * value / best_any:.0f} %]"
 
-        rules = [k for k in ev if k not in ("grid best", "probe")]
-        gb = row["grid"]["best"]
-        pr = row["probe"]["recommended"] or {}
-        pick = "none"
-        if pr:
-            pick = f"{pr.get('num_workers')}, {pr.get('prefetch_factor', '-')}" + (
-                ", persistent" if pr.get("persistent_workers") else "")
-        pss = "-"
-        if "probe" in ev:
-            pss = f"{ev['probe']['worker_pss_mib'] or 0:.0f} / {ev['grid best']['worker_pss_mib'] or 0:.0f} MiB"
-        ratio = row["probe"]["elapsed_s"] / row["grid"]["elapsed_s"]
-        out.append(
-            f"| {row['case']} | {gb['num_workers']}, {gb.get('prefetch_factor', '-')} "
-            f"({row['grid']['best_steps_per_s']:.1f} / {best:.1f}) | {pick} | "
-            f"{cell('probe') if 'probe' in ev else 'none'} | {row['probe']['elapsed_s']:.0f} s / "
-            f"{row['grid']['elapsed_s']:.0f} s = 1/{1 / ratio:.1f} | "
-            + " | ".join(f"{(ev[k]['steps_per_s'] or 0):.1f} ({100 * (ev[k]['steps_per_s'] or 0) / best:.0f} %)"
-                         for k in rules)
-            + f" | {pss} |"
-        )
+def markdown(results: list[dict]) -> str:
+    out = ["| workload | condition | grid best (steps/s) | leanest within 3 % (PSS MiB) | probe picks | "
+           "% of best | probe s / grid s | pick PSS MiB | predicted / measured at pick | pass |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        probes = res["probes"]
+        picks = "; ".join(_key_text(p["pick"]) for p in probes)
+        shares = " / ".join(f"{p['share_of_best'] * 100:.0f}" if p["share_of_best"] else "-" for p in probes)
+        times = " / ".join(f"{p['elapsed_s']:.0f}" for p in probes) + f" / {res['grid_s']:.0f} " + (
+            f"({max(p['time_share'] for p in probes) * 100:.0f} % max)")
+        pss = " / ".join(f"{p['pss_mib']:.0f}" if p["pss_mib"] is not None else "-" for p in probes)
+        pred = " / ".join(f"{p['predicted']:.1f}/{p['predicted_measured']:.1f}"
+                          if p["predicted"] and p["predicted_measured"] else "-" for p in probes)
+        ok = all(p["fast_enough"] and p["quick_enough"] and p["lean_enough"] for p in probes)
+        fails = sorted({name for p in probes for name, flag in
+                        (("speed", p["fast_enough"]), ("time", p["quick_enough"]), ("memory", p["lean_enough"]))
+                        if not flag})
+        out.append(f"| {res['label']} | {res['condition']} | {_key_text(res['best'])} ({res['best_steps_per_s']:.1f}) | "
+                   f"{_key_text(res['lean'])} ({res['lean_pss_mib']:.0f}) | {picks} | {shares} | {times} | {pss} | "
+                   f"{pred} | {'yes' if ok else 'no: ' + ', '.join(fails)} |")
     return "\n".join(out)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="*", help="presets to run (default: all cases)")
-    parser.add_argument("--quick", action="store_true", help="smaller grid (0..8 workers, prefetch 2) for a smoke run")
-    parser.add_argument("--grid-window", type=float, default=1.0)
-    parser.add_argument("--eval-window", type=float, default=3.0)
-    parser.add_argument("--eval-repeats", type=int, default=2)
-    parser.add_argument("--probe-budget", type=float, default=30.0)
-    parser.add_argument("--table-from", metavar="JSON", help="only print the table of an earlier results file")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=[c.name for c in CASES])
+    parser.add_argument("--condition", choices=["quiet", "busy", "both"], default="both")
+    parser.add_argument("--probes", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--window", type=float, default=2.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--table-from", metavar="FILE")
     args = parser.parse_args()
     if args.table_from:
-        print(markdown(json.loads(Path(args.table_from).read_text())["rows"]))
+        print(markdown(json.loads(Path(args.table_from).read_text())["results"]))
         return 0
-    warnings.simplefilter("ignore", UserWarning)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
-    cases = [c for c in CASES if not args.only or c.preset in args.only]
-    max_workers, prefetches = (8, [2]) if args.quick else (16, [2, 4])
-    started = time.monotonic()
-    rows = []
+    warnings.simplefilter("ignore")
+    cases = [c for c in CASES if not args.only or c.name in args.only]
+    conditions = ["quiet", "busy"] if args.condition == "both" else [args.condition]
     RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = RESULTS_DIR / f"probe_vs_grid-{stamp}.json"
-    for case in cases:
-        rows.append(run_case(case, max_workers, prefetches, args.grid_window, args.eval_window,
-                             args.eval_repeats, args.probe_budget))
-        meta = {"cpus": os.cpu_count(), "load_avg_end": os.getloadavg(), "total_s": time.monotonic() - started,
-                "grid": {"max_workers": max_workers, "prefetch": prefetches, "window_s": args.grid_window},
-                "eval": {"window_s": args.eval_window, "repeats": args.eval_repeats}}
-        path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    table = markdown(rows)
-    path.with_suffix(".md").write_text(table + "\n")
-    print("\n" + table)
-    print(f"\ntotal {time.monotonic() - started:.0f} s; results in {path}")
+    out = RESULTS_DIR / f"probe_vs_grid-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    results: list[dict] = []
+    for condition in conditions:
+        burner = None
+        if condition == "busy":
+            burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            for case in cases:
+                results.append(run_case(case, condition, args.probes, args.rounds, args.window, args.seed))
+                import torch
+
+                doc = {"machine": _machine(), "torch": torch.__version__, "args": vars(args), "results": results}
+                out.write_text(json.dumps(doc, indent=1, default=str))
+        finally:
+            if burner is not None:
+                burner.kill()
+                burner.wait()
+    print("\n" + markdown(results))
+    print(f"\nraw data: {out}")
     return 0
+
+
+def _machine() -> dict:
+    import os
+    import platform
+
+    return {"cpus": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+            "load_at_end": os.getloadavg()}
 
 
 if __name__ == "__main__":

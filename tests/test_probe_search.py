@@ -281,3 +281,65 @@ def test_an_iterable_dataset_is_recommended_without_shuffle_and_no_restart_run()
     assert not any("epoch restart" in (r.purpose or "") for r in s.results)
     assert any(r.startswith("shuffle=False: an IterableDataset") for r in out.reasons)
     assert any("an IterableDataset's epoch ends with its stream" in r for r in out.reasons)
+
+
+def _spiky_search(gain: float):
+    model = Model(fetch_ms=320, cpu_share=0.03, spiky=True)
+    model_rate = model.rate
+    model.rate = lambda s: model_rate(s) * (gain if not s.in_order else 1.0)
+    s = Search(model, LoaderSettings(batch_size=32, shuffle=True),
+               SearchLimits(budget_s=60, cpu_budget=2, expected_cost_s=model.cost_s, in_order_supported=True),
+               clock=model.clock)
+    return model, s, s.run()
+
+
+def test_spiky_loading_tries_in_order_false_and_keeps_it_only_when_it_pays():
+    model, s, out = _spiky_search(gain=1.0)  # a slow batch no longer holds others back... but nothing gained
+    tried = [c for c in model.calls if not c.in_order]
+    assert len(tried) == 1 and tried[0].num_workers == out.recommended.num_workers
+    assert out.recommended.in_order is True
+    assert any(r.startswith("in_order=True: in_order=False measured") for r in out.reasons)
+    # the in_order=False run is judged against its twin, never pooled into the pick's mean
+    assert all(r.settings.in_order for r in s.measured(out.recommended.num_workers))
+    model, s, out = _spiky_search(gain=1.15)
+    assert out.recommended.in_order is False
+    assert out.recommended.as_kwargs()["in_order"] is False
+    assert any(r.startswith("in_order=False: ") and "(+15%)" in r for r in out.reasons)
+
+
+def test_in_order_is_not_tried_where_torch_lacks_it_or_loading_is_even():
+    model = Model(fetch_ms=320, cpu_share=0.03, spiky=True)
+    Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2, in_order_supported=False),
+           clock=model.clock).run()
+    assert all(c.in_order for c in model.calls)
+    model = Model(fetch_ms=320, cpu_share=0.03)
+    Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2, in_order_supported=True),
+           clock=model.clock).run()
+    assert all(c.in_order for c in model.calls)
+
+
+def test_persistent_workers_are_weighed_against_the_epoch():
+    # the restart costs 0.1 + 0.05 x 16 = 0.9 s without persistence, 0.02 s with: 0.88 s saved
+    def run(epoch_steps):
+        model = Model(fetch_ms=320, cpu_share=0.03)
+        s = Search(model, LoaderSettings(batch_size=32, shuffle=True),
+                   SearchLimits(budget_s=60, cpu_budget=2, epoch_steps=epoch_steps), clock=model.clock)
+        return s.run()
+
+    short = run(epoch_steps=500)  # 10 s at 50 steps/s: 0.88 s is 8 %
+    assert short.recommended.persistent_workers is True
+    assert any(r.startswith("persistent_workers=True") and "8.1% of a 500-step epoch" in r for r in short.reasons)
+    long = run(epoch_steps=200_000)  # over an hour: 0.88 s is 0.02 %
+    assert long.recommended.persistent_workers is False
+    assert any(r.startswith("persistent_workers=False") and "of a 200000-step epoch" in r for r in long.reasons)
+
+
+def test_a_settled_search_stops_early_and_says_so():
+    model = Model(fetch_ms=320, cpu_share=0.03)
+    s, out = search(model, budget_s=120.0)
+    assert out.stopped == "settled"
+    assert model.now < 60.0  # well inside the budget: nothing left to decide
+    assert any(r.startswith("settled after") for r in out.reasons)
+    # predicted 16 from the 0-worker run; measured around it rather than climbing from 1
+    assert model.calls[1].num_workers == 16
+    assert len(model.calls) <= 12

@@ -144,18 +144,31 @@ class Window:
     produced_per_s: float | None  # None: a worker finished no batch in the window (too short to tell)
 
 
-def window(before: list[dict[str, float]], after: list[dict[str, float]], rows: range) -> Window:
-    """Totals over ``rows``, and the production rate: each worker's batches over the time between
-    its last finished batch before the window and its last one in it (whole batch intervals, so a
-    batch half-done at either edge does not bias the rate)."""
+def window(before: list[dict[str, float]], after: list[dict[str, float]], rows: range,
+           started: float | None = None) -> Window:
+    """Totals over ``rows``, and the production rate: each worker's batches in the window over the
+    time since its last batch before the window finished (whole batch intervals, so a batch
+    half-done at either edge does not bias the rate).
+
+    A worker that sat idle before the window (the prefetch limit held it: the buffer was full)
+    finished its last batch long before the window ``started``; its span then starts no earlier
+    than one batch's busy time before the window, so that idle time is not counted as work."""
     def total(name: str) -> float:
         return sum(after[r][name] - before[r][name] for r in rows)
 
     rate: float | None = 0.0
     for r in rows:
         done = after[r]["batches"] - before[r]["batches"]
-        span = after[r]["last_done"] - before[r]["last_done"]
-        if done < 1 or span <= 0 or before[r]["last_done"] == 0:
+        since = before[r]["last_done"]
+        if done < 1 or since == 0:
+            rate = None
+            break
+        busy = (after[r]["dataset_wall"] - before[r]["dataset_wall"]
+                + after[r]["collate_wall"] - before[r]["collate_wall"]) / done
+        if started is not None:
+            since = max(since, started - busy)
+        span = after[r]["last_done"] - since
+        if span <= 0:
             rate = None
             break
         rate += done / span

@@ -273,7 +273,7 @@ def measure_in_process(
     if waits:
         ordered = sorted(waits)
         result.consumed_per_s = len(waits) / steady
-        result.stages = _stages(before, after, rows, ready_waits, settings.num_workers)
+        result.stages = _stages(before, after, rows, ready_waits, settings.num_workers, steady_started)
         if result.stages is not None and result.stages.receive_ms is None:
             # the step never found a batch waiting (starved): time the hand-over itself instead
             result.stages.receive_ms = _hand_over_ms(batch)
@@ -391,10 +391,10 @@ def _every_worker_delivered(before: list[dict[str, float]], now: list[dict[str, 
 
 
 def _stages(before: list[dict[str, float]], after: list[dict[str, float]], rows: range,
-            ready_waits: list[float], workers: int) -> StageTimes | None:
+            ready_waits: list[float], workers: int, started: float) -> StageTimes | None:
     from loaderdoc.probing.instrument import window
 
-    w = window(before, after, rows)
+    w = window(before, after, rows, started)
     if w.batches < 1:
         return None
     per = 1000.0 / w.batches

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 
 MIN_WIDTH, MAX_WIDTH = 60, 120
+LAST_MIN = 12  # table_lines(wrap_last=True): the narrowest the free-text column is wrapped to
 
 
 def output_width() -> int:
@@ -51,10 +52,14 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
 
 
 def table_lines(header: list[str], rows: list[list[str]], marks: list[str], width: int,
-                indent: str = "  ") -> list[str]:
+                indent: str = "  ", *, right: frozenset[int] | set[int] = frozenset(),
+                wrap_last: bool = False) -> list[str]:
     """A table as text lines of at most ``width`` columns. ``marks`` (one per row, all the same
     width) lead each row. A table too wide is split into parts that each repeat the first column;
-    a column too wide even alone beside it has its cells wrapped over lines."""
+    a column too wide even alone beside it has its cells wrapped over lines. With ``wrap_last``
+    the last column (free text) takes the room the others leave and wraps there, rather than
+    starting a part of its own, while that room is at least ``LAST_MIN`` columns. Columns in
+    ``right`` (indexes) are aligned to the right, numbers under their header."""
     mark_w = len(marks[0]) if marks else 0
     room = width - len(indent) - mark_w
     natural = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
@@ -62,10 +67,12 @@ def table_lines(header: list[str], rows: list[list[str]], marks: list[str], widt
     def span(cols: list[int]) -> int:
         return sum(natural[c] for c in cols) + 2 * (len(cols) - 1)
 
+    last = len(header) - 1
     parts: list[list[int]] = []
     part = [0]
     for c in range(1, len(header)):
-        if len(part) > 1 and span(part + [c]) > room:
+        squeezed = wrap_last and c == last and span(part) + 2 + min(natural[c], LAST_MIN) <= room
+        if len(part) > 1 and span(part + [c]) > room and not squeezed:
             parts.append(part)
             part = [0]
         part.append(c)
@@ -81,7 +88,11 @@ def table_lines(header: list[str], rows: list[list[str]], marks: list[str], widt
         for mark, cells in zip([" " * mark_w] + marks, [header] + rows, strict=True):
             wrapped = [wrap(cells[c], w) for c, w in zip(cols, widths, strict=True)]
             for i in range(max(len(w) for w in wrapped)):
-                text = "  ".join((w[i] if i < len(w) else "").ljust(wd) for w, wd in zip(wrapped, widths,
-                                                                                       strict=True))
+                text = "  ".join(_align(w[i] if i < len(w) else "", wd, c in right)
+                                 for c, w, wd in zip(cols, wrapped, widths, strict=True))
                 out.append((indent + (mark if i == 0 else " " * mark_w) + text).rstrip())
     return out
+
+
+def _align(text: str, width: int, right: bool) -> str:
+    return text.rjust(width) if right else text.ljust(width)

@@ -13,8 +13,6 @@ from typing import Any
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
-from loaderdoc.summary import finding_lines
-from loaderdoc.units import MiB
 
 
 class NothingMeasured(UserError):
@@ -148,19 +146,9 @@ class _Progress:
         self.progress.update(self.task, completed=fraction, description=message)
 
     def result(self, r: ConfigResult) -> None:
-        self.progress.console.print(f"  {_config_label(r)}: {_outcome_text(r)}", highlight=False)
+        from loaderdoc.commands.probe_text import config_label
 
-
-def _config_label(r: ConfigResult) -> str:
-    s = r.settings
-    if s.num_workers == 0:
-        return "num_workers=0"
-    text = f"num_workers={s.num_workers} prefetch={s.effective_prefetch_factor}"
-    if s.persistent_workers:
-        text += " persistent"
-    if s.pin_memory:
-        text += " pinned"
-    return text
+        self.progress.console.print(f"  {config_label(r)}: {_outcome_text(r)}", highlight=False)
 
 
 def _outcome_text(r: ConfigResult) -> str:
@@ -169,107 +157,11 @@ def _outcome_text(r: ConfigResult) -> str:
     return f"{r.batches_per_s or 0:.1f} steps/s, step starved {r.starvation_pct or 0:.0f}% of the time"
 
 
-def _mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / MiB:.0f}"
-
-
-def _size(value: int | None) -> str:
-    from loaderdoc.units import fmt_bytes
-
-    return "unknown" if value is None else fmt_bytes(value)
-
-
-def _num(value: float | None, fmt: str = ".1f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def render_report(report: ProbeReport, console: Any) -> None:
-    """The table of measured configurations, failures with tracebacks, and the recommendation."""
-    from rich.table import Table
-
-    w = report.workload
-    console.print(
-        f"[bold]{w.name}[/bold]: {w.description}\nbatch_size={w.batch_size}, step {w.step_ms:g} ms "
-        f"({w.consumer}), batch {_size(w.batch_bytes)}; device {report.device}; "
-        f"{len(report.results)} configurations in {report.elapsed_s:.1f} s of a {report.budget_s:g} s budget "
-        f"(stopped: {report.stopped})",
-        highlight=False,
-    )
-    table = Table(show_edge=False, pad_edge=False)
-    for title in ("workers", "prefetch", "persist", "status", "steps/s", "samples/s", "starved %", "wait p50/p95 ms",
-                  "step ms", "first batch s", "epoch gap s", "PSS MiB", "RSS MiB", "shm MiB", "CPU %", "why tried"):
-        table.add_column(title, justify="left" if title in ("status", "why tried") else "right")
-    recommended = report.recommended
-    for r in report.results:
-        s = r.settings
-        chosen = recommended is not None and _same(r, recommended)
-        table.add_row(
-            str(s.num_workers) + (" *" if chosen else ""),
-            str(s.effective_prefetch_factor) if s.num_workers else "-",
-            ("yes" if s.persistent_workers else "no") if s.num_workers else "-",
-            r.status,
-            _num(r.batches_per_s),
-            _num(r.samples_per_s, ".0f"),
-            _num(r.starvation_pct, ".0f"),
-            f"{_num(r.wait.p50_ms)}/{_num(r.wait.p95_ms)}",
-            _num(r.step_ms_achieved),
-            _num(r.first_batch_s, ".2f"),
-            _num(r.epoch_restart_s, ".2f"),
-            _mib(r.worker_pss_bytes),
-            _mib(r.worker_rss_bytes),
-            _mib(r.shm_peak_bytes),
-            _num(r.cpu_util_pct, ".0f"),
-            r.purpose,
-        )
-    console.print(table)
-    failed = [r for r in report.results if r.status in ("failed", "timeout")]
-    for r in failed:
-        console.print(f"\n[bold red]{_config_label(r)} {r.status}[/bold red]: {r.error}", highlight=False)
-        if r.traceback:
-            console.print("  " + r.traceback.rstrip().replace("\n", "\n  "), highlight=False, markup=False)
-    if recommended is None:
-        console.print("\n[bold]No recommendation[/bold]: no configuration could be measured.")
-    else:
-        args = ", ".join(f"{k}={v!r}" for k, v in recommended.as_kwargs().items())
-        console.print(f"\n[bold]Recommended[/bold] (* above): DataLoader(dataset, {args})", highlight=False)
-    for reason in report.reasons:
-        console.print(f"  - {reason}", highlight=False)
-
-
-def _same(r: ConfigResult, settings: Any) -> bool:
-    """Rows measured with the recommended workers and prefetch (persistence and pinning do not
-    change steady throughput, so any of those rows is evidence for the pick)."""
-    from loaderdoc.policy import stream_key
-
-    return r.ok and stream_key(r.settings) == stream_key(settings)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    class PipeAwareConsole(Console):
-        def on_broken_pipe(self) -> None:
-            raise BrokenPipeError  # rich would exit 1 ("warnings" to a job script); the CLI exits 141
-
-    if sys.stdout.isatty():
-        return PipeAwareConsole()
-    return PipeAwareConsole(file=sys.stdout, width=200, color_system=None, soft_wrap=False)
-
-
 def probe_findings(report: ProbeReport, facts: Any) -> list[Any]:
     """The diagnoses `check` runs, fed with what the probe measured, judged for the recommendation."""
     from loaderdoc.advice.rules import evaluate
 
     return evaluate(facts, report.recommended, probe=report)
-
-
-def render_findings(findings: list[Any], console: Any) -> None:
-    if not findings:
-        console.print("\n[bold]Findings[/bold]: none", highlight=False)
-        return
-    console.print("\n[bold]Findings[/bold]:", highlight=False)
-    for f in findings:
-        console.print("\n".join(finding_lines(f)), highlight=False, markup=False)
 
 
 def _print(report: ProbeReport, as_json: bool, findings: list[Any]) -> None:
@@ -282,9 +174,10 @@ def _print(report: ProbeReport, as_json: bool, findings: list[Any]) -> None:
         doc["findings"] = [to_dict(f) for f in findings]
         print(json.dumps(doc, indent=2))
     else:
-        console = _console()
-        render_report(report, console)
-        render_findings(findings, console)
+        from loaderdoc.commands.layout import output_width
+        from loaderdoc.commands.probe_text import render_text
+
+        sys.stdout.write(render_text(report, findings, output_width()))
 
 
 def run(args: argparse.Namespace) -> int:

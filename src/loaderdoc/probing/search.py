@@ -244,7 +244,7 @@ class Search:
         capped = " (capped by /dev/shm)" if self._max < m.workers_for(1.0) and self._max == self.predicted else ""
         self.notes.append(
             f"prediction from num_workers=0: {m.describe()}; so about {policy.workers_text(self.predicted)} "
-            f"reach {rate:.1f} steps/s, where the {_LIMITS[limit]} limits it{capped}")
+            f"reach{'es' * (self.predicted == 1)} {rate:.1f} steps/s, where the {_LIMITS[limit]} limits it{capped}")
 
     def _verify(self) -> None:
         """Measure the predicted size and its neighbours; go up while the top one still pays."""

@@ -129,8 +129,12 @@ def test_processes_the_dataset_starts_in_their_own_session_do_not_outlive_the_pr
     proc = loaderdoc("probe", "--dataset", f"faults_data:{factory}", *QUICK, "--budget", "4", env=env)
     assert proc.returncode == code, proc.stderr
     pids = started(log)
-    # Popen(start_new_session=True), fork + setsid, a double-forked daemon: 3 per process that loaded
-    assert len(pids) >= 3 and len(pids) % 3 == 0, pids
+    # Popen(start_new_session=True), fork + setsid, a double-forked daemon: 3 per process that loaded.
+    # When every sample fails, a configuration is killed as soon as one worker's failure arrives: a
+    # sibling worker may be killed half-way through starting its three, so only "at least 3" holds.
+    assert len(pids) >= 3, pids
+    if factory != "make_starts_processes_then_fails":
+        assert len(pids) % 3 == 0, pids
     assert_none_running(pids)  # (loaderdoc() has also scanned for the tag, in every session)
 
 

@@ -310,7 +310,9 @@ def test_the_steady_rate_is_what_workers_produce_not_what_startup_buffered(monke
     # timed inside the workers: 4 x 20 ms of sleeping a batch, almost no CPU
     assert 80.0 <= st.dataset_ms < 160.0
     assert st.dataset_cpu_ms < 0.5 * st.dataset_ms and st.dataset_wait_ms > 60.0
-    assert st.samples == 4 * st.batches
+    # samples are counted when a batch's are fetched, batches when collated: a batch per worker may
+    # straddle each edge of the window
+    assert abs(st.samples - 4 * st.batches) <= 4 * 2 * 2
 
 
 def test_zero_workers_are_timed_in_the_training_process():

@@ -119,6 +119,17 @@ def _describe_wait_status(status: int | None) -> str:
 
 
 # ---- child side -------------------------------------------------------------------------------
+def _prefer_oom_kill() -> None:  # pragma: no cover - child
+    """Make this process and the workers it forks the OOM killer's first choice (raising one's own
+    oom_score_adj needs no privilege): when a configuration outgrows the memory limit, the kernel
+    kills it, and the probe records a failed configuration instead of dying itself."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("500")
+    except OSError:
+        pass
+
+
 def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
     code = 0
     try:
@@ -126,6 +137,7 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
         set_subreaper(True)  # orphans of whatever the dataset starts stay below this process
+        _prefer_oom_kill()  # a dataset that eats memory takes down its configuration, not the probe
         _die_with_parent()
         # Ctrl+C reaches the parent, which kills this whole group; the child must not race it
         with contextlib.suppress(ValueError):

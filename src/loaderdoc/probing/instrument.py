@@ -24,13 +24,31 @@ _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _SIZE = struct.calcsize("d")
 
 
-def queued_seconds() -> float:
-    """Time this thread spent runnable but waiting for a CPU (Linux schedstat), 0 without it."""
+def _schedstat() -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of this thread, from Linux
+    schedstat; None where the kernel does not provide it."""
     try:
         with open("/proc/thread-self/schedstat", "rb") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
+            ran_ns, waited_ns, _ = fh.read().split()
+        return int(ran_ns) / 1e9, int(waited_ns) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def queued_seconds() -> float:
+    """Time this thread spent runnable but waiting for a CPU, 0 without schedstat."""
+    stat = _schedstat()
+    return stat[1] if stat else 0.0
+
+
+def busy_seconds() -> float:
+    """CPU time this thread used *or waited on a run queue for*.
+
+    Loading that is CPU work stays "busy" even when other processes take the CPU away; only
+    sleeping on I/O is not. Without schedstat, the thread's CPU time.
+    """
+    stat = _schedstat()
+    return stat[0] + stat[1] if stat else time.thread_time()
 
 
 class Tally:
@@ -59,10 +77,6 @@ class Tally:
         width = len(FIELDS)
         return [dict(zip(FIELDS, self._values[r * width:(r + 1) * width].tolist(), strict=True))
                 for r in range(self.rows)]
-
-    def close(self) -> None:
-        self._values.release()
-        self._map.close()
 
 
 def wrap_dataset(dataset: Any, tally: Tally) -> Any:

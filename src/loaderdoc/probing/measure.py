@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.probing.instrument import busy_seconds
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.shm import shm_used_bytes
@@ -166,20 +167,6 @@ class _Monitor(threading.Thread):
         self.pss = pss if self.pss is None else max(self.pss, pss)
         self.uss = uss if self.uss is None else max(self.uss, uss)
         self.rss = rss if self.rss is None else max(self.rss, rss)
-
-
-def busy_seconds() -> float:
-    """CPU time this thread used *or waited on a run queue for* (Linux schedstat).
-
-    Loading that is CPU work stays "busy" even when other processes take the CPU away; only
-    sleeping on I/O is not. Without schedstat, the thread's CPU time.
-    """
-    try:
-        with open("/proc/thread-self/schedstat", "rb") as fh:
-            ran_ns, waited_ns, _ = fh.read().split()
-        return (int(ran_ns) + int(waited_ns)) / 1e9
-    except (OSError, ValueError):
-        return time.thread_time()
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

@@ -26,6 +26,12 @@ from loaderdoc.probing.result import Breakdown, ConfigResult, CurvePoint, Predic
 from loaderdoc.units import fmt_bytes
 
 
+def by_workers(table: dict[policy.Key, float]) -> dict[int, float]:
+    """Steps/s by worker count at torch's default prefetch (0 workers included): the measured side
+    of the curve over num_workers."""
+    return {k[0]: v for k, v in table.items() if k[1] in (0, policy.DEFAULT_PREFETCH)}
+
+
 @dataclass
 class LoadModel:
     load_ms: float  # one batch, loaded by one worker (samples + collate), wall time
@@ -156,8 +162,7 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
                         f"{policy.workers_text(parallel)} in parallel" if workers else "one batch at a time")
     out.stages.append(loading)
     if cpu > 0 and cpus is not None and workers:
-        out.stages.append(StageCost("CPU budget", round(cpu, 3), rate(cpu + (st.receive_ms or 0.0), 1) and
-                                    cpus * 1000.0 / (cpu + (st.receive_ms or 0.0)),
+        out.stages.append(StageCost("CPU budget", round(cpu, 3), cpus * 1000.0 / (cpu + (st.receive_ms or 0.0)),
                                     f"{cpus:g} CPUs shared by the workers"))
     if workers:
         moved = fmt_bytes(result.batch_bytes) if result.batch_bytes else "the batch"

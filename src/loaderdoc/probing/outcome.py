@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
-from loaderdoc.probing.model import breakdown, prediction
+from loaderdoc.probing.model import breakdown, by_workers, prediction
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.units import MiB
@@ -121,7 +121,7 @@ def outcome(self: Search) -> SearchOutcome:
                        f"{self.limits.budget_s:.0f} s budget; a larger budget lets the probe try other sizes")
     outcome.breakdown = _breakdowns(self, candidate)
     if self.model is not None:
-        measured = {k[0]: round(v, 3) for k, v in table.items() if k[1] in (0, policy.DEFAULT_PREFETCH)}
+        measured = {n: round(v, 3) for n, v in by_workers(table).items()}
         outcome.prediction = prediction(self.model, measured, workers)
         p = outcome.prediction
         if p.pick_predicted_per_s and p.pick_measured_per_s is not None:

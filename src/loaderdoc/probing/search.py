@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
-from loaderdoc.probing.model import LoadModel, model_from
+from loaderdoc.probing.model import LoadModel, by_workers, model_from
 from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
@@ -128,8 +128,8 @@ class Search:
             self.stopped = "failures"
             return None
         if self.results and self.elapsed + self._expected_cost(restart) > self.limits.budget_s:
-            if not self.stopped or self.stopped == "not starved":
-                self.stopped = "budget" if not self.stopped else self.stopped
+            if not self.stopped:
+                self.stopped = "budget"
             return None
         if self.on_progress is not None:
             self.on_progress(min(1.0, self.elapsed / self.limits.budget_s),
@@ -258,7 +258,7 @@ class Search:
                 if not result.ok:
                     self.notes.append(f"num_workers={n} failed ({result.error})")
         while not self._halted():
-            table = {k[0]: v for k, v in self.fitting_throughputs().items() if k[1] in (0, policy.DEFAULT_PREFETCH)}
+            table = by_workers(self.fitting_throughputs())
             sizes = sorted(table)
             top = sizes[-1]
             if top >= self._max or max(table, key=table.get) != top or len(sizes) < 2:
@@ -390,9 +390,10 @@ class Search:
             contenders = {best, pick} | {k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < best[0]}
             # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
             contenders |= {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
-            below = [k for k in table if k[0] < pick[0] and k[1] in (0, policy.DEFAULT_PREFETCH)]
+            below = [n for n in by_workers(table) if n < pick[0]]
             if below and pick[0] > 0:
-                contenders.add(max(below))
+                n = max(below)
+                contenders.add((n, policy.DEFAULT_PREFETCH if n else 0))
             for key in sorted(contenders):
                 if len(self.measured(*key)) >= round_:
                     continue

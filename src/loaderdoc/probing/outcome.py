@@ -182,6 +182,7 @@ def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons:
             reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
             return True
         why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
+                   else "the start-up alone decides it" if self.persistence_clear(key) is not None
                    else "within the budget")
         saving, what = min(first), f"starting the workers took {min(first):.2f} s (restart not measured: {why_not})"
     steps = self.limits.epoch_steps

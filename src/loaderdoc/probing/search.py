@@ -13,12 +13,15 @@ Predict, then verify:
 3. **Measure around the prediction**: that size, a quarter above and a quarter below (one at
    least). If the top one is still clearly the fastest, go up until it stops paying.
 4. If a size past the CPU budget is among them, measure as many workers as the CPUs allow.
-5. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best.
+5. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best
+   (to one worker, or an eighth of the pick past 16).
 6. ``prefetch_factor=4`` if the waits are bursty; ``in_order=False`` if single batches take far
    longer than others to load (torch >= 2.6), each against the pick measured again beside it.
 7. Measure the close contenders again, in turns, until the pick stops changing: a repeated,
-   interleaved comparison is what a busy machine's noise cannot fake.
-8. ``persistent_workers`` on/off at the pick, timing the restart between epochs.
+   interleaved comparison is what a busy machine's noise cannot fake. None when the pick has no
+   close contender or already runs as fast as the step allows.
+8. ``persistent_workers`` on/off at the pick, timing the restart between epochs, unless the
+   workers' start-up alone decides it against the user's epoch.
 9. ``pin_memory`` only with CUDA (without it pinning does nothing).
 
 The search stops early once the pick is confirmed ("settled"), and otherwise when the budget
@@ -306,7 +309,8 @@ class Search:
             table = self.throughputs()
             below = [k for k in table if k[0] < candidate[0] and k[1] in (0, 2)]
             lower = max(below, default=(0, 0))
-            if candidate[0] - lower[0] <= 1:
+            # to within one worker, or an eighth of many: a worker more of 16 is not worth a run
+            if candidate[0] - lower[0] <= max(1, candidate[0] // 8):
                 return
             best = max(self.fitting_throughputs().values())
             target = best * (1 - self.tolerance())
@@ -376,10 +380,11 @@ class Search:
     def _repeat_contenders(self) -> None:
         """Measure the close contenders again, in turns, until the pick stops changing.
 
-        Contenders: the best, the pick, anything cheaper within 10 % of the best, the largest size
-        below the pick (the evidence that fewer workers are slower), and any size past the CPUs
-        that measured faster but is not allowed on one run. Each round measures each
-        one once more; two rounds in a row with the same pick settle it."""
+        Contenders: the best, the pick, anything cheaper within 10 % of the best, and any size past
+        the CPUs that measured faster but is not allowed on one run. A size far slower than the best
+        needs no second run to lose, and a pick with no contender, or one already as fast as the
+        step allows, has nothing to be compared with: those settle at once. Each round measures
+        each contender once more; two rounds in a row with the same pick settle it."""
         previous = self.cheapest_near_best()
         for round_ in range(2, MAX_ROUNDS + 1):
             table = self.fitting_throughputs()
@@ -390,10 +395,10 @@ class Search:
             contenders = {best, pick} | {k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < best[0]}
             # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
             contenders |= {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
-            below = [n for n in by_workers(table) if n < pick[0]]
-            if below and pick[0] > 0:
-                n = max(below)
-                contenders.add((n, policy.DEFAULT_PREFETCH if n else 0))
+            if len(contenders) == 1:
+                return
+            if self._at_step_ceiling(choice.rate, choice.tolerance):
+                return
             for key in sorted(contenders):
                 if len(self.measured(*key)) >= round_:
                     continue
@@ -406,6 +411,40 @@ class Search:
                 return
             previous = now
 
+    def _at_step_ceiling(self, rate: float, tolerance: float) -> bool:
+        """The pick already runs within tolerance of what the training step allows: no loader
+        configuration can be faster, so repeating the contenders cannot change the answer."""
+        if self.model is None or self.model.step_ms <= 0:
+            return False
+        ceiling = self.model.step_per_s()
+        if rate < ceiling * (1 - tolerance):
+            return False
+        self.notes.append(f"the pick runs at {rate:.1f} steps/s, within {tolerance:.0%} of the {ceiling:.1f} the "
+                          f"{self.model.step_ms:.0f} ms step allows: no configuration can be faster, no repeats needed")
+        return True
+
+    def persistence_clear(self, key: tuple[int, int]) -> bool | None:
+        """persistent_workers decided by the workers' start-up alone, before timing a restart.
+
+        Keeping workers saves at most their start-up (time to the first batch) and at least that
+        minus one batch's loading (which a persistent worker still does). When even the most is
+        below :data:`~loaderdoc.policy.PERSISTENT_PAYS_SHARE` of an epoch, or the least is twice
+        that, a restart run would not change the answer. None: too close to call, measure it."""
+        steps = self.limits.epoch_steps
+        rows = self.measured(*key)
+        first = [r.first_batch_s for r in rows if r.first_batch_s is not None]
+        rate = policy.throughputs(rows).get(key)
+        if not steps or not first or not rate:
+            return None
+        load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=1.0 / rate)
+        epoch_s = steps / rate
+        most, least = min(first), max(0.0, min(first) - load_s)
+        if most / (epoch_s + most) < policy.PERSISTENT_PAYS_SHARE:
+            return False
+        if least / (epoch_s + least) >= 2 * policy.PERSISTENT_PAYS_SHARE:
+            return True
+        return None
+
     def _persistence(self) -> None:
         candidate = self.cheapest_near_best()
         if candidate is None or candidate[0] == 0:
@@ -414,8 +453,8 @@ class Search:
         settings = self.settings_for(workers, prefetch)
         done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
         # an IterableDataset's epoch ends when its stream does, not when the probe asks: no restart to time
-        if not done and not self.limits.iterable and self.try_config(
-                settings, "epoch restart, persistent_workers off and on", restart=True) is None:
+        if (not done and not self.limits.iterable and self.persistence_clear(candidate) is None
+                and self.try_config(settings, "epoch restart, persistent_workers off and on", restart=True) is None):
             return
         if self.limits.cuda:
             self.try_config(self.settings_for(workers, prefetch, pin_memory=True), "pin_memory on (CUDA)")

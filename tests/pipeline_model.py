@@ -18,7 +18,7 @@ class Model:
     """A pipeline: per-batch load time ``fetch_ms`` (share ``cpu_share`` of it CPU), a step of ``step_ms``."""
 
     def __init__(self, fetch_ms, step_ms=20.0, cpu_share=0.05, cpus=2.0, worker_overhead=0.0,
-                 pss_per_worker=100 * MiB, fail=None, cost_s=2.0, batch_bytes=MiB, spiky=False):
+                 pss_per_worker=100 * MiB, fail=None, cost_s=2.0, batch_bytes=MiB, spiky=False, others=0.0):
         self.fetch_ms, self.step_ms, self.cpu_share, self.cpus = fetch_ms, step_ms, cpu_share, cpus
         self.worker_overhead = worker_overhead
         self.pss_per_worker = pss_per_worker
@@ -26,6 +26,7 @@ class Model:
         self.cost_s = cost_s
         self.batch_bytes = batch_bytes
         self.spiky = spiky  # waits come in bursts: p95 five times the median
+        self.others = others  # CPUs other processes keep busy: CPU time is shared per runnable thread
         self.now = 0.0
         self.calls: list[LoaderSettings] = []
 
@@ -40,7 +41,10 @@ class Model:
         # CPU-bound work cannot run on more CPUs than there are; waiting can overlap freely
         parallel = s.num_workers
         if self.cpu_share > 0:
-            parallel = min(parallel, self.cpus / self.cpu_share)
+            cpus = self.cpus
+            if self.others and s.num_workers + self.others > self.cpus:
+                cpus = self.cpus * s.num_workers / (s.num_workers + self.others)
+            parallel = min(parallel, cpus / self.cpu_share)
         produce = parallel / fetch * (1 - self.worker_overhead * s.num_workers)
         return min(1.0 / step, produce)
 
@@ -63,4 +67,5 @@ class Model:
             epoch_restart_persistent_s=0.02 if restart and s.num_workers and not s.persistent_workers else None,
             worker_pss_bytes=self.pss_per_worker * s.num_workers, shm_peak_bytes=self.batch_bytes * s.batches_in_flight,
             batch_bytes=self.batch_bytes, fetch_cpu_pct=100 * self.cpu_share if s.num_workers == 0 else None,
+            other_cpus=self.others if s.num_workers == 0 else None,
         )

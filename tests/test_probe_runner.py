@@ -6,6 +6,7 @@ exact figures.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -76,6 +77,30 @@ def test_zero_workers_has_no_worker_memory_and_measures_cpu_share():
     assert r.ok, r.error
     assert r.worker_pss_bytes == 0 and r.shm_peak_bytes == 0
     assert r.fetch_cpu_pct is not None and 0 <= r.fetch_cpu_pct <= 100
+
+
+def test_zero_workers_sees_another_process_keeping_a_cpu_busy():
+    # a busy loop in another process: the 0-worker run counts it as CPU demand the workers would
+    # share the CPUs with (whatever else this machine runs adds to it, never takes from it)
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        workload = LoadJob(probe_userdata.make(), step_ms=2.0)
+        r = run_config(workload, loader(0), RunPlan(window_s=0.8, min_batches=3, loader_timeout_s=3.0,
+                                                    measure_restart=False))
+    finally:
+        burner.kill()
+        burner.wait()
+    assert r.ok, r.error
+    assert r.other_cpus is not None and r.other_cpus >= 0.5
+
+
+def test_other_processes_cpu_is_the_busy_time_minus_this_process_tree():
+    from loaderdoc.probing.measure import _other_cpus
+
+    # 2 s: the allowed CPUs were busy 3.0 CPU-seconds, this process and its workers used 1.2
+    assert _other_cpus((10.0, 4.0), (13.0, 5.2), 2.0) == 0.9
+    assert _other_cpus((10.0, 4.0), (10.5, 5.0), 2.0) == 0.0  # never negative
+    assert _other_cpus(None, (1.0, 1.0), 2.0) is None
 
 
 def test_io_bound_data_gets_more_throughput_from_more_workers_than_cores():

@@ -397,3 +397,30 @@ def test_close_contenders_are_still_repeated_in_turns():
     model.rate = lambda s: model_rate(s) * (1.08 if s.num_workers > 2 else 1.0)
     s, out = search(model, epoch_steps=200_000)
     assert {2, 3} <= set(_repeated(model))
+
+
+def test_cpu_work_beside_another_busy_process_measures_past_the_cpus_and_says_why():
+    # decode-like work on 2 CPUs while another process keeps one of them busy: CPU time is shared
+    # per runnable thread, so 2 workers get 4/3 of the CPUs and 8 workers 16/9 (the kernel's share)
+    busy = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, others=1.0)
+    s, out = search(busy, epoch_steps=200_000, budget_s=60)
+    assert max(c.num_workers for c in busy.calls) > 3  # measured past the quiet cap of one past the CPUs
+    rec = out.recommended.num_workers
+    assert rec > 2
+    best = max(busy.rate(c) for c in busy.calls)
+    assert busy.rate(out.recommended) >= 0.97 * best * (1 - s.tolerance())
+    text = " ".join(out.reasons)
+    assert "other processes kept 1.0 of the 2 CPUs busy beside the 0-worker run" in text
+    assert f"num_workers={rec} is more than the 2 CPUs because" in text
+    assert "take more of it from those processes, which slow down" in text
+    # the same data on a quiet machine: as many workers as CPUs, one more measured at most
+    quiet = Model(fetch_ms=140, cpu_share=1.0, step_ms=20)
+    s, out = search(quiet, epoch_steps=200_000, budget_s=60)
+    assert out.recommended.num_workers == 2
+    assert max(c.num_workers for c in quiet.calls) <= 3
+
+
+def test_io_bound_data_beside_a_busy_process_is_not_capped_at_sixteen():
+    model = Model(fetch_ms=480, cpu_share=0.03, others=1.0)  # ~24 workers to feed a 20 ms step
+    s, out = search(model, epoch_steps=200_000, budget_s=60)
+    assert out.recommended.num_workers > 16

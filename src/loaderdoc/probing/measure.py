@@ -11,6 +11,7 @@ DataLoader workers do: torch's OpenMP pool does not survive a fork, and using it
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 import time
@@ -227,6 +228,7 @@ def measure_in_process(
         ready_waits: list[float] = []  # waits for a batch that was already in the queue: the transfer
         fetch_cpu = 0.0
         psutil.cpu_percent(None)
+        use_before = _cpu_use()
         before = tally.snapshot()
         steady_started = clock()
         while not epoch_over:
@@ -253,6 +255,7 @@ def measure_in_process(
         steady = clock() - steady_started
         after = tally.snapshot()
         result.cpu_util_pct = psutil.cpu_percent(None)
+        result.other_cpus = _other_cpus(use_before, _cpu_use(), steady)
     finally:
         monitor.stop()
 
@@ -331,6 +334,36 @@ def _warm_up(iterator: Any, consumer: Any, settings: LoaderSettings, plan: RunPl
         if settings.num_workers and consumed > 1 and waited > dry_after_s:
             break
     return False, consumed
+
+
+def _cpu_use() -> tuple[float, float] | None:
+    """(CPU seconds the CPUs this process may run on have been busy, CPU seconds this process and
+    its workers have used), or None where the system does not say."""
+    import psutil
+
+    try:
+        allowed = os.sched_getaffinity(0)
+        per_cpu = psutil.cpu_times(percpu=True)
+        busy = sum(t.user + t.nice + t.system + t.irq + t.softirq for i, t in enumerate(per_cpu) if i in allowed)
+        me = psutil.Process()
+        ours = 0.0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+                ours += t.user + t.system
+            except psutil.Error:  # a worker that exited in between: its time is not counted
+                continue
+        return busy, ours
+    except (OSError, AttributeError, psutil.Error):
+        return None
+
+
+def _other_cpus(before: tuple[float, float] | None, after: tuple[float, float] | None, wall_s: float) -> float | None:
+    """How many of this process's CPUs other processes kept busy over ``wall_s``: their demand,
+    which the workers would compete with (CPU time is shared per runnable thread)."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s, 2)
 
 
 def _ready_batches(iterator: Any) -> Callable[[], bool]:

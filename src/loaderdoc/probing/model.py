@@ -7,7 +7,9 @@ instrumented 0-worker run took inside the process that loaded (:class:`~.result.
 - ``W`` workers, each loading a batch in ``load_ms`` of wall time, deliver ``W x 1000 / load_ms``
   batches a second: waiting (storage, network, sleep) overlaps freely across workers;
 - the CPU budget runs at most ``cpus x 1000 / cpu_ms`` batches a second, however many workers
-  share it: CPU work saturates at the CPUs (the training process's receiving counts too);
+  share it: CPU work saturates at the CPUs (the training process's receiving counts too). When
+  other processes keep ``others`` CPUs busy, the kernel shares CPU time per runnable thread: ``W``
+  workers get ``cpus x W / (W + others)`` of the CPUs once there are more threads than CPUs;
 - the training process takes a batch (``receive_ms``) and runs the step (``step_ms``) one at a
   time: ``1000 / (step_ms + receive_ms)``.
 
@@ -41,15 +43,26 @@ class LoadModel:
     cpus: float | None = None  # the rank's CPU budget; None: unknown, no CPU cap
     zero_per_s: float | None = None  # measured steady rate with 0 workers
     max_workers: int = 64  # the most workers memory and /dev/shm allow (policy)
+    others: float = 0.0  # CPUs other processes kept busy with 0 workers: their threads compete for the CPUs
 
     # ---- the stages' rates ------------------------------------------------------------------
     def workers_per_s(self, workers: int) -> float:
         return workers * 1000.0 / max(self.load_ms, 1e-6)
 
-    def cpu_per_s(self) -> float | None:
-        if self.cpus is None or self.cpu_ms + self.receive_ms <= 0:
+    def cpu_share(self, workers: int | None = None) -> float | None:
+        """CPUs ``workers`` CPU-bound workers get: all of the budget on their own, a share per
+        runnable thread beside other processes (all of it with no ``workers`` given: the asymptote)."""
+        if self.cpus is None:
             return None
-        return self.cpus * 1000.0 / (self.cpu_ms + self.receive_ms)
+        if workers is None or not self.others or workers + self.others <= self.cpus:
+            return self.cpus
+        return self.cpus * workers / (workers + self.others)
+
+    def cpu_per_s(self, workers: int | None = None) -> float | None:
+        share = self.cpu_share(workers)
+        if share is None or self.cpu_ms + self.receive_ms <= 0:
+            return None
+        return share * 1000.0 / (self.cpu_ms + self.receive_ms)
 
     def step_per_s(self) -> float:
         return 1000.0 / max(self.step_ms + self.receive_ms, 1e-6)
@@ -60,7 +73,7 @@ class LoadModel:
             serial = 1000.0 / max(self.load_ms + self.step_ms, 1e-6)
             return (self.zero_per_s or serial), "loading and the step take turns"
         limits = [(self.workers_per_s(workers), "workers"), (self.step_per_s(), "step")]
-        cpu = self.cpu_per_s()
+        cpu = self.cpu_per_s(workers)
         if cpu is not None:
             limits.append((cpu, "CPU"))
         return min(limits)
@@ -72,7 +85,11 @@ class LoadModel:
         return min(self.step_per_s(), cpu) if cpu is not None else self.step_per_s()
 
     def workers_for(self, share: float) -> int:
-        """Fewest workers whose predicted rate reaches ``share`` of the ceiling (within the caps)."""
+        """Fewest workers whose predicted rate reaches ``share`` of the ceiling (within the caps);
+        beside other processes, of the best rate the caps allow (the share only nears the CPUs)."""
+        if self.others and self.cpus is not None:
+            top = max(self.rate(w)[0] for w in range(1, self.max_workers + 1))
+            return next(w for w in range(1, self.max_workers + 1) if self.rate(w)[0] >= share * top - 1e-9)
         need = math.ceil(share * self.ceiling * self.load_ms / 1000.0 - 1e-9)
         return max(1, min(self.max_workers, need))
 
@@ -86,12 +103,13 @@ class LoadModel:
 
     def describe(self) -> str:
         cpus = f" on {self.cpus:g} CPUs" if self.cpus is not None else ""
-        return (f"a worker loads a batch in {self.load_ms:.1f} ms ({self.cpu_ms:.1f} ms of it CPU){cpus}; "
+        others = f" (other processes kept {self.others:.1f} of them busy)" if self.others and cpus else ""
+        return (f"a worker loads a batch in {self.load_ms:.1f} ms ({self.cpu_ms:.1f} ms of it CPU){cpus}{others}; "
                 f"the step takes {self.step_ms:.1f} ms and receiving a batch {self.receive_ms:.1f} ms")
 
 
 def model_from(baseline: ConfigResult, cpus: float | None, max_workers: int,
-               receive_ms: float | None = None) -> LoadModel | None:
+               receive_ms: float | None = None, others: float = 0.0) -> LoadModel | None:
     """The model from the 0-worker run: its instrumented stages, else its waits (each wait with 0
     workers is one batch loaded in the training process) and the CPU share of that loading."""
     if not baseline.ok or not baseline.batches_per_s:
@@ -106,7 +124,7 @@ def model_from(baseline: ConfigResult, cpus: float | None, max_workers: int,
         return None
     return LoadModel(load_ms=load, cpu_ms=cpu, step_ms=baseline.step_ms_achieved or 0.0,
                      receive_ms=receive_ms or 0.0, cpus=cpus, zero_per_s=baseline.batches_per_s,
-                     max_workers=max(1, max_workers))
+                     max_workers=max(1, max_workers), others=others)
 
 
 def curve(model: LoadModel, measured: dict[int, float], upto: int | None = None) -> list[CurvePoint]:
@@ -162,8 +180,11 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
                         f"{policy.workers_text(parallel)} in parallel" if workers else "one batch at a time")
     out.stages.append(loading)
     if cpu > 0 and cpus is not None and workers:
-        out.stages.append(StageCost("CPU budget", round(cpu, 3), cpus * 1000.0 / (cpu + (st.receive_ms or 0.0)),
-                                    f"{cpus:g} CPUs shared by the workers"))
+        others = result.other_cpus if (result.other_cpus or 0.0) >= policy.CONTENDED_CPUS else 0.0
+        share = max(0.1, cpus - others)  # what other processes kept of the CPUs in this run is not the workers'
+        out.stages.append(StageCost("CPU budget", round(cpu, 3), share * 1000.0 / (cpu + (st.receive_ms or 0.0)),
+                                    f"{cpus:g} CPUs shared by the workers" if not others else
+                                    f"{share:.1f} of {cpus:g} CPUs: other processes held {others:.1f}"))
     if workers:
         moved = fmt_bytes(result.batch_bytes) if result.batch_bytes else "the batch"
         out.stages.append(StageCost("transfer", round(st.receive_ms or 0.0, 3), None,
@@ -198,7 +219,8 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
         "workers": f"{policy.workers_text(workers)} at {load:.0f} ms a batch deliver {slowest.per_s:.1f} batches/s, "
                    "below what the step could take",
         "CPU": f"the {cpus:g} CPUs at {cpu:.0f} ms of CPU a batch run out at {slowest.per_s:.1f} batches/s: more "
-               "workers would only take turns",
+               "workers would only take turns" + (" (or take CPU time from the other processes)" if (
+                   result.other_cpus or 0.0) >= policy.CONTENDED_CPUS else ""),
         "training step": f"the step ({step:.0f} ms) is the slowest stage: the data side keeps up",
     }.get(out.bottleneck, f"{slowest.stage} is the slowest stage ({slowest.per_s:.1f} batches/s)")
     return out

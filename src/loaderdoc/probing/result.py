@@ -84,6 +84,9 @@ class ConfigResult:
     worker_rss_bytes: int | None = None  # summed RSS, for comparison (double-counts)
     shm_peak_bytes: int | None = None  # /dev/shm high-water mark above the baseline
     cpu_util_pct: float | None = None  # whole-machine CPU use while measuring
+    # CPUs (of those this process may use) other processes kept busy in the window: with no
+    # workers, what they demand; the workers would share the CPUs with them
+    other_cpus: float | None = None
     h2d_pinned_ms: float | None = None  # host-to-device copy per batch, CUDA only
     h2d_pageable_ms: float | None = None
     batch_bytes: int | None = None  # tensor bytes of one collated batch, as measured

@@ -222,7 +222,11 @@ class Search:
         (the policy recommends more than that only on repeated evidence, which one more shows)."""
         cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
         ceiling = self._cpu_ceiling(base0)
-        return min(cap, ceiling + 1) if ceiling is not None else cap
+        if ceiling is None:
+            return cap
+        if self.others:  # CPU work gains past the CPUs by taking time from other processes: measure that
+            return min(cap, policy.UNMEASURED_WORKER_CAP)
+        return min(cap, ceiling + 1)
 
     def _cpu_ceiling(self, base0: ConfigResult | None) -> int | None:
         """As many workers as the CPUs allow, when the 0-worker fetch was mostly CPU time."""
@@ -233,10 +237,21 @@ class Search:
             return None
         return policy.cpu_limit(cpus)
 
+    @property
+    def others(self) -> float:
+        """CPUs other processes kept busy beside the 0-worker run (0 below the policy's threshold)."""
+        return policy.contention(self.results)
+
     def _predict(self, base0: ConfigResult | None) -> None:
         """The model from the baseline, and the size it predicts (2 when there is no model)."""
         self._max = self._cap(base0)
-        self.model = model_from(base0, self.limits.cpu_budget, self._max) if base0 is not None else None
+        self.model = (model_from(base0, self.limits.cpu_budget, self._max, others=self.others)
+                      if base0 is not None else None)
+        if self.others and self.limits.cpu_budget is not None:
+            self.notes.append(
+                f"other processes kept {self.others:.1f} of the {self.limits.cpu_budget:g} CPUs busy beside the 0-worker "
+                "run: CPU time is shared per runnable thread, so workers past the CPUs may win time from them; measured "
+                f"up to {self._max} workers")
         if self.model is None:
             self.predicted = min(2, self._max)
             self.notes.append("no stage timings from num_workers=0: measuring around 2 workers")
@@ -253,14 +268,22 @@ class Search:
         """Measure the predicted size and its neighbours; go up while the top one still pays."""
         w = self.predicted
         delta = max(1, round(0.25 * w))
-        for n in (w, w + delta, w - delta):
+        sizes = (w, w + delta, w - delta)
+        if self.others and self.limits.cpu_budget is not None and w > policy.cpu_limit(self.limits.cpu_budget):
+            # beside other processes the curve only flattens towards the CPUs: nothing above the
+            # prediction, the CPU count early (the reference any gain past the CPUs is judged
+            # against) and half way between (worker start-up is slow when the CPUs are shared)
+            # the shared CPUs' curve only flattens: no climb past the prediction either
+            limit = policy.cpu_limit(self.limits.cpu_budget)
+            sizes = (w, limit, (w + limit) // 2)
+        for n in sizes:
             if 1 <= n <= self._max and not self.measured(n):
                 result = self.try_config(self.settings_for(n), "verify: around the predicted size")
                 if result is None or self._halted():
                     return
                 if not result.ok:
                     self.notes.append(f"num_workers={n} failed ({result.error})")
-        while not self._halted():
+        while not self._halted() and not self.others:
             table = by_workers(self.fitting_throughputs())
             sizes = sorted(table)
             top = sizes[-1]
@@ -380,7 +403,7 @@ class Search:
     def _repeat_contenders(self) -> None:
         """Measure the close contenders again, in turns, until the pick stops changing.
 
-        Contenders: the best, the pick, anything cheaper within 10 % of the best, and any size past
+        Contenders: the best, the pick, the next cheaper size if within 10 % of the best, and any size past
         the CPUs that measured faster but is not allowed on one run. A size far slower than the best
         needs no second run to lose, and a pick with no contender, or one already as fast as the
         step allows, has nothing to be compared with: those settle at once. Each round measures
@@ -392,7 +415,12 @@ class Search:
             if len(table) < 2 or choice is None or self._halted():
                 return
             best, pick = choice.best_key, choice.key
-            contenders = {best, pick} | {k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < best[0]}
+            contenders = {best, pick}
+            # the next cheaper size, if close: a second run may bring it within tolerance (the sizes
+            # between the pick and the best cost more than the pick whatever their repeats say)
+            cheaper = [k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < pick[0]]
+            if cheaper:
+                contenders.add(max(cheaper))
             # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
             contenders |= {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
             if len(contenders) == 1:

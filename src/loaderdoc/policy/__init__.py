@@ -5,7 +5,8 @@
 - what "the same configuration" and "as fast as" mean when comparing measurements;
 - which measured configuration to recommend (:func:`choose`).
 
-``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
+The memory side (``/dev/shm``, the memory budget) is in :mod:`loaderdoc.policy.memory`, re-exported
+here: callers ask ``loaderdoc.policy``. ``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
 these functions, so a pick and a finding can never use two different thresholds. Each threshold
 is named once below with the reason for its value. No torch, no textual, and nothing here reads
 the machine: facts and measurements come in as arguments.
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus
+from loaderdoc.units import cpus_text, fmt_cpus
 
 if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
     from loaderdoc.probing.result import ConfigResult
@@ -41,6 +42,8 @@ BEYOND_CPUS_PAYS = 1.2  # more workers than CPUs must measure >= 20 % faster tha
 #                         CPUs allow: run-to-run noise of probe windows on a busy machine is ~10 %
 CPU_BUSY_SHARE = 0.7  # a 0-worker fetch that is >= 70 % CPU time is CPU work: extra workers contend
 CPU_IDLE_SHARE = 0.3  # < 30 % CPU time: the fetch waits on storage or the network
+CONTENDED_CPUS = 0.5  # other processes kept >= half a CPU busy beside the 0-worker run: the kernel
+#                       shares CPU time per runnable thread, so more workers win more of it
 # Memory
 SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: workers also allocate
 #                       transient tensors there, the batch being consumed is still mapped, and other
@@ -179,6 +182,7 @@ class BeyondCpus:
     fewer_rate: float = 0.0  # mean steps/s of the runs compared
     more_rate: float = 0.0
     repeated: bool = False  # decided on repeated runs, not on one window each
+    others: float = 0.0  # CPUs other processes kept busy (contention), when that explains the gain
 
     @property
     def gain(self) -> float:
@@ -186,6 +190,11 @@ class BeyondCpus:
 
     def text(self, per_rank: float) -> str:
         a, b = self.fewer.settings.num_workers, self.more.settings.num_workers
+        if self.others:
+            return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s ({self.gain:.2f}x) "
+                    f"on {cpus_text(per_rank)} per rank while other processes kept {self.others:.1f} CPUs busy "
+                    "(measured: CPU time is shared per runnable thread, so more workers take more of it from those "
+                    "processes, which slow down; on a quiet machine this many workers would only contend)")
         if self.repeated:
             return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s "
                     f"({self.gain:.2f}x) on {cpus_text(per_rank)} per rank, every repeated run faster "
@@ -215,6 +224,7 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
             groups.setdefault(r.settings.num_workers, []).append(r)
     tol = tolerance(results)
     limit = cpu_limit(per_rank)
+    others = contention(results)
     for b_n in sorted(groups, key=lambda n: -statistics.fmean(r.batches_per_s for r in groups[n])):
         if not oversubscribed(b_n, per_rank):
             continue
@@ -224,170 +234,37 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
             a_mean, b_mean = statistics.fmean(r.batches_per_s for r in a_s), statistics.fmean(r.batches_per_s for r in bs)
             if len(a_s) >= 2 and len(bs) >= 2:
                 if min(r.batches_per_s for r in bs) > max(r.batches_per_s for r in a_s) and b_mean > a_mean * (1 + tol):
-                    return BeyondCpus(a_s[-1], bs[-1], a_mean, b_mean, repeated=True)
+                    return BeyondCpus(a_s[-1], bs[-1], a_mean, b_mean, repeated=True, others=others)
                 continue
             zero = [r for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
-            if zero and max(r.fetch_cpu_pct for r in zero) > 100 * CPU_BUSY_SHARE:
-                continue
+            if zero and max(r.fetch_cpu_pct for r in zero) > 100 * CPU_BUSY_SHARE and not others:
+                continue  # CPU work gains past the CPUs only by taking CPU time from other processes
             for a in a_s:
                 for b in bs:
                     if b.batches_per_s >= BEYOND_CPUS_PAYS * a.batches_per_s:
-                        return BeyondCpus(a, b, a.batches_per_s, b.batches_per_s)
+                        return BeyondCpus(a, b, a.batches_per_s, b.batches_per_s, others=others)
     return None
 
 
-# ---- memory -----------------------------------------------------------------------------------
-@dataclass
-class Room:
-    """What one node offers the loaders: free /dev/shm, the memory budget, the ranks sharing both."""
-
-    shm_free: int | None = None
-    memory_budget: int | None = None
-    ranks: int = 1
-
-    @classmethod
-    def of(cls, facts: MachineFacts) -> Room:
-        shm = facts.shm
-        return cls(shm_free=shm.free.get(shm.total.get()), memory_budget=facts.memory.budget,
-                   ranks=max(1, facts.distributed.ranks_on_this_node))
-
-    @property
-    def shm_room(self) -> float | None:
-        return None if self.shm_free is None else SHM_SAFE_SHARE * self.shm_free
-
-    @property
-    def ram_room(self) -> float | None:
-        return None if self.memory_budget is None else RAM_SAFE_SHARE * self.memory_budget
+def contention(results: Iterable[ConfigResult]) -> float:
+    """CPUs other processes kept busy beside the 0-worker runs (mean), 0 below :data:`CONTENDED_CPUS`."""
+    seen = [r.other_cpus for r in results if r.ok and r.settings.num_workers == 0 and r.other_cpus is not None]
+    mean = statistics.fmean(seen) if seen else 0.0
+    return round(mean, 2) if mean >= CONTENDED_CPUS else 0.0
 
 
-def in_flight_bytes(workers: int, prefetch: int, batch_bytes: int | None, ranks: int = 1) -> int | None:
-    """Bytes of the batches alive at once on the node: workers x prefetch x batch (x ranks)."""
-    if not batch_bytes:
-        return None
-    return workers * prefetch * batch_bytes * max(1, ranks)
+# ---- memory: loaderdoc.policy.memory (after the thresholds and keys it uses) -----------------
+from loaderdoc.policy import memory as _memory  # noqa: E402
 
-
-def shm_level(need: float | None, free: float | None) -> str | None:
-    """"fits", "tight" (over the safe share of free /dev/shm) or "over" (more than is free)."""
-    if need is None or free is None:
-        return None
-    if need > free:
-        return "over"
-    return "tight" if need > SHM_SAFE_SHARE * free else "fits"
-
-
-def ram_level(need: float | None, budget: float | None) -> str | None:
-    """"fits", "tight" (at or over the safe share of the budget) or "over" (the whole budget)."""
-    if need is None or budget is None:
-        return None
-    if need >= budget:
-        return "over"
-    return "tight" if need >= RAM_SAFE_SHARE * budget else "fits"
-
-
-def fit_in_flight(workers: int, prefetch: int, batch_bytes: int | None, room: Room) -> tuple[int, int, str, str]:
-    """Shrink prefetch, then workers, until the batches in flight fit the safe share of /dev/shm
-    and of the memory budget.
-
-    Returns (workers, prefetch, the setting the limit changed or "", why)."""
-    if not batch_bytes or workers == 0:
-        return workers, prefetch, "", ""
-    limits = []
-    if room.shm_room is not None:
-        limits.append((room.shm_room, f"{SHM_SAFE_SHARE:.0%} of /dev/shm's {fmt_bytes(room.shm_free)} free"))
-    if room.ram_room is not None:
-        limits.append((room.ram_room, f"{RAM_SAFE_SHARE:.0%} of the {fmt_bytes(room.memory_budget)} memory budget"))
-    if not limits:
-        return workers, prefetch, "", ""
-    cap, cap_name = min(limits)
-    per_batch = batch_bytes * room.ranks
-    max_batches = int(cap // per_batch)
-    if workers * prefetch <= max_batches:
-        return workers, prefetch, "", ""
-    ranks = f" x {room.ranks} ranks" if room.ranks > 1 else ""
-    held = f"{fmt_bytes(batch_bytes)} batches{ranks} must fit {cap_name} ({fmt_bytes(cap)})"
-    if workers <= max_batches:
-        new_prefetch = max(1, max_batches // workers)
-        return workers, new_prefetch, "prefetch_factor", f"{new_prefetch}: {workers} workers x {new_prefetch} x {held}"
-    if max_batches >= 1:
-        return max_batches, 1, "num_workers", f"{max_batches} workers (memory-bound): {max_batches} x 1 x {held}"
-    return 0, prefetch, "num_workers", (
-        f"0 workers (memory-bound): not even one {held}; enlarge /dev/shm (docker run --shm-size=8g "
-        "or --ipc=host) or shrink the batch"
-    )
-
-
-def _pss_points(results: Iterable[ConfigResult]) -> dict[int, int]:
-    """Worker count -> the largest summed worker PSS measured with it."""
-    points: dict[int, int] = {}
-    for r in results:
-        if r.settings.num_workers > 0 and r.worker_pss_bytes:
-            n = r.settings.num_workers
-            points[n] = max(points.get(n, 0), r.worker_pss_bytes)
-    return points
-
-
-def per_worker_pss(results: Iterable[ConfigResult]) -> float | None:
-    """Bytes of PSS one more worker costs: the slope over measured worker counts, else the mean."""
-    points = _pss_points(results)
-    if not points:
-        return None
-    xs = sorted(points)
-    if len(xs) >= 2:
-        mx = statistics.fmean(xs)
-        my = statistics.fmean(points[x] for x in xs)
-        sxx = sum((x - mx) ** 2 for x in xs)
-        slope = sum((x - mx) * (points[x] - my) for x in xs) / sxx
-        if slope > 0:
-            return slope
-    return statistics.fmean(points[x] / x for x in xs)
-
-
-def workers_pss_at(results: Sequence[ConfigResult], n: int) -> tuple[float, str] | None:
-    """Summed worker PSS for ``n`` workers and how it was obtained: measured, or a straight line
-    through the measured worker counts, never below 0. None when no worker memory was measured."""
-    points = _pss_points(results)
-    if not points:
-        return None
-    if n in points:
-        return float(points[n]), "measured"
-    slope = per_worker_pss(results) or 0.0
-    xs = sorted(points)
-    if len(xs) >= 2:
-        mx = statistics.fmean(xs)
-        my = statistics.fmean(points[x] for x in xs)
-        return max(0.0, my + slope * (n - mx)), f"extrapolated in a straight line from {', '.join(map(str, xs))} workers, measured"
-    return slope * n, f"{fmt_bytes(slope)} per worker measured with {workers_text(xs[0])}"
-
-
-def memory_need(results: Sequence[ConfigResult], key: Key, batch_bytes: int | None, ranks: int) -> float | None:
-    """Workers' PSS (measured or extrapolated) plus the batches in flight, for all ranks on the node."""
-    pss = workers_pss_at(results, key[0]) if key[0] else (0.0, "")
-    if pss is None:
-        return None
-    return pss[0] * ranks + (in_flight_bytes(key[0], key[1], batch_bytes, ranks) or 0)
-
-
-def misfit(results: Sequence[ConfigResult], key: Key, room: Room, batch_bytes: int | None) -> str | None:
-    """Why a configuration does not fit this node's /dev/shm or memory budget, if it doesn't.
-
-    /dev/shm is judged on the batches in flight at ``batch_bytes`` (the user's batch size); when
-    that is unknown, on the high-water mark the probe measured."""
-    if key[0] == 0:
-        return None
-    rows = [r for r in results if r.ok and stream_key(r.settings) == key]
-    need = in_flight_bytes(key[0], key[1], batch_bytes, room.ranks)
-    if need is None:
-        peaks = [r.shm_peak_bytes for r in rows if r.shm_peak_bytes]
-        need = max(peaks) * room.ranks if peaks else None
-    if shm_level(need, room.shm_free) in ("tight", "over"):
-        return (f"its batches in flight need {fmt_bytes(need)} of /dev/shm, over {SHM_SAFE_SHARE:.0%} of the "
-                f"{fmt_bytes(room.shm_free)} free")
-    ram = memory_need(results, key, batch_bytes, room.ranks)
-    if ram_level(ram, room.memory_budget) in ("tight", "over"):
-        return (f"its workers and batches in flight use {fmt_bytes(ram)}, over {RAM_SAFE_SHARE:.0%} of the "
-                f"{fmt_bytes(room.memory_budget)} memory budget")
-    return None
+Room = _memory.Room
+fit_in_flight = _memory.fit_in_flight
+in_flight_bytes = _memory.in_flight_bytes
+memory_need = _memory.memory_need
+misfit = _memory.misfit
+per_worker_pss = _memory.per_worker_pss
+ram_level = _memory.ram_level
+shm_level = _memory.shm_level
+workers_pss_at = _memory.workers_pss_at
 
 
 # ---- choosing among measurements -----------------------------------------------------------

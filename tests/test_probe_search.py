@@ -424,3 +424,15 @@ def test_io_bound_data_beside_a_busy_process_is_not_capped_at_sixteen():
     model = Model(fetch_ms=480, cpu_share=0.03, others=1.0)  # ~24 workers to feed a 20 ms step
     s, out = search(model, epoch_steps=200_000, budget_s=60)
     assert out.recommended.num_workers > 16
+
+
+def test_io_bound_data_beside_a_busy_process_still_climbs_past_a_low_prediction():
+    # the 0-worker run sees 2 ms of loading a batch, but every 25th sample stalls: the model is
+    # low, and more workers keep paying; a busy neighbour changes nothing for waiting work
+    model = Model(fetch_ms=320, cpu_share=0.03, others=1.0)
+    s = Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2, epoch_steps=200_000),
+               clock=model.clock)
+    s._predict = lambda base0: (setattr(s, "_max", 64), setattr(s, "predicted", 6))
+    out = s.run()
+    assert any(r.purpose.startswith("verify: more workers still paid") for r in out.results)
+    assert out.recommended.num_workers >= 14

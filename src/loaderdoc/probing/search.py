@@ -238,6 +238,12 @@ class Search:
         return policy.cpu_limit(cpus)
 
     @property
+    def _shared_cpu_work(self) -> bool:
+        """CPU-bound loading beside other busy processes: its curve only flattens towards the CPUs."""
+        base0 = next(iter(self.measured(0)), None)
+        return bool(self.others) and self.limits.cpu_budget is not None and self._cpu_ceiling(base0) is not None
+
+    @property
     def others(self) -> float:
         """CPUs other processes kept busy beside the 0-worker run (0 below the policy's threshold)."""
         return policy.contention(self.results)
@@ -269,7 +275,7 @@ class Search:
         w = self.predicted
         delta = max(1, round(0.25 * w))
         sizes = (w, w + delta, w - delta)
-        if self.others and self.limits.cpu_budget is not None and w > policy.cpu_limit(self.limits.cpu_budget):
+        if self._shared_cpu_work and w > policy.cpu_limit(self.limits.cpu_budget):
             # beside other processes the curve only flattens towards the CPUs: nothing above the
             # prediction, the CPU count early (the reference any gain past the CPUs is judged
             # against) and half way between (worker start-up is slow when the CPUs are shared)
@@ -283,7 +289,7 @@ class Search:
                     return
                 if not result.ok:
                     self.notes.append(f"num_workers={n} failed ({result.error})")
-        while not self._halted() and not self.others:
+        while not self._halted() and not self._shared_cpu_work:
             table = by_workers(self.fitting_throughputs())
             sizes = sorted(table)
             top = sizes[-1]

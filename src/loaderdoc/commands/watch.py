@@ -19,6 +19,13 @@ WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATC
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = "loaderdoc watch [--report FILE] [--json] -- COMMAND [ARGS...]"
+    parser.epilog = (
+        "exit code: the command's own (128+N when signal N killed it), so a job script acts on it as before;\n"
+        "  3 (usage) before the command runs: no command, command not found, --report into a missing directory\n"
+        "\nexamples:\n"
+        "  loaderdoc watch -- python train.py --lr 3e-4\n"
+        "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
+    )
     parser.add_argument("--report", metavar="FILE",
                         help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it")
     parser.add_argument("--json", action="store_true",

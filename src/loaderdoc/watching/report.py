@@ -150,7 +150,7 @@ def judge(entry: dict[str, Any], machine: dict[str, Any]) -> Finding | None:
                         f"(epoch {longest.get('epoch')}, {longest.get('waits')} batches)")
     if needed is not None:
         evidence.append(f"one batch takes about {_ms(_load_per_batch(t, workers))} to load with num_workers="
-                        f"{workers}: about {needed} workers keep up with a {_ms(t['step_per_batch_s'])} step")
+                        f"{workers}: about {needed} workers keep up with the {_ms(t['step_per_batch_s'])} step")
     fix = f"raise num_workers from {workers} to {suggested}"
     if cpus and suggested > cpus:
         fix += (f" (more than the {cpus} CPUs this process may use: if loading is CPU work, make it cheaper "

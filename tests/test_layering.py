@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"probing"},
     {"advice"},
     {"summary"},
+    {"watching"},
     {"export"},
     {"session"},
     {"tui"},

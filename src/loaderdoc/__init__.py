@@ -1,12 +1,15 @@
 """loaderdoc: measure, diagnose and export PyTorch DataLoader settings for this machine.
 
 The public API is lazy so that ``import loaderdoc`` stays cheap: torch is imported only by
-:func:`probe`, textual only by the TUI.
+:func:`probe` (:func:`watch` times whatever the loader's iterator does, importing nothing),
+textual only by the TUI.
 
     >>> import loaderdoc
     >>> facts = loaderdoc.detect()                      # machine facts, no torch import
     >>> rec = loaderdoc.recommend(facts, batch_size=64, sample_bytes=3 * 224 * 224)
     >>> rec.settings.as_kwargs()                        # goes into DataLoader(dataset, **...)
+    >>> watched = loaderdoc.watch(loader)               # for batch in watched: ...; then
+    >>> print(watched.summary())                        # the data wait of the real loop
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from loaderdoc._version import __version__
 
-__all__ = ["LoaderSettings", "MachineFacts", "ProbeReport", "__version__", "detect", "probe", "recommend"]
+__all__ = ["LoaderSettings", "MachineFacts", "ProbeReport", "__version__", "detect", "probe", "recommend", "watch"]
 
 
 def __getattr__(name: str) -> Any:
@@ -44,4 +47,8 @@ def __getattr__(name: str) -> Any:
         from loaderdoc.probing.result import ProbeReport
 
         return ProbeReport
+    if name == "watch":
+        from loaderdoc.watching.api import watch
+
+        return watch
     raise AttributeError(f"module 'loaderdoc' has no attribute {name!r}")

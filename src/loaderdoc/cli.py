@@ -43,6 +43,7 @@ COMMANDS = {
     "probe": "measure real DataLoaders on this machine and recommend settings",
     "facts": "print the detected machine facts (JSON records a fixture)",
     "tradeoffs": "what each DataLoader knob costs and buys on this machine (measured with --probe-report)",
+    "watch": "run a training command and measure its DataLoaders (exit code: the command's)",
 }
 
 
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  loaderdoc                                   interactive app (also over SSH; no terminal: check)\n"
         "  loaderdoc check --config train.yaml         lint a config against this machine\n"
         "  loaderdoc probe image --batch-size 64       measure and recommend\n"
+        "  loaderdoc watch -- python train.py          measure the real training loop's data wait\n"
         "  loaderdoc --export loader.toml              write recommended settings\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -79,12 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true", help="overwrite an existing export file")
     from loaderdoc.commands import check, facts, probe  # none imports torch or textual at load
     from loaderdoc.commands import tradeoffs as tradeoffs_cmd
+    from loaderdoc.commands import watch as watch_cmd
     from loaderdoc.commands.common import add_workload_arguments
 
     check.add_machine_argument(export)
     add_workload_arguments(parser, with_probe=True)
 
-    modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd}
+    modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd, "watch": watch_cmd}
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
         sp = sub.add_parser(

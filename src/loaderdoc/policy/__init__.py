@@ -246,11 +246,21 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
     return None
 
 
+def contended(other_cpus: float | None) -> float:
+    """CPUs other processes kept busy, 0 below :data:`CONTENDED_CPUS` (no contention to speak of)."""
+    return other_cpus if other_cpus is not None and other_cpus >= CONTENDED_CPUS else 0.0
+
+
 def contention(results: Iterable[ConfigResult]) -> float:
     """CPUs other processes kept busy beside the 0-worker runs (mean), 0 below :data:`CONTENDED_CPUS`."""
     seen = [r.other_cpus for r in results if r.ok and r.settings.num_workers == 0 and r.other_cpus is not None]
-    mean = statistics.fmean(seen) if seen else 0.0
-    return round(mean, 2) if mean >= CONTENDED_CPUS else 0.0
+    return round(contended(statistics.fmean(seen) if seen else 0.0), 2)
+
+
+def restart_share(saving_s: float, epoch_s: float) -> float:
+    """The share of an epoch (with its restart) that keeping the workers alive saves; worth it from
+    :data:`PERSISTENT_PAYS_SHARE`."""
+    return saving_s / (epoch_s + saving_s) if epoch_s + saving_s > 0 else 0.0
 
 
 # ---- memory: loaderdoc.policy.memory (after the thresholds and keys it uses) -----------------

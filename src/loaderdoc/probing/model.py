@@ -167,6 +167,7 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
     def rate(ms: float, n: int = 1) -> float | None:
         return n * 1000.0 / ms if ms > 0 else None
 
+    others = policy.contended(result.other_cpus)  # CPUs other processes held in this run
     where = f"in {policy.workers_text(workers)}" if workers else "in the training process"
     out.stages.append(StageCost("dataset (CPU)", round(st.dataset_cpu_ms or 0.0, 3), None,
                                 f"__getitem__ running, {where}"))
@@ -180,7 +181,6 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
                         f"{policy.workers_text(parallel)} in parallel" if workers else "one batch at a time")
     out.stages.append(loading)
     if cpu > 0 and cpus is not None and workers:
-        others = result.other_cpus if (result.other_cpus or 0.0) >= policy.CONTENDED_CPUS else 0.0
         share = max(0.1, cpus - others)  # what other processes kept of the CPUs in this run is not the workers'
         out.stages.append(StageCost("CPU budget", round(cpu, 3), share * 1000.0 / (cpu + (st.receive_ms or 0.0)),
                                     f"{cpus:g} CPUs shared by the workers" if not others else
@@ -219,8 +219,7 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
         "workers": f"{policy.workers_text(workers)} at {load:.0f} ms a batch deliver {slowest.per_s:.1f} batches/s, "
                    "below what the step could take",
         "CPU": f"the {cpus:g} CPUs at {cpu:.0f} ms of CPU a batch run out at {slowest.per_s:.1f} batches/s: more "
-               "workers would only take turns" + (" (or take CPU time from the other processes)" if (
-                   result.other_cpus or 0.0) >= policy.CONTENDED_CPUS else ""),
+               "workers would only take turns" + (" (or take CPU time from the other processes)" if others else ""),
         "training step": f"the step ({step:.0f} ms) is the slowest stage: the data side keeps up",
     }.get(out.bottleneck, f"{slowest.stage} is the slowest stage ({slowest.per_s:.1f} batches/s)")
     return out

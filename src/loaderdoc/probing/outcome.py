@@ -191,7 +191,7 @@ def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons:
                        "unknown, so not weighed)")
         return True
     epoch_s = steps / rate
-    share = saving / (epoch_s + saving)
+    share = policy.restart_share(saving, epoch_s)
     if share >= policy.PERSISTENT_PAYS_SHARE:
         reasons.append(f"persistent_workers=True: {what}; that is {share:.1%} of a {steps}-step epoch "
                        f"({epoch_s:.0f} s at {rate:.1f} steps/s), saved every epoch")

@@ -277,9 +277,8 @@ class Search:
         sizes = (w, w + delta, w - delta)
         if self._shared_cpu_work and w > policy.cpu_limit(self.limits.cpu_budget):
             # beside other processes the curve only flattens towards the CPUs: nothing above the
-            # prediction, the CPU count early (the reference any gain past the CPUs is judged
-            # against) and half way between (worker start-up is slow when the CPUs are shared)
-            # the shared CPUs' curve only flattens: no climb past the prediction either
+            # prediction (and no climb below), the CPU count early (the reference any gain past the
+            # CPUs is judged against) and half way between (worker start-up is slow on shared CPUs)
             limit = policy.cpu_limit(self.limits.cpu_budget)
             sizes = (w, limit, (w + limit) // 2)
         for n in sizes:
@@ -473,9 +472,9 @@ class Search:
         load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=1.0 / rate)
         epoch_s = steps / rate
         most, least = min(first), max(0.0, min(first) - load_s)
-        if most / (epoch_s + most) < policy.PERSISTENT_PAYS_SHARE:
+        if policy.restart_share(most, epoch_s) < policy.PERSISTENT_PAYS_SHARE:
             return False
-        if least / (epoch_s + least) >= 2 * policy.PERSISTENT_PAYS_SHARE:
+        if policy.restart_share(least, epoch_s) >= 2 * policy.PERSISTENT_PAYS_SHARE:
             return True
         return None
 

@@ -86,9 +86,6 @@ def wrap_dataset(dataset: Any, tally: Tally) -> Any:
     clock = time.perf_counter
 
     class TimedIterable(IterableDataset):
-        def __init__(self) -> None:
-            self.inner = dataset
-
         def __iter__(self):
             row = tally.row()
             stream = iter(dataset)
@@ -102,9 +99,6 @@ def wrap_dataset(dataset: Any, tally: Tally) -> Any:
                 yield sample
 
     class TimedDataset(Dataset):
-        def __init__(self) -> None:
-            self.inner = dataset
-
         def __len__(self) -> int:
             return len(dataset)
 

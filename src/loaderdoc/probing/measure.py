@@ -239,14 +239,17 @@ def measure_in_process(
                     before, tally.snapshot(), rows):
                 break
             was_ready = ready()
-            asked, cpu_before = clock(), busy_seconds()
+            # the fetch's CPU share is judged with 0 workers only, where this thread does the loading
+            cpu_before = busy_seconds() if not settings.num_workers else 0.0
+            asked = clock()
             try:
                 batch = next(iterator)
             except StopIteration:  # an IterableDataset (or a tiny one) ran out
                 epoch_over = True
                 break
             got = clock()
-            fetch_cpu += busy_seconds() - cpu_before
+            if not settings.num_workers:
+                fetch_cpu += busy_seconds() - cpu_before
             consumer.step(batch)
             waits.append(got - asked)
             if was_ready:

@@ -151,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(tmpdir, ignore_errors=True)
     report = build_report(records, command=command, exit_code=code)
     sys.stderr.write(render_summary(report))
+    if not (args.json or target is not None):
+        return code
     text = json.dumps(report, indent=2) + "\n"
     if args.json:
         sys.stdout.write(text)

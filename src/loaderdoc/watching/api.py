@@ -15,7 +15,6 @@ import sys
 from typing import Any
 
 from loaderdoc.watching.hook import Recorder, clock
-from loaderdoc.watching.report import build_report, render_summary
 
 
 class LoaderWatch:
@@ -38,10 +37,15 @@ class LoaderWatch:
 
     def report(self) -> dict[str, Any]:
         """The ``loaderdoc.watch/1`` report so far (``command`` and ``exit_code`` are None)."""
+        # imported here: the report loads the rule catalogue, which iterating alone never needs
+        from loaderdoc.watching.report import build_report
+
         return build_report(self.records(), command=None, exit_code=None)
 
     def summary(self) -> str:
         """The text ``loaderdoc watch`` prints: one line per loader, then the findings."""
+        from loaderdoc.watching.report import render_summary
+
         return render_summary(self.report())
 
     def print_summary(self, file=None) -> None:

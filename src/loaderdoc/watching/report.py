@@ -161,7 +161,7 @@ def judge(entry: dict[str, Any], machine: dict[str, Any]) -> Finding | None:
         symptom=f"{name} is data-starved: the loop waited {pct:.0f} % of the time for batches",
         evidence=evidence,
         cause=("the batch is loaded in the training process, between steps" if workers == 0 else
-               f"{workers} worker{'s' if workers != 1 else ''} load batches slower than the step consumes them"),
+               f"{policy.workers_text(workers)} load batches slower than the step consumes them"),
         fix=fix,
         settings_change={"num_workers": suggested},
         threshold=STARVED_THRESHOLD,

@@ -23,6 +23,11 @@ def read_bounded(path: str | Path, limit: int = MAX_INPUT_BYTES) -> str:
     return data.decode("utf-8-sig")
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message in one line, or its class name when it has none."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def read_input(path: str | Path, *, what: str, flag: str, error: type[Exception]) -> str:
     """The text of an input file the user named with ``flag``; every way it can't be read is
     ``error`` with one line naming the file: missing, a directory, unreadable, not UTF-8, too large."""
@@ -33,7 +38,7 @@ def read_input(path: str | Path, *, what: str, flag: str, error: type[Exception]
     except IsADirectoryError:
         raise error(f"{path}: is a directory, not a {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0] or type(exc).__name__
+        reason = getattr(exc, "strerror", None) or first_line(exc)
         raise error(f"{path}: cannot read it ({reason})") from None
     except InputTooLarge as exc:
         raise error(f"{path}: {exc}") from None

@@ -16,7 +16,7 @@ from loaderdoc.config.layouts import LAYOUTS_UNDERSTOOD, FoundLoader, find_loade
 from loaderdoc.config.python import NotALiteral, read_python
 from loaderdoc.errors import SettingsError
 from loaderdoc.settings import LoaderSettings
-from loaderdoc.textfile import read_input
+from loaderdoc.textfile import first_line, read_input
 
 
 @dataclass
@@ -115,10 +115,6 @@ def _drop_unreadable(loaders: list[FoundLoader]) -> list[str]:
     return skipped
 
 
-def _short(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
 def _scan_for(text: str, path: tuple[str, ...]) -> int | None:
     """The line of ``a.b.c`` in TOML or JSON text: each key searched for after the previous one's line."""
     lines = text.splitlines()
@@ -157,7 +153,7 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"{path}: not valid TOML: {_short(exc)}") from None
+        raise SettingsError(f"{path}: not valid TOML: {first_line(exc)}") from None
     return data
 
 
@@ -198,7 +194,7 @@ def _parse_yaml(text: str, path: Path, key_lines: dict[tuple[str, ...], int]) ->
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or _short(exc)
+        problem = getattr(exc, "problem", None) or first_line(exc)
         raise SettingsError(f"{path}{line}: not valid YAML: {problem}") from None
     finally:
         loader.dispose()

@@ -347,3 +347,41 @@ def test_zero_workers_are_timed_in_the_training_process():
     st = r.stages
     assert st.receive_ms == 0.0 and st.produced_per_s is None
     assert st.load_ms == pytest.approx(r.wait.mean_ms, rel=0.3)  # each 0-worker wait is one batch loaded
+
+
+class _ScriptedLoop:
+    """An iterator and a clock where each batch's wait is scripted (seconds)."""
+
+    def __init__(self, waits: list[float]) -> None:
+        self.now = 0.0
+        self.waits = list(waits)
+
+    def clock(self) -> float:
+        return self.now
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.waits:
+            raise StopIteration
+        self.now += self.waits.pop(0)
+        return "batch"
+
+
+class _NoStepConsumer:  # like the CUDA consumer: no host-side step time to read
+    def step(self, batch) -> None:
+        pass
+
+
+@pytest.mark.parametrize("step_ms, consumed", [(0.0, 2), (200.0, 4)])
+def test_warm_up_judges_a_dry_buffer_by_the_workloads_step_whatever_the_consumer(step_ms, consumed):
+    """A 5 ms wait is the buffer running dry beside no step, and noise beside a 200 ms step, where the whole buffer of 4 goes by (the
+    threshold is 1 ms + 5 % of the step): the step comes from the workload, not the consumer."""
+    from loaderdoc.probing.measure import _warm_up
+
+    loop = _ScriptedLoop([0.0] + [0.005] * 5)
+    settings = LoaderSettings(num_workers=2, prefetch_factor=2, batch_size=4)
+    over, used = _warm_up(loop, _NoStepConsumer(), settings, RunPlan(window_s=100.0), loop.clock,
+                          step_s=step_ms / 1000.0)
+    assert (over, used) == (False, consumed)

@@ -222,7 +222,8 @@ def measure_in_process(
     epoch_over = False
     ready = _ready_batches(iterator)
     try:
-        epoch_over, result.warmup_batches = _warm_up(iterator, consumer, settings, plan, clock)
+        epoch_over, result.warmup_batches = _warm_up(iterator, consumer, settings, plan, clock,
+                                                     step_s=workload.step_ms / 1000.0)
         waits: list[float] = []
         steps: list[float] = []
         ready_waits: list[float] = []  # waits for a batch that was already in the queue: the transfer
@@ -315,13 +316,16 @@ def measure_in_process(
 
 
 def _warm_up(iterator: Any, consumer: Any, settings: LoaderSettings, plan: RunPlan,
-             clock: Callable[[], float]) -> tuple[bool, int]:
+             clock: Callable[[], float], *, step_s: float) -> tuple[bool, int]:
     """Consume until the prefetch buffer is at equilibrium: the batches workers prepared during
     start-up would flatter the rate. It is there once a batch had to be waited for (the buffer ran
     dry: the step now gets what the workers produce) or once a whole buffer's worth went by without
-    waiting (the step is the slower side). Returns (epoch over, batches consumed)."""
+    waiting (the step is the slower side). Returns (epoch over, batches consumed).
+
+    A wait counts as the buffer running dry above 1 ms plus 5 % of the user's step (``step_s``,
+    the workload's, whichever consumer runs it: the CUDA one keeps no host-side step time)."""
     started = clock()
-    dry_after_s = 0.001 + 0.05 * consumer.step_s if hasattr(consumer, "step_s") else 0.001
+    dry_after_s = 0.001 + 0.05 * step_s
     consumed = 0
     for _ in range(max(1, settings.batches_in_flight)):
         if clock() - started > plan.warmup_s:

@@ -376,8 +376,9 @@ class _NoStepConsumer:  # like the CUDA consumer: no host-side step time to read
 
 @pytest.mark.parametrize("step_ms, consumed", [(0.0, 2), (200.0, 4)])
 def test_warm_up_judges_a_dry_buffer_by_the_workloads_step_whatever_the_consumer(step_ms, consumed):
-    """A 5 ms wait is the buffer running dry beside no step, and noise beside a 200 ms step, where the whole buffer of 4 goes by (the
-    threshold is 1 ms + 5 % of the step): the step comes from the workload, not the consumer."""
+    """A 5 ms wait is the buffer running dry beside no step, and noise beside a 200 ms step, where
+    the whole buffer of 4 goes by (the threshold is 1 ms + 5 % of the step): the step comes from
+    the workload, not the consumer."""
     from loaderdoc.probing.measure import _warm_up
 
     loop = _ScriptedLoop([0.0] + [0.005] * 5)

@@ -1,0 +1,175 @@
+"""`loaderdoc watch` under the frameworks people train with: a real Lightning ``Trainer.fit`` and a
+real Hugging Face ``Trainer.train``, each on a tiny CPU model, each a real child process.
+
+Both frameworks drive the DataLoader one batch ahead (Lightning's prefetching fetcher, accelerate's
+``DataLoaderShard`` that looks for the end); each ``next()`` still runs between two steps, so the
+waits and steps the hook sums keep their meaning. The dataset times its own loading (a sleep per
+sample, ``num_workers=0``): the hook's wait must cover it and not much more. Skipped where a
+framework is not installed (the test extra installs both).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from loaderdoc.watching.report import STARVED_RULE
+
+SRC = str(Path(__file__).resolve().parent.parent / "src")
+SAMPLE_S = 0.005  # the load of one sample; a batch of 4 takes 20 ms against a step of a few ms
+BATCH, TRAIN_BATCHES, EPOCHS = 4, 16, 2
+
+# The training dataset: every sample sleeps SAMPLE_S and its load time is kept in order, so the
+# script can print the load of every batch after each epoch's first (the batches the hook's wait
+# covers: an epoch's first batch is timed apart, as its start-up).
+DATASET = f"""\
+import json, time
+import torch
+from torch.utils.data import Dataset
+
+SAMPLE_S, BATCH, TRAIN_BATCHES, EPOCHS = {SAMPLE_S}, {BATCH}, {TRAIN_BATCHES}, {EPOCHS}
+
+class Slow(Dataset):
+    def __init__(self, n, item):
+        self.n, self.item, self.loads = n, item, []
+    def __len__(self):
+        return self.n
+    def __getitem__(self, i):
+        t = time.perf_counter()
+        time.sleep(SAMPLE_S)
+        self.loads.append(time.perf_counter() - t)
+        return self.item(i)
+
+def print_truth(dataset):
+    per_epoch = dataset.n
+    after_first = [s for k, s in enumerate(dataset.loads) if k % per_epoch >= BATCH]
+    print(json.dumps({{"loads": len(dataset.loads), "load_after_first_s": sum(after_first)}}))
+"""
+
+LIGHTNING = DATASET + """
+import lightning as L
+
+class Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def training_step(self, batch, i):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+    def validation_step(self, batch, i):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+def item(i):
+    return torch.full((4,), float(i)), torch.tensor([float(i)])
+
+train = Slow(TRAIN_BATCHES * BATCH, item)
+val = Slow(12, item)  # batch_size 3 below: 4 batches, and a batch size that tells it from train
+trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, num_sanity_val_steps=2,
+                    enable_checkpointing=False, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False, default_root_dir=".")
+trainer.fit(Tiny(), torch.utils.data.DataLoader(train, batch_size=BATCH, num_workers=0),
+            torch.utils.data.DataLoader(val, batch_size=3, num_workers=0))
+print_truth(train)
+"""
+
+HUGGING_FACE = DATASET + """
+from transformers import Trainer, TrainingArguments
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def forward(self, x, labels=None):
+        out = self.layer(x)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+def item(i):
+    return {"x": torch.full((4,), float(i)), "labels": torch.tensor([float(i)])}
+
+train = Slow(TRAIN_BATCHES * BATCH, item)
+args = TrainingArguments(output_dir="out", num_train_epochs=EPOCHS, per_device_train_batch_size=BATCH,
+                         report_to=[], use_cpu=True, dataloader_num_workers=0, save_strategy="no",
+                         logging_strategy="no", disable_tqdm=True)
+result = Trainer(model=Tiny(), args=args, train_dataset=train).train()
+assert result.global_step == EPOCHS * TRAIN_BATCHES, result.global_step
+print_truth(train)
+"""
+
+
+def needs(module: str):
+    # find_spec, not importorskip: importing lightning or transformers here would cost seconds
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None,
+                              reason=f"{module} is not installed (pip install '.[test]')")
+
+
+def watch_script(tmp_path: Path, source: str) -> tuple[dict, dict]:
+    """Run the script under ``loaderdoc watch --json``; (the script's truth line, the report)."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(source), encoding="utf-8")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    # no network here: nothing may be fetched from a hub, and nothing cached outside tmp_path
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
+               TOKENIZERS_PARALLELISM="false")
+    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--json", "--", sys.executable,
+                           str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    start = proc.stdout.index("{\n")  # the report follows the child's own output
+    truth = json.loads(proc.stdout[:start].splitlines()[-1])
+    report = json.loads(proc.stdout[start:])
+    assert report["schema"] == "loaderdoc.watch/1" and report["exit_code"] == 0
+    return truth, report
+
+
+def check_train_loader(train: dict, truth: dict) -> None:
+    assert train["settings"]["num_workers"] == 0
+    assert train["totals"]["epochs"] == EPOCHS
+    assert train["totals"]["steps"] == EPOCHS * TRAIN_BATCHES
+    assert truth["loads"] == EPOCHS * TRAIN_BATCHES * BATCH
+    # every load after an epoch's first batch happens inside a timed next(): the wait covers it,
+    # and adds little to it (the sampler and collate, about a ms of a 20 ms batch)
+    wait = train["totals"]["wait_s"]
+    assert truth["load_after_first_s"] <= wait < 1.25 * truth["load_after_first_s"], (wait, truth)
+    assert train["totals"]["wait_share"] > 0.5
+
+
+def check_starved(report: dict) -> None:
+    assert report["wait_share"] > 0.5
+    (finding,) = [f for f in report["findings"] if f["rule_id"] == STARVED_RULE]
+    assert finding["severity"] in ("warning", "critical")
+
+
+@needs("lightning")
+def test_lightning_fit_is_watched_train_and_val_loaders_apart(tmp_path):
+    truth, report = watch_script(tmp_path, LIGHTNING)
+    by_batch = {entry["settings"]["batch_size"]: entry for entry in report["loaders"]}
+    assert sorted(by_batch) == [3, BATCH], report["loaders"]
+    train, val = by_batch[BATCH], by_batch[3]
+    check_train_loader(train, truth)
+    # the sanity check (2 batches, then abandoned) and the two validation runs (4 batches each) are
+    # epochs of one val loader; with 7 waits it is too short to judge, so the finding is train's
+    assert val["totals"]["epochs"] == 1 + EPOCHS and val["totals"]["steps"] == 2 + EPOCHS * 4
+    assert report["steps"] == train["totals"]["steps"] + val["totals"]["steps"]
+    check_starved(report)
+
+
+@needs("transformers")
+@needs("accelerate")
+def test_hugging_face_trainer_is_watched_through_accelerates_wrapper(tmp_path):
+    truth, report = watch_script(tmp_path, HUGGING_FACE)
+    # accelerate's DataLoaderShard is no DataLoader subclass (it only fakes __class__): what the
+    # hook sees is the DataLoader it wraps, once, so no batch is counted twice
+    (train,) = report["loaders"]
+    check_train_loader(train, truth)
+    assert report["steps"] == EPOCHS * TRAIN_BATCHES
+    check_starved(report)

@@ -25,8 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mmengine, LightningCLI, Hydra, Hugging Face TrainingArguments, timm args.yaml, ml-cvnets",
     )
     add_workload_arguments(parser, with_probe=False)
-    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA})")
+    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA}; "
+                        "with --distributed, loaderdoc.job/1)")
     add_machine_argument(parser)
+    from loaderdoc.commands import check_distributed
+
+    check_distributed.add_arguments(parser)
 
 
 def add_machine_argument(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +197,10 @@ def _config_lines(config: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "distributed", False):
+        from loaderdoc.commands import check_distributed
+
+        return check_distributed.run(args)
     report = build_report(args)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -13,27 +13,17 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 
 from loaderdoc.errors import EXIT_USAGE
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from loaderdoc.commands.common import positive_float
-
-    g = parser.add_argument_group("a whole job (under torchrun or srun)")
-    g.add_argument("--distributed", action="store_true",
-                   help="check every rank's machine of a torchrun/srun job and print one table for the job on "
-                   "rank 0, naming the node that differs (needs torch; gloo, no GPU needed)")
-    g.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                   help="--distributed: how long rank 0 waits for every rank to join (default 60)")
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], dict]) -> int:
+    """``build_report`` is check's: this rank's own report, before it joins the job."""
     from loaderdoc._serde import to_dict
     from loaderdoc.cluster.gather import JobStopped, gather
     from loaderdoc.cluster.job import RankEntry, build_job_report
     from loaderdoc.cluster.launch import read_place
-    from loaderdoc.commands.check import build_report
 
     place = read_place(os.environ)
     report = build_report(args)  # this rank's own check; a bad --config fails here, on every rank

@@ -182,7 +182,7 @@ FIELDS: list[Field] = [
     Field("driver", "GPU driver", lambda f: f.gpu.driver_version.get("-") or "-",
           lambda f: f.gpu.driver_version.get(), "same", what="driver {}",
           cause="different drivers behave and perform differently", fix=SAME_BUILD_FIX),
-    Field("pcie", "PCIe link", _pcie, _pcie_width, "more", 0.0, "PCIe link x{}", str,
+    Field("pcie", "PCIe link", _pcie, _pcie_width, "more", 0.0, "PCIe link {}", lambda v: f"x{v}",
           cause="a GPU on a narrower link copies batches to the device more slowly",
           fix="check that node's GPU seating and BIOS link settings (nvidia-smi -q | grep -A3 'Link Width')"),
     Field("torch", "torch", lambda f: _text(f.torch.version.get()), lambda f: f.torch.version.get(), "same",
@@ -233,8 +233,10 @@ def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size
             "hostnames": sorted({e.hostname for e in ranks}), "ranks": [e.rank for e in ranks],
             "status": worst([f for e in ranks for f in _findings(e)]), "cells": cells,
         })
-    findings = odd_ones_out(values, {n: [e.rank for e in nodes[n]] for n in order})
-    findings += node_findings(nodes, order)
+    odd = odd_ones_out(values, {n: [e.rank for e in nodes[n]] for n in order})
+    for row in node_rows:  # a node that is the odd one out is not "ok" either
+        row["status"] = worst([f for f, named in odd if row["node"] in named] + [Finding("", row["status"], "")])
+    findings = [f for f, _ in odd] + node_findings(nodes, order)
     status = worst(findings)
     return {
         "schema": JOB_SCHEMA,
@@ -251,9 +253,11 @@ def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size
     }
 
 
-def odd_ones_out(values: dict[str, dict[int | str, Any]], ranks: dict[int | str, list[int]]) -> list[Finding]:
-    """Findings for the nodes whose value differs from the others' (see the module's docstring)."""
-    out: list[Finding] = []
+def odd_ones_out(values: dict[str, dict[int | str, Any]],
+                 ranks: dict[int | str, list[int]]) -> list[tuple[Finding, list[int | str]]]:
+    """Findings for the nodes whose value differs from the others' (see the module's docstring),
+    each with the nodes it names."""
+    out: list[tuple[Finding, list[int | str]]] = []
     flagged: dict[str, set[int | str]] = {}
     for fl in FIELDS:
         by_node = values.get(fl.key, {})
@@ -270,8 +274,8 @@ def odd_ones_out(values: dict[str, dict[int | str, Any]], ranks: dict[int | str,
             counts = Counter(by_node.values()).most_common()
             if len(counts) > 1 and counts[0][1] == counts[1][1]:  # no majority: list them all
                 listed = "; ".join(f"{_nodes_text(ids)}: {fl.what.format(fl.fmt(v))}" for v, ids in _group(by_node).items())
-                out.append(Finding(f"job-{fl.key}", WARNING, f"no two nodes agree: {listed}",
-                                   evidence, fl.cause, fl.fix))
+                out.append((Finding(f"job-{fl.key}", WARNING, f"no two nodes agree: {listed}",
+                                    evidence, fl.cause, fl.fix), list(by_node)))
                 continue
             majority = counts[0][0]
             groups = _group({n: v for n, v in by_node.items() if v != majority})
@@ -280,7 +284,7 @@ def odd_ones_out(values: dict[str, dict[int | str, Any]], ranks: dict[int | str,
             where = f"{node_label(next(iter(others)))} has" if len(others) == 1 else "the others have"
             symptom = (f"{_nodes_text(ids)}: {fl.what.format(fl.fmt(value))} where {where} "
                        f"{_span(list(others.values()), fl.fmt)}")
-            out.append(Finding(f"job-{fl.key}", WARNING, symptom, evidence, fl.cause, fl.fix))
+            out.append((Finding(f"job-{fl.key}", WARNING, symptom, evidence, fl.cause, fl.fix), ids))
     return out
 
 

@@ -42,21 +42,21 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
 
 
 def render_text(job: dict) -> str:
-    from loaderdoc.commands.layout import output_width, table_lines
+    from loaderdoc.commands.layout import output_width, table_lines, wrap
     from loaderdoc.summary import finding_lines
 
     nodes = job["nodes"]
     width = output_width()
     source = nodes[0]["node_source"] if nodes else "-"
-    out = [f"loaderdoc check --distributed: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
-           f"{job['world_size']} rank{'s' if job['world_size'] != 1 else ''} ({job['launcher']}; nodes told apart "
-           f"by {source})", ""]
+    out = wrap(f"loaderdoc check --distributed: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
+               f"{job['world_size']} rank{'s' if job['world_size'] != 1 else ''} ({job['launcher']}; nodes told "
+               f"apart by {source})", width) + [""]
     header = [""] + [f"node {n['node']}" for n in nodes]
     rows = [["ranks"] + [_ranks(n["ranks"]) for n in nodes], ["host"] + [", ".join(n["hostnames"]) for n in nodes]]
     rows += [[f["label"]] + [n["cells"][f["key"]] for n in nodes] for f in job["fields"]]
     rows.append(["status"] + [n["status"] for n in nodes])
-    out.append(f"Job table, one column per node (transposed to fit {width} columns; more nodes than fit "
-               "continue below):")
+    out += wrap(f"Job table, transposed to fit {width} columns: one row per fact, one column per node"
+                "; nodes that do not fit continue below:", width)
     out += table_lines(header, rows, [""] * len(rows), width)
     out.append("")
     findings = job["findings"]

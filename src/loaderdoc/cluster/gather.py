@@ -108,11 +108,17 @@ def gather(place: Place, entry: dict, hostname: str, timeout: float) -> list[dic
 
     store = _store(place, timeout)
     roll_call(store, place, hostname, timeout)
-    dist.init_process_group("gloo", store=PrefixStore("pg", store), rank=place.rank,
-                            world_size=place.world_size, timeout=timedelta(seconds=timeout))
+    try:
+        dist.init_process_group("gloo", store=PrefixStore("pg", store), rank=place.rank,
+                                world_size=place.world_size, timeout=timedelta(seconds=timeout))
+    except Exception as exc:  # gloo could not connect the ranks (an interface, a firewall)
+        raise UserError(f"rank {place.rank}: the gloo group did not form: {_first_line(exc)}; on hosts with "
+                        "several networks set GLOO_SOCKET_IFNAME to the interface the nodes share") from None
     try:
         out: list | None = [None] * place.world_size if place.rank == 0 else None
         dist.gather_object(entry, out, dst=0)
         return out
+    except Exception as exc:  # a rank died after the roll call: gloo times out or loses the peer
+        raise UserError(f"rank {place.rank}: gathering the ranks' facts failed: {_first_line(exc)}") from None
     finally:
         dist.destroy_process_group()

@@ -20,7 +20,7 @@ from loaderdoc.errors import EXIT_USAGE
 
 def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], dict]) -> int:
     """``build_report`` is check's: this rank's own report, before it joins the job."""
-    from loaderdoc._serde import to_dict
+    from loaderdoc._serde import from_dict, to_dict
     from loaderdoc.cluster.gather import JobStopped, gather
     from loaderdoc.cluster.job import RankEntry, build_job_report
     from loaderdoc.cluster.launch import read_place
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
         return EXIT_USAGE
     if place.rank != 0:
         return 0
-    entries = [RankEntry(**item) for item in gathered or []]
+    entries = [from_dict(RankEntry, item) for item in gathered or []]  # keys a newer rank adds are ignored
     job = build_job_report(entries, launcher=place.launcher, world_size=place.world_size)
     sys.stdout.write(json.dumps(job, indent=2) + "\n" if args.json else render_text(job))
     return job["exit_code"]

@@ -136,7 +136,7 @@ def test_the_text_table_fits_80_columns_with_one_column_per_node(monkeypatch):
     text = render_text(report)
     table = text[:text.index("Findings:")].splitlines()
     assert max(len(line) for line in table) <= 80
-    assert "one column per node" in text
+    assert "One column per node" in text
     for n in range(8):
         assert f"node {n}" in text
     assert "node 7: /dev/shm 64 MiB where the others have 16 GiB" in text

@@ -48,15 +48,14 @@ def render_text(job: dict) -> str:
     nodes = job["nodes"]
     width = output_width()
     source = nodes[0]["node_source"] if nodes else "-"
-    out = wrap(f"loaderdoc check --distributed: {len(nodes)} node{'s' if len(nodes) != 1 else ''}, "
-               f"{job['world_size']} rank{'s' if job['world_size'] != 1 else ''} ({job['launcher']}; nodes told "
-               f"apart by {source})", width) + [""]
+    out = wrap(f"loaderdoc check --distributed ({job['launcher']}): {job['world_size']} "
+               f"rank{'s' if job['world_size'] != 1 else ''} on {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
+               f"(by {source})", width) + [""]
     header = [""] + [f"node {n['node']}" for n in nodes]
     rows = [["ranks"] + [_ranks(n["ranks"]) for n in nodes], ["host"] + [", ".join(n["hostnames"]) for n in nodes]]
     rows += [[f["label"]] + [n["cells"][f["key"]] for n in nodes] for f in job["fields"]]
     rows.append(["status"] + [n["status"] for n in nodes])
-    out += wrap(f"Job table, transposed to fit {width} columns: one row per fact, one column per node"
-                "; nodes that do not fit continue below:", width)
+    out += wrap(f"One column per node, one row per fact (transposed to fit {width} columns):", width)
     out += table_lines(header, rows, [""] * len(rows), width)
     out.append("")
     findings = job["findings"]

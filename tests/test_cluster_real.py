@@ -34,15 +34,6 @@ def rank_env(rank: int, world: int, port: int, **extra: str) -> tuple[dict, str]
                       "MASTER_PORT": str(port), **extra})
 
 
-def test_ranks_and_a_node_that_never_join_are_named_after_the_timeout():
-    # srun's variables: 4 tasks on 2 nodes, only rank 0 (node 0) is started
-    env, _ = fault_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
-                        "SLURM_LOCALID": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
-    proc = loaderdoc("check", "--distributed", "--timeout", "2", env=env, timeout=60)
-    line = one_line_error(proc, 3, "3 of 4 ranks did not join within 2 s: ranks 1-3", "no rank of node 1 joined")
-    assert proc.stdout == "", line
-
-
 def test_a_rank_without_rank_0_says_no_store_answered():
     env, _ = rank_env(1, 2, free_port())
     proc = loaderdoc("check", "--distributed", "--timeout", "1", env=env, timeout=60)
@@ -65,16 +56,32 @@ def _finish(procs: list[subprocess.Popen], tag: str) -> list[tuple[int, str, str
     return [(p.returncode, o, e) for p, o, e in out]
 
 
-def test_two_ranks_gather_into_one_json_job_report():
-    port = free_port()
-    env0, tag = rank_env(0, 2, port, GROUP_RANK="0", LOCAL_RANK="0")
-    env1 = {**env0, "RANK": "1", "GROUP_RANK": "1"}
+def test_ranks_and_a_node_that_never_join_are_named_after_the_timeout():
+    # srun's variables: 3 tasks on 2 nodes; ranks 0 and 1 (node 0) start, rank 2 (node 1) never does
+    env0, tag = fault_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
+                           "SLURM_LOCALID": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())})
+    env1 = {**env0, "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
+    cmd = [sys.executable, "-m", "loaderdoc", "check", "--distributed", "--timeout", "3"]
+    (code0, out0, err0), (code1, out1, err1) = _finish([_start(cmd, env0), _start(cmd, env1)], tag)
+    proc0 = subprocess.CompletedProcess(cmd, code0, out0, err0)
+    line = one_line_error(proc0, 3, "1 of 3 ranks did not join within 3 s: rank 2", "no rank of node 1 joined")
+    assert out0 == "", line
+    assert (code1, out1, err1) == (3, "", "")  # rank 0 says why; the others stop quietly
+
+
+def test_two_srun_tasks_on_two_nodes_gather_into_one_json_job_report():
+    env0, tag = fault_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
+                           "SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "1(x2)", "MASTER_ADDR": "127.0.0.1",
+                           "MASTER_PORT": str(free_port())})
+    env1 = {**env0, "SLURM_PROCID": "1", "SLURM_NODEID": "1"}
     cmd = [sys.executable, "-m", "loaderdoc", "check", "--distributed", "--json", "--timeout", "30"]
     (code0, out0, err0), (code1, out1, err1) = _finish([_start(cmd, env0), _start(cmd, env1)], tag)
     assert code1 == 0 and out1 == "", err1
     job = json.loads(out0)
     assert job["schema"] == "loaderdoc.job/1" and code0 == job["exit_code"], err0
-    assert [(n["node"], n["ranks"]) for n in job["nodes"]] == [(0, [0]), (1, [1])]
+    assert job["launcher"] == "slurm"
+    assert [(n["node"], n["ranks"], n["node_source"]) for n in job["nodes"]] == [
+        (0, [0], "SLURM_NODEID"), (1, [1], "SLURM_NODEID")]
     assert [r["rank"] for r in job["ranks"]] == [0, 1]
     assert all(r["machine"]["cpu"]["logical"]["value"] == os.cpu_count() for r in job["ranks"])
 

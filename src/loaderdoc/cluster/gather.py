@@ -9,7 +9,9 @@ verdict the others wait on: on "ok" every rank makes a gloo group (no GPU needed
 entry with ``gather_object``; on a failure the others exit quietly and rank 0 prints the reason.
 
 Under torchrun the agent on node 0 already serves the store (``TORCHELASTIC_USE_AGENT_STORE``),
-so every rank is a client of it; otherwise rank 0 serves it, as torch's ``env://`` does.
+so every rank is a client of it; otherwise rank 0 serves it, as torch's ``env://`` does. A node
+whose torchrun never starts never reaches this code: torchrun's agents wait for it in their own
+rendezvous (600 s by default; ``--rdzv-conf timeout=N`` for static, ``join_timeout=N`` for c10d).
 """
 
 from __future__ import annotations

@@ -39,7 +39,9 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
                    help="check every rank's machine of a torchrun/srun job and print one table for the job on "
                    "rank 0, naming the node that differs (needs torch; gloo, no GPU needed)")
     g.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
-                   help="--distributed: how long rank 0 waits for every rank to join (default 60)")
+                   help="--distributed: how long rank 0 waits for every rank to join (default 60); a node whose "
+                   "torchrun never starts is torchrun's own wait: bound it with torchrun --rdzv-conf timeout=N "
+                   "(static rendezvous) or join_timeout=N (c10d)")
 
 
 def add_machine_argument(parser: argparse.ArgumentParser) -> None:

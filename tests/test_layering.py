@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"probing"},
     {"advice"},
     {"summary"},
+    {"cluster"},
     {"watching"},
     {"export"},
     {"session"},

@@ -25,8 +25,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "mmengine, LightningCLI, Hydra, Hugging Face TrainingArguments, timm args.yaml, ml-cvnets",
     )
     add_workload_arguments(parser, with_probe=False)
-    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA})")
+    parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA}; "
+                        "with --distributed, loaderdoc.job/1)")
     add_machine_argument(parser)
+    add_distributed_arguments(parser)
+
+
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
+    from loaderdoc.commands.common import positive_float
+
+    g = parser.add_argument_group("a whole job (under torchrun or srun)")
+    g.add_argument("--distributed", action="store_true",
+                   help="check every rank's machine of a torchrun/srun job and print one table for the job on "
+                   "rank 0, naming the node that differs (needs torch; gloo, no GPU needed)")
+    g.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+                   help="--distributed: how long rank 0 waits for every rank to join (default 60); a node whose "
+                   "torchrun never starts is torchrun's own wait: bound it with torchrun --rdzv-conf timeout=N "
+                   "(static rendezvous) or join_timeout=N (c10d)")
 
 
 def add_machine_argument(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +208,10 @@ def _config_lines(config: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "distributed", False):
+        from loaderdoc.commands import check_distributed
+
+        return check_distributed.run(args, build_report)
     report = build_report(args)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

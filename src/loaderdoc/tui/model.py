@@ -405,10 +405,13 @@ def run_header(run: WatchRun) -> list[tuple[str, str]]:
 
 
 def loader_title(loader: LoaderRun) -> str:
+    """``loader 1: waited 62.9 %, 238 batches (DataLoader, num_workers=2, ...; rank 0, pid 42)``:
+    the numbers first, so that 80 columns show them."""
+    short, _, knobs = loader.name.partition(" (")
     where = [f"rank {loader.rank}"] if loader.rank is not None else []
     where += [f"pid {loader.pid}"] if loader.pid is not None else []
-    return (f"{loader.name}: waited {_pct(loader.wait_share)}, {loader.steps} batches"
-            + (f" ({', '.join(where)})" if where else ""))
+    inside = knobs.removesuffix(")") + ("; " + ", ".join(where) if where else "")
+    return f"{short}: waited {_pct(loader.wait_share)}, {loader.steps} batches" + (f" ({inside})" if inside else "")
 
 
 def loader_chart_note(loader: LoaderRun) -> str:

@@ -232,3 +232,19 @@ def test_first_paint_of_a_report_imports_no_torch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+async def test_each_loader_of_each_rank_gets_its_own_chart(tmp_path):
+    doc = json.loads(STARVED.read_text())
+    second = json.loads(json.dumps(doc["loaders"][0]))
+    second.update(pid=4243, rank=1)
+    for point in second["timeline"]:
+        point["wait_s"], point["step_s"] = point["step_s"], point["wait_s"]  # this rank hardly waits
+    doc["loaders"].append(second)
+    app = app_with(_write(tmp_path, doc))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        titles = [str(t.render()) for t in app.screen.query(".run-title")]
+        assert len(titles) == 2 and "rank 1, pid 4243" in titles[1]
+        first, other = (app.screen.query_one(f"#run-chart-{i}", WaitShareChart) for i in (0, 1))
+        assert first.render().plain != other.render().plain

@@ -1,5 +1,6 @@
-"""Run view: a watched run's report (`loaderdoc --report FILE`), per loader the seconds spent
-waiting for data against the seconds spent stepping, over the run."""
+"""Run view: a watched run's report (`loaderdoc --report FILE`): the command, its outcome and
+memory peaks, then per loader the share of its time spent waiting for data against the share
+spent stepping, over the run (its timeline's intervals, else its epochs)."""
 
 from __future__ import annotations
 

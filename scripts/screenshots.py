@@ -8,7 +8,8 @@ Views that explain a situation (a Kubernetes CPU quota, Docker's 64 MiB /dev/shm
 use the recorded machines shipped in loaderdoc/system/machines; the app's title bar names the
 recorded machine. The probe screenshot is a real probe run on the machine running this script,
 with that machine's detected facts: nothing in it is invented. If the probe is not available,
-that screenshot is skipped and the script says so.
+that screenshot is skipped and the script says so. Likewise the watched-run screenshots open the
+report of a real `loaderdoc watch --report` of a small training loop run here (WATCHED_LOOP).
 """
 
 from __future__ import annotations
@@ -134,6 +135,67 @@ async def light():
     await shoot("light-theme", recorded("k8s-4cpu-quota"), SMALL, run)
 
 
+# a small loop whose loading slows down for its middle epochs (a slower shard, say); timed for real
+WATCHED_LOOP = """\
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Shards(Dataset):
+    epoch = 0
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        time.sleep(0.006 if Shards.epoch in (2, 3) else 0.002)  # reading a sample
+        return torch.zeros(8)
+
+
+loader = DataLoader(Shards(), batch_size=2, num_workers=0)
+for epoch in range(6):
+    Shards.epoch = epoch
+    for batch in loader:
+        time.sleep(0.006)  # the step
+"""
+
+
+def watched_report(directory: Path) -> Path | None:
+    """A real `loaderdoc watch --report` of WATCHED_LOOP; None (said) where torch is missing."""
+    import subprocess
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        print(f"skipped the watched run: {exc}")
+        return None
+    script, report = directory / "train.py", directory / "run.json"
+    script.write_text(WATCHED_LOOP, encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--",
+                    sys.executable, str(script)], check=True, cwd=directory, stderr=subprocess.DEVNULL)
+    return report
+
+
+async def watch_report(size=BIG, name="watch-report"):
+    import tempfile
+
+    from loaderdoc.watching.report_file import load_watch_report
+
+    with tempfile.TemporaryDirectory(prefix="loaderdoc-shot-") as tmp:
+        report = watched_report(Path(tmp))
+        if report is None:
+            return
+        run = load_watch_report(report)
+    run.command = ["python", "train.py"]  # not the temporary directory's path
+    run.path = "run.json"
+    await shoot(name, make_app(watch_run=run), size)
+
+
+async def watch_report_small():
+    await watch_report(SMALL, "watch-report-80x24")
+
+
 SHOTS = {
     "machine": machine,
     "machine-80x24": machine_small,
@@ -144,6 +206,8 @@ SHOTS = {
     "settings": settings,
     "export": export,
     "light-theme": light,
+    "watch-report": watch_report,
+    "watch-report-80x24": watch_report_small,
 }
 
 

@@ -113,3 +113,20 @@ def test_light_theme_80x24(snap_compare):
         await _show(pilot, "ctrl+t", "5", pane="settings")
 
     assert snap_compare(app_for("docker-64m-shm"), terminal_size=SMALL, run_before=run)
+
+
+def test_watch_report_run_80x24(snap_compare):
+    """`loaderdoc --report FILE` on the hand-written starved run with a timeline (test data)."""
+    from loaderdoc.system.fixtures import load_machine
+    from loaderdoc.tui.app import make_app
+    from loaderdoc.watching.report_file import load_watch_report
+
+    report = Path(__file__).resolve().parent / "fixtures" / "watch" / "starved-timeline.json"
+    app = make_app(facts=load_machine("ci-2core"), watch_run=load_watch_report(report),
+                   header_fn=lambda *a, **k: ["test header"])
+
+    async def run(pilot):
+        await _settle(pilot)
+        await _show(pilot, pane="run")
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=run)

@@ -27,6 +27,7 @@ from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
+from loaderdoc.watching.report_file import WatchRun
 
 DetectFn = Callable[..., MachineFacts]
 ProbeFn = Callable[..., ProbeReport]
@@ -123,6 +124,7 @@ class Session:
         probe_fn: ProbeFn | None = None,
         load_dataset_fn: Callable[[str], Any] | None = None,
         header_fn: Callable[..., list[str]] | None = None,
+        watch_run: WatchRun | None = None,
     ) -> None:
         self._detect_fn = detect_fn
         self._probe_fn = probe_fn
@@ -141,7 +143,8 @@ class Session:
         self.user_touched = settings is not None  # the user chose settings: recommendations only suggest
         self.recommendation: Recommendation | None = None
         self.recommend_error: str | None = None
-        self.findings: list[Finding] = []
+        self.watch_run = watch_run  # a watched run's report (`loaderdoc --report FILE`): its findings lead
+        self.findings: list[Finding] = sorted(watch_run.findings, key=lambda f: -f.rank) if watch_run else []
         self.findings_error: str | None = None
         self.tradeoffs: list[KnobTradeoff] = []
         self.tradeoffs_error: str | None = None
@@ -231,10 +234,12 @@ class Session:
             return
         try:
             found = evaluate(self.facts, self.settings, batch_bytes=self.batch_bytes, probe=self.report)
-            self.findings = sorted(found, key=lambda f: -f.rank)  # most severe first, catalogue order within
+            measured = self.watch_run.findings if self.watch_run else []
+            self.findings = sorted([*measured, *found], key=lambda f: -f.rank)  # most severe first, catalogue order within
             self.findings_error = None
         except Exception as exc:
-            self.findings, self.findings_error = [], f"the rules failed: {one_line(exc)}"
+            self.findings = sorted(self.watch_run.findings, key=lambda f: -f.rank) if self.watch_run else []
+            self.findings_error = f"the rules failed: {one_line(exc)}"
         try:
             self.tradeoffs = list(tradeoffs(self.facts, self.settings, batch_bytes=self.batch_bytes,
                                             probe=self.report))

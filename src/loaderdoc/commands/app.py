@@ -12,6 +12,7 @@ from loaderdoc.commands.common import sample_bytes
 from loaderdoc.errors import EXIT_INTERNAL, EXIT_OK, UserError
 
 NO_TERMINAL = "loaderdoc: no terminal; running 'loaderdoc check' (open the app from a terminal)"
+NO_TERMINAL_REPORT = "loaderdoc: no terminal; printing the watched run's summary (open the app from a terminal)"
 APP_CRASHED = ("loaderdoc: internal error: the app stopped on an unexpected exception (traceback above); "
                "please report it")
 
@@ -66,13 +67,33 @@ def run_check_instead(args: argparse.Namespace) -> int:
     return check.run(check_args)
 
 
+def print_run(run) -> int:
+    """A watched run's report as text, where the app cannot open: its header, then its findings."""
+    from loaderdoc.summary import finding_lines
+    from loaderdoc.tui.model import loader_title, run_header
+
+    print(NO_TERMINAL_REPORT, file=sys.stderr, flush=True)
+    lines = [f"loaderdoc: watched run {run.path}"]
+    lines += [f"  {label:<8}{text}" for label, text in run_header(run)]
+    lines += [f"  {loader_title(lo)}" for lo in run.loaders]
+    for f in run.findings:
+        lines += finding_lines(f)
+    print("\n".join(lines))
+    return EXIT_OK
+
+
 def run_app(args: argparse.Namespace) -> int:
+    watch_run = None
+    if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
+        from loaderdoc.watching.report_file import load_watch_report
+
+        watch_run = load_watch_report(args.open_report)
     if getattr(args, "preset", None):
         from loaderdoc.probing.workloads import get_preset
 
         get_preset(args.preset)  # an unknown name exits with the CLI's usage error, like `probe`
     if not has_terminal():
-        return run_check_instead(args)
+        return print_run(watch_run) if watch_run is not None else run_check_instead(args)
     # read the fast machine facts while textual imports: the machine view paints sooner
     from concurrent.futures import ThreadPoolExecutor
 
@@ -89,7 +110,7 @@ def run_app(args: argparse.Namespace) -> int:
 
     from loaderdoc.tui.app import make_app
 
-    app = make_app(workload=workload_from_args(args), **sources)
+    app = make_app(workload=workload_from_args(args), watch_run=watch_run, **sources)
     _cancel_probe_on_sigterm(app)
     return run_to_exit_code(app)
 

@@ -39,6 +39,7 @@ from loaderdoc.tui.messages import (
     ProbeProgress,
     ProbeResultArrived,
 )
+from loaderdoc.watching.report_file import WatchRun
 
 TABS = ("machine", "probe", "diagnoses", "tradeoffs", "settings")
 SETTLE_TIMEOUT_S = 10.0  # longest wait, when stopping, for the views being mounted
@@ -73,6 +74,7 @@ class LoaderDocApp(App[int]):
         Binding("3", "view_key('diagnoses')", "Diagnoses", show=False, priority=True),
         Binding("4", "view_key('tradeoffs')", "Trade-offs", show=False, priority=True),
         Binding("5", "view_key('settings')", "Settings", show=False, priority=True),
+        Binding("6", "view_key('run')", "Run", show=False, priority=True),  # with --report FILE
     ]
 
     def __init__(
@@ -87,6 +89,7 @@ class LoaderDocApp(App[int]):
         export_dir: Path | None = None,
         header_fn: Callable[..., list[str]] | None = None,
         early_facts: Future | None = None,
+        watch_run: WatchRun | None = None,
     ) -> None:
         super().__init__()
         self._early_facts = early_facts
@@ -95,7 +98,7 @@ class LoaderDocApp(App[int]):
         self.theme = DARK
 
         self.session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
-                               load_dataset_fn=load_dataset_fn, header_fn=header_fn)
+                               load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run)
         self._probe_worker: Worker | None = None
         self._slow_started = False
 
@@ -221,6 +224,8 @@ class LoaderDocApp(App[int]):
             return self.session.probe_running
         if action == "run_probe":
             return None if self.session.probe_running else True
+        if action == "view_key" and parameters == ("run",) and self.session.watch_run is None:
+            return False
         if action in ("view_key", "quit_key", "keys_key"):
             return self._digits_switch_views()
         return True
@@ -326,7 +331,7 @@ class LoaderDocApp(App[int]):
     def action_show_tab(self, tab: str) -> Awaitable[None] | None:
         """Switch to ``tab``; the result is done once its view is mounted and focused (a key that
         arrives before the view is built waits for it instead of failing)."""
-        if not isinstance(self.screen, type(self.main_screen)):
+        if not isinstance(self.screen, type(self.main_screen)) or tab not in self.main_screen.views:
             return None
         return self.main_screen.show_tab(tab)
 
@@ -358,6 +363,9 @@ class LoaderDocApp(App[int]):
         for key, title in zip(TABS, ("Machine", "Probe", "Diagnoses", "Trade-offs", "Settings"), strict=True):
             yield SystemCommand(f"Show {title}", f"Switch to the {title} view",
                                 lambda key=key: self.action_show_tab(key))
+        if self.session.watch_run is not None:
+            yield SystemCommand("Show Run", f"The watched run {self.session.watch_run.path}: wait vs step (6)",
+                                lambda: self.action_show_tab("run"))
 
 
 def make_app(
@@ -371,6 +379,7 @@ def make_app(
     export_dir: Path | None = None,
     header_fn: Callable[..., list[str]] | None = None,
     early_facts: Future | None = None,
+    watch_run: WatchRun | None = None,
 ) -> LoaderDocApp:
     """Build the app.
 
@@ -379,7 +388,9 @@ def make_app(
     ``probe_fn`` replaces :func:`loaderdoc.probing.api.probe` (same keyword arguments);
     ``header_fn`` replaces :func:`loaderdoc.export.export_header` (snapshots want no clock);
     ``early_facts`` is a future of the fast ``detect(cpu_info=False)`` started before textual
-    was imported (``run_app`` does this so the machine view paints sooner).
+    was imported (``run_app`` does this so the machine view paints sooner); ``watch_run`` is a
+    watched run's report (:func:`loaderdoc.watching.report_file.load_watch_report`): its findings
+    lead the diagnoses and the app opens on its Run view.
     """
     return LoaderDocApp(
         facts=facts,
@@ -391,4 +402,5 @@ def make_app(
         export_dir=export_dir,
         header_fn=header_fn,
         early_facts=early_facts,
+        watch_run=watch_run,
     )

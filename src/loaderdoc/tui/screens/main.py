@@ -26,6 +26,7 @@ from textual.widgets import Footer, Header, TabbedContent, TabPane
 from loaderdoc.tui.widgets.diagnoses import DiagnosesPane
 from loaderdoc.tui.widgets.machine import MachinePane
 from loaderdoc.tui.widgets.probe import ProbePane
+from loaderdoc.tui.widgets.run import RunPane
 from loaderdoc.tui.widgets.settings_editor import SettingsPane
 from loaderdoc.tui.widgets.status import StatusBar
 from loaderdoc.tui.widgets.tradeoffs import TradeoffsPane
@@ -37,6 +38,7 @@ VIEWS: dict[str, tuple[str, type[Widget]]] = {
     "tradeoffs": ("4 Trade-offs", TradeoffsPane),
     "settings": ("5 Settings", SettingsPane),
 }
+RUN_VIEW = ("6 Run", RunPane)  # only with a watched run's report (`loaderdoc --report FILE`)
 
 
 class MainScreen(Screen):
@@ -50,14 +52,19 @@ class MainScreen(Screen):
         self._view_mounts: list[Awaitable[None]] = []
         self._built_event = asyncio.Event()
         self._settling = False  # the app is stopping: mount no more views
+        self.views = dict(VIEWS)
+        self.initial = "machine"
 
     def compose(self) -> ComposeResult:
+        if self.app.session.watch_run is not None:  # the report asked for comes first
+            self.views["run"] = RUN_VIEW
+            self.initial = "run"
         yield Header(icon="")
         yield StatusBar(id="status")
-        with TabbedContent(initial="machine", id="tabs"):
-            for tab, (title, view) in VIEWS.items():
+        with TabbedContent(initial=self.initial, id="tabs"):
+            for tab, (title, view) in self.views.items():
                 with TabPane(title, id=tab):
-                    if tab == "machine":
+                    if tab == self.initial:
                         self._mounting.add(tab)
                         yield view(id=f"{tab}-pane")
         yield Footer()
@@ -73,18 +80,18 @@ class MainScreen(Screen):
         self.refresh_state()
         if self._wanted is not None:
             self._show_wanted()
-        # the hidden views mount after the first paint: the machine view comes first
+        # the hidden views mount after the first paint: the first view comes first
         self.call_after_refresh(self._mount_views)
 
     def _mount_views(self) -> None:
-        for tab in VIEWS:
+        for tab in self.views:
             self._mount_view(tab)
 
     def _mount_view(self, tab: str) -> None:
         if tab in self._mounting or not self._built or self._settling:
             return
         self._mounting.add(tab)
-        self._view_mounts.append(self.query_one(f"TabPane#{tab}", TabPane).mount(VIEWS[tab][1](id=f"{tab}-pane")))
+        self._view_mounts.append(self.query_one(f"TabPane#{tab}", TabPane).mount(self.views[tab][1](id=f"{tab}-pane")))
 
     async def settle(self) -> None:
         """Mount no more views, and wait until this screen and the views being mounted are

@@ -40,17 +40,21 @@ class DiagnosesPane(Vertical):
         highlighted = options.highlighted
         previous = options.get_option_at_index(highlighted).id if highlighted is not None and options.option_count else None
         options.clear_options()
-        if app.session.facts is None:
+        session = app.session
+        run = session.watch_run
+        if session.findings_error:
+            note.update(Text(f"Diagnoses unavailable: {session.findings_error}", style="bold red"))
+        elif session.facts is None and run is None:
             note.update("Waiting for machine facts...")
-        elif app.session.findings_error:
-            note.update(Text(f"Diagnoses unavailable: {app.session.findings_error}", style="bold red"))
-        elif not app.session.findings:
+        elif not session.findings:
             note.update("No problems found for the chosen settings on this machine"
-                        + (" and the probe's measurements." if app.session.report else " (no probe yet)."))
+                        + (" and the probe's measurements." if session.report else " (no probe yet)."))
         else:
-            crit = sum(f.severity == "critical" for f in app.session.findings)
-            warn = sum(f.severity == "warning" for f in app.session.findings)
-            basis = "machine facts and the probe's measurements" if app.session.report else "machine facts (no probe yet)"
+            crit = sum(f.severity == "critical" for f in session.findings)
+            warn = sum(f.severity == "warning" for f in session.findings)
+            basis = "machine facts and the probe's measurements" if session.report else "machine facts (no probe yet)"
+            if run is not None:
+                basis = f"the watched run {run.path}, " + ("and " + basis if session.facts else "(machine facts: reading)")
             note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'} for the chosen settings, "
                         f"from {basis}.")
         for i, f in enumerate(app.session.findings):

@@ -49,15 +49,22 @@ class GpuIdle:
         def timed_next():
             if epoch.steps == 0 or len(pending) >= PENDING_CAP:
                 return next_()
-            a = self._event()
-            a.record(self._stream())
+            try:
+                a = self._event()
+                a.record(self._stream())
+            except Exception:  # a CUDA error is not the training loop's: this wait goes untimed
+                return next_()
             try:
                 batch = next_()
             except BaseException:  # StopIteration included: no wait to time, A goes back
                 self._pool.append(a)
                 raise
-            b = self._event()
-            b.record(self._stream())
+            try:
+                b = self._event()
+                b.record(self._stream())
+            except Exception:
+                self._pool.append(a)
+                return batch
             pending.append((a, b, epoch))
             epoch.gpu_pending += 1
             if len(pending) >= self._resolve_at:

@@ -305,7 +305,7 @@ class Recorder:
             with contextlib.suppress(Exception):
                 self.gpu.resolve()
         if self.sampler is not None:
-            self.sampler.stop(join_s=1.0)
+            self.sampler.stop()
             self._final_sample()
         self.write()
 

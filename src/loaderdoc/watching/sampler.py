@@ -184,11 +184,12 @@ class Sampler:
                                         name="loaderdoc-watch-sampler", daemon=True)
         self._thread.start()
 
-    def stop(self, join_s: float = 0.0) -> None:
+    def stop(self) -> None:
+        """Stop the thread and wait for it (at most one tick: reading /proc never blocks for long)."""
         self._stop.set()
         thread = self._thread
-        if join_s and thread is not None and thread is not threading.current_thread():
-            thread.join(join_s)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
     def tick(self) -> None:
         """Take one sample now (from this thread or, once stopped, from any)."""

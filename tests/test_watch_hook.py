@@ -112,6 +112,21 @@ def test_a_gone_child_is_not_a_worker():
     assert proc.pid not in children.workers()  # reaped: gone from /proc
 
 
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_dataloader_workers_are_counted_and_multiprocessing_helpers_are_not(context):
+    tud = pytest.importorskip("torch.utils.data")
+    # forkserver: the workers are the server's children; the resource tracker is ours, not a worker
+    loader = tud.DataLoader(list(range(8)), num_workers=2, multiprocessing_context=context,
+                            persistent_workers=True)
+    it = iter(loader)
+    try:
+        next(it)
+        expected = {w.pid for w in it._workers}
+        assert set(sampler.Children().workers()) == expected
+    finally:
+        it._shutdown_workers()
+
+
 def test_python_api_sampler_stops_when_the_loop_ends():
     watched = watch(list(range(20)))
     for _ in watched:

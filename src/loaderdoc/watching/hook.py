@@ -240,6 +240,7 @@ class Recorder:
         self.sampler = None  # created at the first iteration
         self.gpu = None  # a gpuidle.GpuIdle once the program has initialised CUDA
         self.gpu_reason: str | None = "no DataLoader iterated yet"
+        self._write_failed = False
 
     @property
     def path(self) -> str | None:
@@ -329,7 +330,9 @@ class Recorder:
             os.replace(tmp, path)
             tmp = None
         except Exception as exc:  # a full disk must not break a training run
-            _warn(f"could not write the records to {path}: {exc}")
+            if not self._write_failed:  # once: the sampler retries every few seconds
+                _warn(f"could not write the records to {path}: {exc}")
+            self._write_failed = True
         finally:
             if tmp is not None:
                 with contextlib.suppress(OSError):

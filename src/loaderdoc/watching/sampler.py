@@ -92,38 +92,42 @@ class Children:
         self._task_children = os.path.exists(f"/proc/{self.pid}/task/{self.pid}/children")
 
     def workers(self) -> list[int]:
-        mine = self._direct(self.pid)
+        pairs = None if self._task_children else self._scan()  # one /proc scan a tick
+        mine = self._direct(self.pid, pairs)
         out = []
         for pid in mine:
-            kind = self._kind_of(pid)
+            kind = self._kind.get(pid)
+            if kind is None:
+                kind = self._kind[pid] = self._classify(pid)
+                if kind == "forkserver" and pairs is not None:
+                    self._others.clear()  # its children may have been taken for someone else's
+                    pairs = self._scan()
             if kind == "worker":
                 out.append(pid)
             elif kind == "forkserver":
-                out.extend(self._direct(pid))
+                out.extend(self._direct(pid, pairs))
         for gone in set(self._kind) - set(mine):
             del self._kind[gone]
         return out
 
-    def _kind_of(self, pid: int) -> str:
-        kind = self._kind.get(pid)
-        if kind is None:
-            cmdline = _read(f"/proc/{pid}/cmdline", 4096) or b""
-            kind = ("helper" if any(h in cmdline for h in _HELPERS)
-                    else "forkserver" if _FORKSERVER in cmdline else "worker")
-            self._kind[pid] = kind
-        return kind
+    @staticmethod
+    def _classify(pid: int) -> str:
+        cmdline = _read(f"/proc/{pid}/cmdline", 4096) or b""
+        if any(h in cmdline for h in _HELPERS):
+            return "helper"
+        return "forkserver" if _FORKSERVER in cmdline else "worker"
 
-    def _direct(self, parent: int) -> list[int]:
-        if self._task_children:
-            try:
-                tasks = os.listdir(f"/proc/{parent}/task")
-            except OSError:
-                return []
-            out = []
-            for tid in tasks:
-                out.extend(int(p) for p in (_read(f"/proc/{parent}/task/{tid}/children") or b"").split())
-            return out
-        return [pid for pid, ppid in self._scan() if ppid == parent]
+    def _direct(self, parent: int, pairs: list[tuple[int, int]] | None) -> list[int]:
+        if pairs is not None:
+            return [pid for pid, ppid in pairs if ppid == parent]
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            return []
+        out = []
+        for tid in tasks:
+            out.extend(int(p) for p in (_read(f"/proc/{parent}/task/{tid}/children") or b"").split())
+        return out
 
     def _scan(self) -> list[tuple[int, int]]:
         """(pid, ppid) of every process not known to be someone else's."""

@@ -18,7 +18,8 @@ no I/O):
 Waits are kept as a bounded sample (every ``stride``-th one; the stride doubles when the sample
 is full) for p50/p95, so thousands of steps cost a few KiB. Beside it, from the first iteration on,
 a sampler thread (:mod:`sampler`) reads memory, workers and ``/dev/shm`` every
-``LOADERDOC_WATCH_INTERVAL`` seconds, and when the program itself initialised CUDA the data waits
+``LOADERDOC_WATCH_INTERVAL`` seconds (longer where a tick would use more than
+``LOADERDOC_WATCH_MAX_BUSY``, 1 %, of a core), and when the program itself initialised CUDA the data waits
 are also timed on the GPU (:mod:`gpuidle`). Each process writes its own records
 ``$LOADERDOC_WATCH_DIR/records-<pid>.json`` (schema ``loaderdoc.watch-records/2``) atomically at
 each epoch end, every ``LOADERDOC_WATCH_WRITE_S`` seconds from the sampler, and at exit; a forked

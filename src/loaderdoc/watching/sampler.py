@@ -252,17 +252,21 @@ def _attribute(epochs: list, workers_pss: int, since: float) -> None:
 
 
 def _run(ref, stop: threading.Event) -> None:
-    # the first sample at once (the first iteration has just started the workers), then one a
-    # period; holds the sampler only while sampling: a dropped recorder (the Python API) ends it
+    # a sample a period from the start (a loop shorter than that gets the one taken at its end);
+    # holds the sampler only while sampling: a dropped recorder (the Python API) ends the thread
     while True:
         sampler = ref()
         if sampler is None:
             return
-        sampler._step()
         period = sampler.period
         del sampler
         if stop.wait(period):
             return
+        sampler = ref()
+        if sampler is None:
+            return
+        sampler._step()
+        del sampler
 
 
 def with_warning(message: str) -> None:

@@ -245,6 +245,20 @@ def test_events_are_pooled_and_the_first_batch_and_the_end_are_not_timed():
     assert not stream.script  # the StopIteration's A was recorded too, then returned to the pool
 
 
+def test_a_gpu_far_behind_keeps_a_bounded_number_of_events():
+    cap = gpuidle.PENDING_CAP
+    gpu, stream = fake_gpu([(float(i), False) for i in range(2 * cap)])  # nothing ever completes
+    recorder = hook.Recorder(sample=False)
+    recorder.gpu = gpu
+    run_epoch(recorder, cap + 20)  # the waits beyond the cap (and the end) go untimed
+    epoch = recorder.loaders[0].epochs[0]
+    assert not stream.script and gpu.created == 2 * cap
+    assert epoch.gpu_pending == cap and epoch.gpu_waits_timed == 0 and epoch.gpu_idle_s == 0.0
+    for a, b, _ in gpu._pending:
+        a.done = b.done = True
+    assert gpu.resolve() == 0 and epoch.gpu_waits_timed == cap and epoch.gpu_pending == 0
+
+
 def test_a_failing_event_leaves_the_wait_untimed_and_the_loop_running():
     def broken():
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

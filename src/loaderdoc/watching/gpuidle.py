@@ -30,7 +30,7 @@ class GpuIdle:
         self._stream = current_stream
         self._pool: list = []
         self._pending: list[tuple] = []  # (A, B, epoch), oldest first
-        self._resolve_at = RESOLVE_EVERY
+        self._waits = 0  # waits since the last resolution pass
         self.created = 0  # events made (the rest came from the pool)
 
     def _event(self):
@@ -47,7 +47,12 @@ class GpuIdle:
         pending = self._pending
 
         def timed_next():
-            if epoch.steps == 0 or len(pending) >= PENDING_CAP:
+            if epoch.steps == 0:
+                return next_()
+            self._waits += 1
+            if self._waits >= RESOLVE_EVERY:
+                self.resolve()
+            if len(pending) >= PENDING_CAP:
                 return next_()
             try:
                 a = self._event()
@@ -67,8 +72,6 @@ class GpuIdle:
                 return batch
             pending.append((a, b, epoch))
             epoch.gpu_pending += 1
-            if len(pending) >= self._resolve_at:
-                self.resolve()
             return batch
 
         return timed_next
@@ -94,7 +97,7 @@ class GpuIdle:
             self._pool.append(a)
             self._pool.append(b)
         pending[:] = keep  # in place: the wrapped next() functions hold this list
-        self._resolve_at = len(keep) + RESOLVE_EVERY
+        self._waits = 0
         return len(keep)
 
 

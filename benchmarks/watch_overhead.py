@@ -5,7 +5,8 @@ The loop: an in-memory TensorDataset, num_workers=0, batch_size 4, a step that s
 ``loaderdoc watch`` (the order alternates between rounds) in fresh processes; the loop times
 itself (iter() to the end), so the process start-up is reported apart. A third figure times the
 wrapped ``__next__`` against the plain one in this process over a list: the hook's own cost per
-batch, without the noise of two processes.
+batch, without the noise of two processes. The last times one tick of the sampler thread (its
+own thread, once a period) in this process, with 0 and with 2 DataLoader workers.
 
     python benchmarks/watch_overhead.py [--rounds 7] [--batches 5000] [--step-us 200]
 
@@ -69,12 +70,36 @@ def per_next_cost(n: int = 200_000) -> tuple[float, float]:
         for _x in iter(items):
             pass
         best_plain = min(best_plain, time.perf_counter() - t)
-        wrapped = Recorder().wrap(items, iter(items), clock())
+        wrapped = Recorder(sample=False).wrap(items, iter(items), clock())
         t = time.perf_counter()
         for _x in wrapped:
             pass
         best_wrapped = min(best_wrapped, time.perf_counter() - t)
     return best_plain / n, best_wrapped / n
+
+
+def sampler_tick_cost(workers: int, ticks: int = 15) -> float:
+    """Median seconds of one sampler tick with ``workers`` persistent DataLoader workers alive."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from loaderdoc.watching.hook import Recorder, clock
+    from loaderdoc.watching.sampler import Sampler
+
+    loader = DataLoader(TensorDataset(torch.randn(64, 16)), batch_size=4, num_workers=workers,
+                        persistent_workers=workers > 0)
+    recorder = Recorder(sample=False)
+    it = recorder.wrap(loader, iter(loader), clock())
+    next(it)
+    sampler = Sampler(recorder, 1.0, None, max_busy=1.0)
+    costs = []
+    for _ in range(ticks):
+        t = time.perf_counter()
+        sampler.tick()
+        costs.append(time.perf_counter() - t)
+    assert sampler.samples[-1]["workers"] == workers, sampler.samples[-1]
+    del it
+    return statistics.median(costs)
 
 
 def main() -> None:
@@ -111,6 +136,9 @@ def main() -> None:
     extra = wrapped_next - plain_next
     print(f"  hook per __next__    {1e6 * extra:.2f} us over a plain list iterator "
           f"= {100 * extra / (plain / args.batches):.2f} % of this loop's batch")
+    for workers in (0, 2):
+        print(f"  sampler tick         {1e6 * sampler_tick_cost(workers):.0f} us with {workers} workers "
+              f"(its own thread, every max(interval, tick / 1 %) s)")
     print(f"  process wall, median plain {statistics.median(walls[False]):.2f} s  "
           f"watched {statistics.median(walls[True]):.2f} s (start-up of the launcher and its report included)")
 

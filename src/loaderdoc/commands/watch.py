@@ -2,7 +2,7 @@
 
 The launcher imports neither torch nor textual. The child runs with the user's stdin, stdout and
 stderr, and with ``loaderdoc/watching/sitedir`` first on its PYTHONPATH: its sitecustomize installs
-the hook (``loaderdoc.watching.hook``), which writes the records to ``LOADERDOC_WATCH_FILE``.
+the hook (``loaderdoc.watching.hook``), which writes each process's records into ``LOADERDOC_WATCH_DIR``.
 Ctrl+C reaches the child from the terminal (the whole foreground group gets SIGINT; the launcher
 swallows it while it waits), SIGTERM to the launcher is forwarded to the child. The launcher exits
 with the child's code (128 + N for a child killed by signal N); the summary goes to stderr so the
@@ -50,18 +50,18 @@ def exit_code_of(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def child_env(records_file: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(records_dir: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: the hook's directory first on PYTHONPATH, the user's after it."""
     import os
     from pathlib import Path
 
     from loaderdoc import watching
-    from loaderdoc.watching.hook import ENV_FILE
+    from loaderdoc.watching.hook import ENV_DIR
 
     env = dict(os.environ if environ is None else environ)
     sitedir = str(Path(watching.__file__).resolve().parent / "sitedir")
     env["PYTHONPATH"] = sitedir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env[ENV_FILE] = records_file
+    env[ENV_DIR] = records_dir
     return env
 
 
@@ -109,8 +109,15 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
             signal.signal(signum, handler)
 
 
-def read_records(path) -> dict | None:
-    """The child's records, None when it iterated no DataLoader (no file) or they are unreadable."""
+def read_records(directory) -> dict | None:
+    """The records of the first process (by file name) that iterated a DataLoader, None when none
+    did (no file) or they are unreadable. (Several processes: only the first is read for now.)"""
+    for path in sorted(directory.glob("records-*.json")):
+        return read_records_file(path)
+    return None
+
+
+def read_records_file(path) -> dict | None:
     import json
 
     from loaderdoc.watching.hook import RECORDS_SCHEMA
@@ -144,9 +151,8 @@ def run(args: argparse.Namespace) -> int:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
     tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
     try:
-        records_file = Path(tmpdir) / "records.json"
-        code = run_child(command, child_env(str(records_file)))
-        records = read_records(records_file)
+        code = run_child(command, child_env(tmpdir))
+        records = read_records(Path(tmpdir))
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
     report = build_report(records, command=command, exit_code=code)

@@ -6,7 +6,8 @@
 
 No torch import here: whatever ``iter(loader)`` returns is timed (a DataLoader's settings are read
 off the object). Under ``loaderdoc watch`` the DataLoader is measured by the launcher's hook as
-well; the two records are independent.
+well; the two records are independent. The sampler (memory, workers, /dev/shm) runs while an
+epoch runs and stops when it ends; no file is written.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class LoaderWatch:
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
-        self._recorder = Recorder()
+        self._recorder = Recorder(sample_per_epoch=True)
 
     def __iter__(self):
         started = clock()
@@ -32,7 +33,7 @@ class LoaderWatch:
         return len(self.loader)
 
     def records(self) -> dict[str, Any]:
-        """The raw records (schema ``loaderdoc.watch-records/1``) so far."""
+        """The raw records (schema ``loaderdoc.watch-records/2``) so far."""
         return self._recorder.to_dict()
 
     def report(self) -> dict[str, Any]:

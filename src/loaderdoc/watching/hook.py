@@ -16,8 +16,14 @@ no I/O):
   training step); the step after the last batch counts when the epoch ends normally.
 
 Waits are kept as a bounded sample (every ``stride``-th one; the stride doubles when the sample
-is full) for p50/p95, so thousands of steps cost a few KiB. The records are written as JSON
-(schema ``loaderdoc.watch-records/1``) atomically at each epoch end and at interpreter exit.
+is full) for p50/p95, so thousands of steps cost a few KiB. Beside it, from the first iteration on,
+a sampler thread (:mod:`sampler`) reads memory, workers and ``/dev/shm`` every
+``LOADERDOC_WATCH_INTERVAL`` seconds (longer where a tick would use more than
+``LOADERDOC_WATCH_MAX_BUSY``, 1 %, of a core), and when the program itself initialised CUDA the data waits
+are also timed on the GPU (:mod:`gpuidle`). Each process writes its own records
+``$LOADERDOC_WATCH_DIR/records-<pid>.json`` (schema ``loaderdoc.watch-records/2``) atomically at
+each epoch end, every ``LOADERDOC_WATCH_WRITE_S`` seconds from the sampler, and at exit; a forked
+copy (a DataLoader worker) neither samples nor writes.
 """
 
 from __future__ import annotations
@@ -28,8 +34,16 @@ import os
 import sys
 import time
 
-RECORDS_SCHEMA = "loaderdoc.watch-records/1"
-ENV_FILE = "LOADERDOC_WATCH_FILE"  # where the child writes its records
+RECORDS_SCHEMA = "loaderdoc.watch-records/2"
+ENV_DIR = "LOADERDOC_WATCH_DIR"  # where every process writes its records-<pid>.json
+ENV_INTERVAL = "LOADERDOC_WATCH_INTERVAL"  # the sampler's period, seconds
+ENV_WRITE_S = "LOADERDOC_WATCH_WRITE_S"  # seconds between the sampler's writes
+ENV_MAX_BUSY = "LOADERDOC_WATCH_MAX_BUSY"  # share of one core the sampler may use (default 0.01)
+DEFAULT_INTERVAL = 1.0
+DEFAULT_WRITE_S = 2.0
+MIN_INTERVAL = 0.01
+RANK_VARS = (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"),
+             ("group_rank", "GROUP_RANK"), ("slurm_nodeid", "SLURM_NODEID"))
 TARGET = "torch.utils.data.dataloader"  # the module whose import triggers the patch
 SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
 SETTINGS = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last")
@@ -38,11 +52,33 @@ _MARK = "_loaderdoc_watch"
 clock = time.perf_counter
 
 
+def _sibling(name: str):
+    """A module beside this file, loaded by path as sitecustomize loads this one (the child need
+    not be able to import loaderdoc)."""
+    import importlib.util
+
+    full = f"_loaderdoc_watch_{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            full, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        spec.loader.exec_module(module)
+    return sys.modules[full]
+
+
+if __package__:  # imported as loaderdoc.watching.hook
+    from loaderdoc.watching import gpuidle, sampler
+else:  # loaded by path under ``loaderdoc watch``
+    gpuidle, sampler = _sibling("gpuidle"), _sibling("sampler")
+
+
 class EpochRecord:
     """One ``iter(loader)``: counters updated in place by the iterator, read at write time."""
 
     __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
-                 "finished", "samples", "stride")
+                 "finished", "samples", "stride", "workers_pss_max", "gpu_idle_s", "gpu_waits_timed",
+                 "gpu_pending")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -56,9 +92,13 @@ class EpochRecord:
         self.finished = False  # StopIteration seen (False: abandoned, interrupted or still running)
         self.samples: list[float] = []
         self.stride = 1
+        self.workers_pss_max: int | None = None  # set by the sampler thread only
+        self.gpu_idle_s: float | None = None  # None: this epoch's waits were not GPU-timed
+        self.gpu_waits_timed = 0
+        self.gpu_pending = 0  # GPU-timed waits whose events had not completed yet
 
-    def to_dict(self) -> dict:
-        waits = sorted(self.samples)
+    def to_dict(self, t0: float) -> dict:
+        waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
         return {
             "epoch": self.index,
             "steps": self.steps,
@@ -72,6 +112,12 @@ class EpochRecord:
             "wait_p50_s": _quantile(waits, 0.50),
             "wait_p95_s": _quantile(waits, 0.95),
             "wait_sampled": len(waits),
+            "start_s": self.started - t0,
+            "end_s": self.last - t0 if self.finished else None,
+            "workers_pss_max_bytes": self.workers_pss_max,
+            "gpu_idle_s": self.gpu_idle_s,
+            "gpu_waits_timed": self.gpu_waits_timed,
+            "gpu_waits_unresolved": self.gpu_pending,
         }
 
 
@@ -160,9 +206,9 @@ class LoaderRecord:
     def is_for(self, loader) -> bool:
         return self.ref is None or self.ref() is loader
 
-    def to_dict(self) -> dict:
+    def to_dict(self, t0: float) -> dict:
         return {"loader": self.number, "class": self.cls, "settings": self.settings,
-                "epochs": [e.to_dict() for e in self.epochs]}
+                "epochs": [e.to_dict(t0) for e in list(self.epochs)]}
 
 
 def loader_settings(loader) -> dict:
@@ -175,13 +221,31 @@ def loader_settings(loader) -> dict:
 
 
 class Recorder:
-    """Every DataLoader iterated in this process, in the order they were first iterated."""
+    """Every DataLoader iterated in this process, in the order they were first iterated.
 
-    def __init__(self, path: str | None = None) -> None:
-        self.path = path
+    ``directory``: where ``records-<pid>.json`` is written (None: in memory only, the Python API).
+    ``sample``: run the sampler thread from the first iteration on; ``sample_per_epoch``: stop it
+    when an epoch ends (the Python API: no thread outlives the watched loop)."""
+
+    def __init__(self, directory: str | None = None, *, interval: float | None = None,
+                 write_s: float | None = None, sample: bool = True, sample_per_epoch: bool = False) -> None:
+        self.directory = directory
         self.pid = os.getpid()  # a forked copy (a DataLoader worker, the user's fork) never writes
+        self.t0 = clock()  # the samples' and epochs' clock starts here
         self.loaders: list[LoaderRecord] = []
         self._by_id: dict[int, LoaderRecord] = {}
+        self.interval = interval if interval is not None else _env_positive(ENV_INTERVAL, DEFAULT_INTERVAL)
+        self.write_s = write_s if write_s is not None else _env_positive(ENV_WRITE_S, DEFAULT_WRITE_S)
+        self._sample = sample
+        self._per_epoch = sample_per_epoch
+        self.sampler = None  # created at the first iteration
+        self.gpu = None  # a gpuidle.GpuIdle once the program has initialised CUDA
+        self.gpu_reason: str | None = "no DataLoader iterated yet"
+        self._write_failed = False
+
+    @property
+    def path(self) -> str | None:
+        return os.path.join(self.directory, f"records-{self.pid}.json") if self.directory else None
 
     def wrap(self, loader, iterator, started: float) -> WatchedIterator:
         rec = self._by_id.get(id(loader))
@@ -191,38 +255,114 @@ class Recorder:
             self._by_id[id(loader)] = rec
         epoch = EpochRecord(len(rec.epochs), started)
         rec.epochs.append(epoch)
-        return WatchedIterator(iterator, epoch, self.epoch_ended)
+        watched = WatchedIterator(iterator, epoch, self.epoch_ended)
+        if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
+            self._start_sampler()
+            if self.gpu is None:
+                self.gpu, self.gpu_reason = gpuidle.from_torch()
+            if self.gpu is not None:
+                watched._next = self.gpu.timed(watched._next, epoch)
+        return watched
+
+    def _start_sampler(self) -> None:
+        if not self._sample:
+            return
+        if self.sampler is None:
+            self.sampler = sampler.Sampler(self, self.interval, self.write_s if self.directory else None,
+                                           max_busy=_env_positive(ENV_MAX_BUSY, sampler.MAX_BUSY, 0.001))
+        self.sampler.start()
 
     def to_dict(self) -> dict:
+        smp = self.sampler
+        samples = list(smp.samples) if smp is not None else []
         return {"schema": RECORDS_SCHEMA, "pid": os.getpid(), "written_at": time.time(),
-                "loaders": [rec.to_dict() for rec in self.loaders]}
+                "process": process_info(), "interval_s": self.interval,
+                "period_s": smp.period if smp is not None else self.interval, "samples": samples,
+                "shm_peak_used_bytes": smp.shm_peak if smp is not None else None,
+                "sampler": {"ticks": smp.ticks if smp else 0, "busy_s": smp.busy_s if smp else 0.0},
+                "gpu": {"timing": gpuidle.CUDA_EVENTS if self.gpu is not None else gpuidle.UNAVAILABLE,
+                        "reason": None if self.gpu is not None else self.gpu_reason},
+                "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)]}
 
     def epoch_ended(self) -> None:
-        if self.path:
+        if os.getpid() != self.pid:
+            return
+        if self.gpu is not None:
+            self.gpu.resolve()
+        if self._per_epoch and self.sampler is not None:
+            self.sampler.stop()
+            self._final_sample()
+        if self.directory:
             self.write()
 
+    def _final_sample(self) -> None:
+        with contextlib.suppress(Exception):  # /proc read errors are Nones; anything else: no sample
+            self.sampler.tick()
+
+    def at_exit(self) -> None:
+        """The last sample and the last write (the sampler is stopped first: one writer)."""
+        if os.getpid() != self.pid or not self.loaders:
+            return
+        if self.gpu is not None:
+            with contextlib.suppress(Exception):
+                self.gpu.resolve()
+        if self.sampler is not None:
+            self.sampler.stop()
+            self._final_sample()
+        self.write()
+
     def write(self) -> None:
-        """Atomically replace the records file; never raises into the user's program."""
-        if not self.path or not self.loaders or os.getpid() != self.pid:
+        """Atomically replace this process's records file; never raises into the user's program.
+        Called from the loop's thread and the sampler's: each writes its own temporary file (no
+        tempfile module: its lock could be held by the other thread at a fork)."""
+        path = self.path
+        if not path or not self.loaders or os.getpid() != self.pid:
             return
         tmp = None
         try:
             import json
-            import tempfile
+            import threading
 
             text = json.dumps(self.to_dict())
-            fd, tmp = tempfile.mkstemp(prefix=".loaderdoc-watch.", suffix=".tmp",
-                                       dir=os.path.dirname(os.path.abspath(self.path)))
+            tmp = os.path.join(self.directory, f".records-{self.pid}.{threading.get_ident()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
             tmp = None
         except Exception as exc:  # a full disk must not break a training run
-            _warn(f"could not write the records to {self.path}: {exc}")
+            if not self._write_failed:  # once: the sampler retries every few seconds
+                _warn(f"could not write the records to {path}: {exc}")
+            self._write_failed = True
         finally:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+
+
+def process_info() -> dict:
+    """Which process of the job this is: host, rank variables of torchrun / SLURM (None if unset)."""
+    out: dict = {"hostname": os.uname().nodename, "argv0": (getattr(sys, "argv", None) or [""])[0]}
+    for key, var in RANK_VARS:
+        try:
+            out[key] = int(os.environ[var])
+        except (KeyError, ValueError):
+            out[key] = None
+    return out
+
+
+def _env_positive(name: str, default: float, floor: float = MIN_INTERVAL) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        _warn(f"{name}={raw!r} is not a positive number; using {default:g}")
+        return default
+    return max(value, floor)
 
 
 def patch(module, recorder: Recorder) -> bool:
@@ -286,10 +426,10 @@ class _PatchOnImport:
         return spec
 
 
-def install(path: str | None) -> Recorder:
-    """Measure every DataLoader this process iterates and write the records to ``path`` at each
-    epoch end and at exit (nothing is written by a process that iterated none)."""
-    recorder = Recorder(path)
+def install(directory: str | None) -> Recorder:
+    """Measure every DataLoader this process iterates and write the records into ``directory`` at
+    each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
+    recorder = Recorder(directory)
 
     def on_load(module) -> None:
         try:
@@ -302,7 +442,7 @@ def install(path: str | None) -> Recorder:
         on_load(sys.modules[TARGET])
     else:
         sys.meta_path.insert(0, _PatchOnImport(on_load))
-    atexit.register(recorder.write)
+    atexit.register(recorder.at_exit)
     return recorder
 
 

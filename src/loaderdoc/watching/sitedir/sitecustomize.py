@@ -1,6 +1,6 @@
 """Imported by ``site`` at start-up of every Python process under ``loaderdoc watch``.
 
-With ``LOADERDOC_WATCH_FILE`` set it loads ``loaderdoc/watching/hook.py`` by path (standard
+With ``LOADERDOC_WATCH_DIR`` set it loads ``loaderdoc/watching/hook.py`` by path (standard
 library only; loaderdoc itself need not be importable in the child) and installs the DataLoader
 hook. Then it runs the ``sitecustomize`` this directory hides, if the environment has one. Nothing
 here may break the user's program: a failure is one line on stderr.
@@ -15,7 +15,7 @@ def _here() -> str:
 
 
 def _install_hook() -> None:
-    path = os.environ.get("LOADERDOC_WATCH_FILE")
+    path = os.environ.get("LOADERDOC_WATCH_DIR")
     if not path:
         return
     import importlib.util

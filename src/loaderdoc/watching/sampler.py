@@ -1,0 +1,274 @@
+"""The hook's sampler: one daemon thread per process that, every ``interval`` seconds, reads the
+process's memory, its DataLoader workers' memory and ``/dev/shm``, and the loaders' counters.
+
+Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
+beside ``hook.py``. Started by the recorder when the first DataLoader is iterated, never at import
+and never in a forked copy (a thread does not survive ``fork``, and the recorder checks its pid).
+
+Thread safety: the training loop's thread updates the epochs' counters without a lock; this thread
+only reads them (``list(...)`` copies a list atomically under the GIL) and owns ``samples``, the
+per-epoch ``workers_pss_max`` and ``shm_peak``. Nothing here raises into the user's program: an
+unreadable ``/proc`` file is a ``None``, an unexpected error stops the sampling with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+import weakref
+
+SAMPLE_CAP = 1024  # samples kept; when full every 2nd is dropped and the period doubles
+MAX_BUSY = 0.01  # share of one core the sampler may use: reading a torch process's Pss walks its
+# page tables (~10 ms for one on this machine), so many large workers lengthen the period
+FULL_SCAN_EVERY = 16  # ticks between full /proc scans (a pid seen as not ours is skipped between)
+_HELPERS = (b"multiprocessing.resource_tracker", b"multiprocessing.semaphore_tracker")
+_FORKSERVER = b"multiprocessing.forkserver"
+
+clock = time.perf_counter
+
+
+def _read(path: str, size: int = 1 << 16) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def pss_bytes(pid: int | str = "self") -> int | None:
+    """The proportional set size (shared pages split between their users), None where unreadable
+    (or a zombie: it has no memory left)."""
+    raw = _read(f"/proc/{pid}/smaps_rollup")
+    if not raw:
+        return None
+    at = raw.find(b"\nPss:")
+    if at < 0:
+        return None
+    try:
+        return int(raw[at + 5:raw.index(b"kB", at)]) * 1024
+    except ValueError:
+        return None
+
+
+def shm_usage(path: str = "/dev/shm") -> tuple[int | None, int | None]:
+    """(used, total) bytes of the shared-memory filesystem workers pass batches through."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None, None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def _ppid(pid: str) -> int | None:
+    raw = _read(f"/proc/{pid}/stat", 512)
+    if not raw:
+        return None
+    try:  # the name in parentheses may hold spaces: the fields after the last ')' are fixed
+        return int(raw[raw.rindex(b")") + 2:].split(None, 2)[1])
+    except (ValueError, IndexError):
+        return None
+
+
+class Children:
+    """This process's worker processes: its children (processes, not threads), without
+    multiprocessing's helpers (resource tracker), and through a forkserver, that server's children.
+
+    Uses ``/proc/self/task/*/children`` where the kernel has it, else a ``/proc`` scan for the ppid
+    that skips pids already seen as someone else's between full scans."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = pid or os.getpid()
+        self._kind: dict[int, str] = {}  # pid -> "worker" | "helper" | "forkserver" (cmdline read once)
+        self._others: set[str] = set()  # pids seen with another parent (re-checked at full scans)
+        self._scans = 0
+        self._task_children = os.path.exists(f"/proc/{self.pid}/task/{self.pid}/children")
+
+    def workers(self) -> list[int]:
+        pairs = None if self._task_children else self._scan()  # one /proc scan a tick
+        mine = self._direct(self.pid, pairs)
+        out = []
+        for pid in mine:
+            kind = self._kind.get(pid)
+            if kind is None:
+                kind = self._kind[pid] = self._classify(pid)
+                if kind == "forkserver" and pairs is not None:
+                    self._others.clear()  # its children may have been taken for someone else's
+                    pairs = self._scan()
+            if kind == "worker":
+                out.append(pid)
+            elif kind == "forkserver":
+                out.extend(self._direct(pid, pairs))
+        for gone in set(self._kind) - set(mine):
+            del self._kind[gone]
+        return out
+
+    @staticmethod
+    def _classify(pid: int) -> str:
+        cmdline = _read(f"/proc/{pid}/cmdline", 4096) or b""
+        if any(h in cmdline for h in _HELPERS):
+            return "helper"
+        return "forkserver" if _FORKSERVER in cmdline else "worker"
+
+    def _direct(self, parent: int, pairs: list[tuple[int, int]] | None) -> list[int]:
+        if pairs is not None:
+            return [pid for pid, ppid in pairs if ppid == parent]
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            return []
+        out = []
+        for tid in tasks:
+            out.extend(int(p) for p in (_read(f"/proc/{parent}/task/{tid}/children") or b"").split())
+        return out
+
+    def _scan(self) -> list[tuple[int, int]]:
+        """(pid, ppid) of every process not known to be someone else's."""
+        self._scans += 1
+        if self._scans % FULL_SCAN_EVERY == 1:
+            self._others.clear()  # a pid reused by a new child of ours is found here at the latest
+        try:
+            names = [n for n in os.listdir("/proc") if n.isdigit()]
+        except OSError:
+            return []
+        self._others.intersection_update(names)
+        out = []
+        for name in names:
+            if name in self._others:
+                continue
+            ppid = _ppid(name)
+            if ppid is None:
+                continue
+            if ppid == self.pid or self._kind.get(ppid) == "forkserver":
+                out.append((int(name), ppid))
+            else:
+                self._others.add(name)
+        return out
+
+
+class Sampler:
+    """Samples for ``recorder`` (a hook ``Recorder``: ``t0``, ``loaders``, ``write()``)."""
+
+    def __init__(self, recorder, interval: float, write_s: float | None, cap: int = SAMPLE_CAP,
+                 max_busy: float = MAX_BUSY) -> None:
+        self.recorder = recorder
+        self.interval = interval
+        self.base = interval  # doubles each time the samples are thinned
+        self.period = interval  # the base, or longer where a tick costs more than max_busy of it
+        self.max_busy = max_busy
+        self.write_s = write_s  # None: never write from this thread (the Python API)
+        self.cap = cap
+        self.samples: list[dict] = []
+        self.shm_peak: int | None = None
+        self.ticks = 0
+        self.busy_s = 0.0  # time spent in tick(), writes excluded: the sampler's own cost
+        self._children = Children()
+        self._prev = None  # perf_counter of the previous tick
+        self._written = clock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    def start(self) -> None:
+        if self.running or self._failed:
+            return
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=_run, args=(weakref.ref(self), self._stop),
+                                        name="loaderdoc-watch-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it (at most one tick: reading /proc never blocks for long)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def tick(self) -> None:
+        """Take one sample now (from this thread or, once stopped, from any)."""
+        t = clock()
+        rec = self.recorder
+        workers = self._children.workers()
+        known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
+        workers_pss = sum(known)
+        used, total = shm_usage()
+        if used is not None and (self.shm_peak is None or used > self.shm_peak):
+            self.shm_peak = used
+        loaders = {}
+        prev = self._prev if self._prev is not None else rec.t0
+        for lrec in list(rec.loaders):
+            epochs = list(lrec.epochs)
+            loaders[str(lrec.number)] = [sum(e.steps for e in epochs), sum(e.wait_s for e in epochs),
+                                         sum(e.step_s for e in epochs)]
+            _attribute(epochs, workers_pss, prev)
+        self.samples.append({"t_s": t - rec.t0, "main_pss_bytes": pss_bytes("self"), "workers": len(known),
+                             "workers_pss_bytes": workers_pss, "shm_used_bytes": used, "shm_total_bytes": total,
+                             "loaders": loaders})
+        if len(self.samples) >= self.cap:
+            del self.samples[1::2]
+            self.base *= 2
+        self._prev = t
+        self.ticks += 1
+        cost = clock() - t
+        self.busy_s += cost
+        self.period = max(self.base, cost / self.max_busy)
+
+    def _step(self) -> None:
+        try:
+            self.tick()
+            if self.write_s is not None and clock() - self._written >= self.write_s:
+                self._written = clock()
+                self.recorder.write()
+        except Exception as exc:  # a bug here must not become the user's problem: stop sampling
+            self._failed = True
+            self._stop.set()
+            with_warning(f"sampling stopped: {exc!r}")
+
+
+def _attribute(epochs: list, workers_pss: int, since: float) -> None:
+    """The workers' memory counts for every epoch running at this sample: the latest one unless it
+    ended, and an older one still unfinished that returned a batch since the previous tick (two
+    iterators of one loader alive at once). An epoch no sample fell in keeps None."""
+    for i, e in enumerate(reversed(epochs)):
+        if e.finished:
+            if i:
+                break  # older epochs ended before this one
+            continue
+        if (i == 0 or e.last >= since) and (e.workers_pss_max is None or workers_pss > e.workers_pss_max):
+            e.workers_pss_max = workers_pss
+        elif i:
+            break
+
+
+def _run(ref, stop: threading.Event) -> None:
+    # a sample a period from the start (a loop shorter than that gets the one taken at its end);
+    # holds the sampler only while sampling: a dropped recorder (the Python API) ends the thread
+    while True:
+        sampler = ref()
+        if sampler is None:
+            return
+        period = sampler.period
+        del sampler
+        if stop.wait(period):
+            return
+        sampler = ref()
+        if sampler is None:
+            return
+        sampler._step()
+        del sampler
+
+
+def with_warning(message: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"loaderdoc watch: {message}\n")

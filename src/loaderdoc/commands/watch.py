@@ -2,11 +2,16 @@
 
 The launcher imports neither torch nor textual. The child runs with the user's stdin, stdout and
 stderr, and with ``loaderdoc/watching/sitedir`` first on its PYTHONPATH: its sitecustomize installs
-the hook (``loaderdoc.watching.hook``), which writes the records to ``LOADERDOC_WATCH_FILE``.
-Ctrl+C reaches the child from the terminal (the whole foreground group gets SIGINT; the launcher
-swallows it while it waits), SIGTERM to the launcher is forwarded to the child. The launcher exits
-with the child's code (128 + N for a child killed by signal N); the summary goes to stderr so the
-child's stdout stays clean; ``--json`` prints the report on stdout after the child's output.
+the hook (``loaderdoc.watching.hook``), and every process of the command that iterates a DataLoader
+writes its records to ``records-<pid>.json`` in ``LOADERDOC_WATCH_DIR`` (a private temporary
+directory); the report merges them all. Ctrl+C reaches the child from the terminal (the whole
+foreground group gets SIGINT; the launcher swallows it while it waits), SIGTERM to the launcher is
+forwarded to the child. SIGUSR1 to the launcher (``kill -USR1 <launcher pid>``) is not forwarded:
+the launcher reads the records written so far (the hook rewrites them every few seconds) and
+prints the findings so far on stderr (with ``--report`` it writes the report so far too), and the
+command runs on. The launcher exits with the child's code (128 + N for a child killed by signal N);
+the summary goes to stderr so the child's stdout stays clean; ``--json`` prints the report on
+stdout after the child's output.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "\nexamples:\n"
         "  loaderdoc watch -- python train.py --lr 3e-4\n"
         "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
+        "  kill -USR1 <pid of loaderdoc watch>  (findings so far on stderr, and in FILE with --report)\n"
     )
     parser.add_argument("--report", metavar="FILE",
                         help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it")
@@ -50,24 +56,26 @@ def exit_code_of(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def child_env(records_file: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(records_dir: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The child's environment: the hook's directory first on PYTHONPATH, the user's after it."""
     import os
     from pathlib import Path
 
     from loaderdoc import watching
-    from loaderdoc.watching.hook import ENV_FILE
+    from loaderdoc.watching.hook import ENV_DIR, ENV_FILE
 
     env = dict(os.environ if environ is None else environ)
     sitedir = str(Path(watching.__file__).resolve().parent / "sitedir")
     env["PYTHONPATH"] = sitedir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env[ENV_FILE] = records_file
+    env.pop(ENV_FILE, None)  # records/1's single file: an outer watch's, not ours
+    env[ENV_DIR] = records_dir
     return env
 
 
-def run_child(command: list[str], env: dict[str, str]) -> int:
+def run_child(command: list[str], env: dict[str, str], on_usr1=None) -> int:
     """Run ``command`` to its end; its exit code. Meanwhile SIGINT is swallowed (the terminal sent
-    it to the child too) and SIGTERM is forwarded to the child.
+    it to the child too), SIGTERM is forwarded to the child, and SIGUSR1 calls ``on_usr1()`` in
+    the launcher (the child never sees it; a SIGUSR1 that arrives while one is handled is dropped).
 
     Both handlers are Python functions installed before the child starts, never SIG_IGN: exec
     resets caught signals to their default in the child (an ignored one would stay ignored), and
@@ -91,6 +99,8 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
     if threading.current_thread() is threading.main_thread():
         saved[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
         saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, forward)
+        if on_usr1 is not None and hasattr(signal, "SIGUSR1"):
+            saved[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, _once_at_a_time(on_usr1))
     try:
         try:
             proc = subprocess.Popen(command, env=env)
@@ -109,23 +119,63 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
             signal.signal(signum, handler)
 
 
-def read_records(path) -> dict | None:
-    """The child's records, None when it iterated no DataLoader (no file) or they are unreadable."""
-    import json
+def _once_at_a_time(fn):
+    """A signal handler running ``fn()``; a signal arriving while it runs is dropped, not nested.
+    It runs in the launcher's main thread between the waits for the child (PEP 475 resumes them)."""
+    busy: list[bool] = []
 
-    from loaderdoc.watching.hook import RECORDS_SCHEMA
+    def handler(signum, frame) -> None:
+        if busy:
+            return
+        busy.append(True)
+        try:
+            fn()
+        except Exception as exc:  # a mid-run look must never end the watch
+            print(f"loaderdoc watch: could not report so far: {exc}", file=sys.stderr)
+        finally:
+            busy.clear()
 
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        print(f"loaderdoc watch: cannot read the child's records: {exc}", file=sys.stderr)
-        return None
-    if not isinstance(records, dict) or records.get("schema") != RECORDS_SCHEMA:
-        print(f"loaderdoc watch: the child's records are not {RECORDS_SCHEMA}; ignored", file=sys.stderr)
-        return None
-    return records
+    return handler
+
+
+class Watch:
+    """One watched run: where its records go, and the report built from them (at the end or mid-run)."""
+
+    def __init__(self, command: list[str], records_dir, target) -> None:
+        from loaderdoc.watching.records import RecordsReader
+
+        self.command = command
+        self.reader = RecordsReader(records_dir)
+        self.target = target
+        self._facts = None
+
+    def facts(self):
+        """The machine facts, detected once (fast path, no torch) when a report first needs them."""
+        if self._facts is None:
+            from loaderdoc.system.detect import detect
+
+            self._facts = detect()
+        return self._facts
+
+    def report(self, exit_code: int | None) -> dict:
+        from loaderdoc.watching.report import build_report
+
+        records = self.reader.read()
+        facts = self.facts() if any(r.get("loaders") for r in records) else None
+        return build_report(records, command=self.command, exit_code=exit_code, facts=facts)
+
+    def so_far(self) -> None:
+        """SIGUSR1: the findings so far on stderr (and the report so far in --report's file)."""
+        import json
+
+        from loaderdoc.safe_write import write_text
+        from loaderdoc.watching.report import render_summary
+
+        report = self.report(None)
+        sys.stderr.write(render_summary(report))
+        sys.stderr.flush()
+        if self.target is not None:
+            write_text(self.target, json.dumps(report, indent=2) + "\n", force=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
 
     from loaderdoc.errors import EXIT_USAGE, UserError
     from loaderdoc.safe_write import check_writable, write_text
-    from loaderdoc.watching.report import build_report, render_summary
+    from loaderdoc.watching.report import render_summary
 
     command = command_of(args)
     target = Path(args.report) if args.report else None
@@ -144,12 +194,11 @@ def run(args: argparse.Namespace) -> int:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
     tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
     try:
-        records_file = Path(tmpdir) / "records.json"
-        code = run_child(command, child_env(str(records_file)))
-        records = read_records(records_file)
+        watch = Watch(command, Path(tmpdir), target)
+        code = run_child(command, child_env(tmpdir), on_usr1=watch.so_far)
+        report = watch.report(code)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
-    report = build_report(records, command=command, exit_code=code)
     sys.stderr.write(render_summary(report))
     if not (args.json or target is not None):
         return code

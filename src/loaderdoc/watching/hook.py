@@ -30,6 +30,7 @@ import time
 
 RECORDS_SCHEMA = "loaderdoc.watch-records/1"
 ENV_FILE = "LOADERDOC_WATCH_FILE"  # where the child writes its records
+ENV_DIR = "LOADERDOC_WATCH_DIR"  # records/2: each process writes records-<pid>.json there
 TARGET = "torch.utils.data.dataloader"  # the module whose import triggers the patch
 SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
 SETTINGS = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last")

@@ -172,10 +172,10 @@ class Watch:
         from loaderdoc.watching.report import render_summary
 
         report = self.report(None)
+        if self.target is not None:  # first: the text on stderr says the look is complete
+            write_text(self.target, json.dumps(report, indent=2) + "\n", force=True)
         sys.stderr.write(render_summary(report))
         sys.stderr.flush()
-        if self.target is not None:
-            write_text(self.target, json.dumps(report, indent=2) + "\n", force=True)
 
 
 def run(args: argparse.Namespace) -> int:

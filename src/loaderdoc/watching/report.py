@@ -177,8 +177,22 @@ def node_facts(facts, processes: list[dict[str, Any]]):
     return facts
 
 
+def node_shm(memory: list[dict[str, Any]], processes: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """Per pid, the /dev/shm peak of its node: the highest any process on that host saw (they share
+    one /dev/shm, and each sampled it at its own moments)."""
+    host = {p["pid"]: p.get("hostname") for p in processes}
+    best: dict[Any, dict[str, Any]] = {}
+    for m in memory:
+        h = host.get(m["pid"])
+        if m.get("shm_peak_used_bytes") is not None and (
+                h not in best or m["shm_peak_used_bytes"] > best[h]["shm_peak_used_bytes"]):
+            best[h] = m
+    return {m["pid"]: best.get(host.get(m["pid"]), m) for m in memory}
+
+
 def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts) -> list[Finding]:
-    """Every loader through the catalogue; a finding two loaders share (a machine rule) once."""
+    """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
+    /dev/shm) once."""
     from loaderdoc.advice.rules import evaluate
 
     where = len({e.get("pid") for e in entries}) > 1
@@ -210,7 +224,7 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
             from loaderdoc.system.detect import detect
 
             facts = detect()
-        findings = judge(loaders, {m["pid"]: m for m in memory}, node_facts(facts, processes))
+        findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes))
     wait = sum(e["totals"]["wait_s"] for e in loaders)
     step = sum(e["totals"]["step_s"] for e in loaders)
     from loaderdoc._serde import to_dict

@@ -21,6 +21,8 @@ def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     ms = 1000 * seconds
+    if ms >= 1000:
+        return f"{seconds:.2f} s"
     return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
@@ -91,6 +93,8 @@ def _shm_lines(report: dict[str, Any]) -> list[str]:
 
 def _finding_lines(f: dict[str, Any]) -> list[str]:
     out = _wrap(f"{f['severity'].upper():<8} {f['rule_id']}: {f['symptom']}", "  ", " " * 11)
+    if f["severity"] == "ok":  # its evidence is the loader's line above; the JSON has it all
+        return out
     for label, items in (("evidence", f.get("evidence") or []), ("cause", [f.get("cause")]), ("fix", [f.get("fix")])):
         for item in items:
             if item:

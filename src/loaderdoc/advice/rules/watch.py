@@ -25,6 +25,8 @@ def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     ms = 1000 * seconds
+    if ms >= 1000:
+        return f"{seconds:.2f} s"
     return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
@@ -36,7 +38,7 @@ def _judged(w: WatchEvidence | None) -> WatchEvidence | None:
 
 
 def _wait_line(w: WatchEvidence) -> str:
-    return (f"{w.name}: waited {100 * w.wait_share:.1f} % of its steady time for data over {w.waits} batches "
+    return (f"waited {100 * w.wait_share:.1f} % of its steady time for data over {w.waits} batches "
             f"({_ms(w.wait_per_batch_s)} per batch waiting, {_ms(w.step_per_batch_s)} per step)")
 
 
@@ -146,7 +148,7 @@ def _watch_memory_growing(i: Inputs) -> Finding | None:
     if not rising or last < policy.WORKER_GROWTH_RATIO * first or last - first < policy.WORKER_GROWTH_MIN_BYTES:
         return None
     shown = ", ".join(fmt_bytes(v) for v in values[:6]) + (" ..." if len(values) > 6 else "")
-    evidence = [f"{w.name}: workers' PSS peak per epoch: {shown} ({last / first:.2f}x over {len(values)} epochs)"]
+    evidence = [f"workers' PSS peak per epoch: {shown} ({last / first:.2f}x over {len(values)} epochs)"]
     budget = i.facts.memory.budget
     if budget:
         evidence.append(f"the last epoch's peak is {last / budget:.0%} of the {fmt_bytes(budget)} memory budget")
@@ -173,7 +175,7 @@ def _watch_shm_full(i: Inputs) -> Finding | None:
     if share < policy.SHM_PEAK_WARN_SHARE:
         return None
     evidence = [f"/dev/shm peak use {fmt_bytes(w.shm_peak_used_bytes)} of {fmt_bytes(w.shm_total_bytes)} "
-                f"({share:.0%}) while {w.name} ran"]
+                f"({share:.0%}), the highest any process of the run saw on this node"]
     if i.ranks > 1:
         evidence.append(f"{i.ranks} ranks on this node share it")
     change = {}

@@ -230,6 +230,8 @@ def test_summary_fits_80_columns_and_shows_memory_shm_gpu_and_findings():
 # ---- SIGUSR1 to a real launcher ------------------------------------------------------------------
 CHILD = """\
 import json, os, sys
+print("started", flush=True)
+sys.stdin.readline()  # the test looks once before any records exist
 records = {records!r}
 records["pid"] = os.getpid()
 path = os.path.join(os.environ["LOADERDOC_WATCH_DIR"], f"records-{{os.getpid()}}.json")
@@ -252,8 +254,14 @@ def test_sigusr1_reports_findings_so_far_and_the_child_runs_on(tmp_path):
                              sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
-        assert proc.stdout.readline() == "ready\n"
+        assert proc.stdout.readline() == "started\n"
         os.kill(proc.pid, signal.SIGUSR1)  # the launcher alone, not its process group
+        assert proc.stderr.readline().endswith("(still running): no torch DataLoader iterated yet\n")
+        assert json.loads(target.read_text())["loaders"] == []
+        proc.stdin.write("next\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "ready\n"
+        os.kill(proc.pid, signal.SIGUSR1)
         so_far = []
         while not any(line.strip().startswith("fix:") for line in so_far):
             line = proc.stderr.readline()

@@ -17,6 +17,7 @@ stdout after the child's output.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
@@ -72,10 +73,9 @@ def child_env(records_dir: str, environ: dict[str, str] | None = None) -> dict[s
     return env
 
 
-def run_child(command: list[str], env: dict[str, str], on_usr1=None) -> int:
+def run_child(command: list[str], env: dict[str, str]) -> int:
     """Run ``command`` to its end; its exit code. Meanwhile SIGINT is swallowed (the terminal sent
-    it to the child too), SIGTERM is forwarded to the child, and SIGUSR1 calls ``on_usr1()`` in
-    the launcher (the child never sees it; a SIGUSR1 that arrives while one is handled is dropped).
+    it to the child too) and SIGTERM is forwarded to the child.
 
     Both handlers are Python functions installed before the child starts, never SIG_IGN: exec
     resets caught signals to their default in the child (an ignored one would stay ignored), and
@@ -99,8 +99,6 @@ def run_child(command: list[str], env: dict[str, str], on_usr1=None) -> int:
     if threading.current_thread() is threading.main_thread():
         saved[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
         saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, forward)
-        if on_usr1 is not None and hasattr(signal, "SIGUSR1"):
-            saved[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, _once_at_a_time(on_usr1))
     try:
         try:
             proc = subprocess.Popen(command, env=env)
@@ -117,6 +115,24 @@ def run_child(command: list[str], env: dict[str, str], on_usr1=None) -> int:
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def on_sigusr1(fn):
+    """While in the block, SIGUSR1 runs ``fn()`` in the launcher. Installed before the child starts
+    (exec resets a caught signal to its default in the child, so the child never inherits it) and
+    kept until the final report is out (a late SIGUSR1's default action would end the launcher)."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = signal.signal(signal.SIGUSR1, _once_at_a_time(fn))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, saved)
 
 
 def _once_at_a_time(fn):
@@ -147,6 +163,7 @@ class Watch:
         self.command = command
         self.reader = RecordsReader(records_dir)
         self.target = target
+        self.ended = False  # the child has exited: the final report follows, no look mid-run
         self._facts = None
 
     def facts(self):
@@ -171,6 +188,8 @@ class Watch:
         from loaderdoc.safe_write import write_text
         from loaderdoc.watching.report import render_summary
 
+        if self.ended:
+            return
         report = self.report(None)
         if self.target is not None:  # first: the text on stderr says the look is complete
             write_text(self.target, json.dumps(report, indent=2) + "\n", force=True)
@@ -179,31 +198,41 @@ class Watch:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import shutil
     import tempfile
     from pathlib import Path
 
-    from loaderdoc.errors import EXIT_USAGE, UserError
-    from loaderdoc.safe_write import check_writable, write_text
-    from loaderdoc.watching.report import render_summary
+    from loaderdoc.safe_write import check_writable
 
     command = command_of(args)
     target = Path(args.report) if args.report else None
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
     tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-    try:
-        watch = Watch(command, Path(tmpdir), target)
-        code = run_child(command, child_env(tmpdir), on_usr1=watch.so_far)
-        report = watch.report(code)
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+    watch = Watch(command, Path(tmpdir), target)
+    with on_sigusr1(watch.so_far):
+        try:
+            code = run_child(command, child_env(tmpdir))
+            watch.ended = True
+            report = watch.report(code)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        return _finish(report, code, target, as_json=args.json)
+
+
+def _finish(report: dict, code: int, target, *, as_json: bool) -> int:
+    """The summary on stderr, the report on stdout (--json) and in FILE (--report); the exit code."""
+    import json
+
+    from loaderdoc.errors import EXIT_USAGE, UserError
+    from loaderdoc.safe_write import write_text
+    from loaderdoc.watching.report import render_summary
+
     sys.stderr.write(render_summary(report))
-    if not (args.json or target is not None):
+    if not (as_json or target is not None):
         return code
     text = json.dumps(report, indent=2) + "\n"
-    if args.json:
+    if as_json:
         sys.stdout.write(text)
     if target is not None:
         try:

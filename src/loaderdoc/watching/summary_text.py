@@ -1,6 +1,7 @@
 """The text ``loaderdoc watch`` prints on stderr: the run, one block per loader, memory, findings.
 
-Every line fits 80 columns (long ones wrap under their indent), so a training log stays readable.
+Every line fits 80 columns (long ones wrap under their indent), so a training log stays readable;
+the one exception is the single line of a run without DataLoaders (its command elided to 40 chars).
 Reads only the report dict (``loaderdoc.watch/1``); no torch, no textual.
 """
 
@@ -106,7 +107,9 @@ def render_summary(report: dict[str, Any]) -> str:
     """A few lines for stderr: the run, one block per loader, /dev/shm, then the findings."""
     head = _head(report)
     loaders = report["loaders"]
-    if not loaders:
+    if not loaders:  # one line, whatever the width: a run without DataLoaders says only that
+        if report.get("exit_code") is None and report.get("command") is not None:
+            return f"{head}: no torch DataLoader iterated yet\n"
         return f"{head}: no torch DataLoader was iterated; nothing measured\n"
     out = _wrap(f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady "
                 "time", "", "  ")

@@ -28,7 +28,7 @@ TRADEOFF_EXAMPLES = (
     ("healthy-h100-ddp", "with a probe: 8 ranks on an 8x H100 node"),
     ("laptop-short-epochs-restart", "with a probe: short epochs on a laptop"),
 )
-MARK = {CRITICAL: "C", "warning": "W"}
+MARK = {CRITICAL: "C", "warning": "W", "ok": "ok"}
 EXAMPLES_PER_RULE = 3
 # common advice that is wrong often enough to be worse than none; kept here so the docs say why
 SILENT_ON_PURPOSE = (
@@ -76,7 +76,9 @@ def render() -> str:
     w("`loaderdoc check`, `loaderdoc probe` and the export header run these rules "
       "(`loaderdoc.advice.rules.evaluate`). A rule speaks only when it has the numbers to back it: without a "
       "config only machine-level rules run; probe rules need a probe report; context rules need the "
-      "`TrainingContext` fact they depend on and stay silent while it is unknown. Each finding carries "
+      "`TrainingContext` fact they depend on and stay silent while it is unknown; watch rules need what "
+      "`loaderdoc watch` measured in a real run (it runs the whole catalogue per DataLoader of the run, with the "
+      "settings the run used; a loader that keeps up is reported as **ok**). Each finding carries "
       "the evidence it saw, the cause, a fix in plain words (with a command where there is one), a "
       "`settings_change` the app's *apply fix* applies, and where its threshold comes from.")
     w("")

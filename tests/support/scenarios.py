@@ -18,6 +18,7 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
+from loaderdoc.advice.watched import WatchedEpoch, WatchEvidence
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
@@ -47,6 +48,7 @@ class Scenario:
     machine_overrides: dict[str, Any] = field(default_factory=dict)
     expect: frozenset[str] = frozenset()  # exactly the rules that must fire; empty = healthy
     recorded: str | None = None  # a file in RECORDED_DIR holding the real machine and probe report
+    watch: WatchEvidence | None = None  # one loader of a real run, as `loaderdoc watch` measured it
 
     def __post_init__(self) -> None:
         if self.recorded is not None:
@@ -72,7 +74,7 @@ class Scenario:
 
     def run(self) -> list[Finding]:
         return evaluate(self.facts(), self.settings, batch_bytes=self.batch_bytes, probe=self.probe,
-                        context=self.context)
+                        context=self.context, watch=self.watch, with_ok=self.watch is not None)
 
     def inputs_summary(self) -> str:
         """One line saying what the rules were given, for the matrix legend."""
@@ -91,6 +93,9 @@ class Scenario:
         if self.context is not None:
             set_fields = {k: v for k, v in self.context.to_dict().items() if v is not None}
             parts.append("context " + ", ".join(f"{k}={v}" for k, v in set_fields.items()))
+        if self.watch is not None:
+            w = self.watch
+            parts.append(f"watched run ({len(w.epochs)} epochs, {w.waits} steady batches)")
         if self.machine_overrides:
             parts.append("machine " + ", ".join(f"{k}={v}" for k, v in self.machine_overrides.items()))
         return "; ".join(parts)
@@ -131,6 +136,30 @@ def report(results: list[ConfigResult], *, batch_size: int = 64, batch_bytes: in
                               consumer="cuda-kernel" if device.startswith("cuda") else "cpu-sleep"),
         results=results, device=device,
     )
+
+
+def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float = 1.0, step_ms: float = 50.0,
+            first_s: float = 0.5, later_first_s: float | None = None, persistent: bool | None = None,
+            pss_mib: list[float] | None = None, shm: tuple[float, float] | None = None) -> WatchEvidence:
+    """One loader of a real run as `loaderdoc watch` measures it: ``batches`` per epoch waiting
+    ``wait_ms`` and stepping ``step_ms`` each; ``pss_mib`` the workers' peak per epoch; ``shm``
+    (peak used, size) of /dev/shm in MiB."""
+    if persistent is None:
+        persistent = workers > 0
+    eps = []
+    for n in range(epochs):
+        first = first_s if n == 0 or later_first_s is None else later_first_s
+        waits = batches - 1
+        eps.append(WatchedEpoch(
+            index=n, steps=batches, waits=waits, wait_s=waits * wait_ms / 1000, step_s=batches * step_ms / 1000,
+            steps_timed=batches, first_batch_s=first, wall_s=first + (waits * wait_ms + batches * step_ms) / 1000,
+            finished=True, workers_pss_max_bytes=int(pss_mib[n] * MiB) if pss_mib else None))
+    knobs = f"num_workers={workers}, batch_size=64" + (f", persistent_workers={persistent}" if workers else "")
+    return WatchEvidence(name=f"loader 1 (DataLoader, {knobs})", workers=workers,
+                         persistent_workers=persistent if workers else False, epochs=eps,
+                         wait_p50_s=wait_ms / 1000, wait_p95_s=2 * wait_ms / 1000, percentile_epoch=0,
+                         shm_peak_used_bytes=int(shm[0] * MiB) if shm else None,
+                         shm_total_bytes=int(shm[1] * MiB) if shm else None)
 
 
 TORCHRUN_8 = {"distributed.launcher": "torchrun", "distributed.world_size": 8, "distributed.local_world_size": 8}
@@ -603,7 +632,49 @@ def _recorded() -> list[Scenario]:
     ]
 
 
-SCENARIOS: list[Scenario] = _scenarios() + _recorded()
+def _watched() -> list[Scenario]:
+    """Real runs measured by `loaderdoc watch`: the watch rules, and the machine rules beside them."""
+    return [
+        Scenario(
+            "watch-starved-no-workers",
+            "a watched run loading in the training process: 20 ms of loading per 10 ms step",
+            "ci-2core", LoaderSettings(batch_size=64, num_workers=0),
+            watch=watched(0, batches=100, wait_ms=20.0, step_ms=10.0),
+            expect=frozenset({"watch-data-starved"}),
+        ),
+        Scenario(
+            "watch-keeps-up",
+            "a watched run whose 4 persistent workers keep a 50 ms step fed (1 ms waits), /dev/shm 5 % used",
+            "h100x8-node", LoaderSettings(batch_size=64, num_workers=4, persistent_workers=True),
+            watch=watched(4, epochs=3, pss_mib=[800, 820, 815], shm=(1200, 24_000)),
+            expect=frozenset({"watch-loader-healthy"}),
+        ),
+        Scenario(
+            "watch-restart-every-epoch",
+            "a watched run of short epochs whose 4 workers start again each one (2.5 s to the first batch, "
+            "10 s epochs)",
+            "h100x8-node", LoaderSettings(batch_size=64, num_workers=4, persistent_workers=False),
+            watch=watched(4, epochs=4, first_s=2.5, later_first_s=2.5, persistent=False),
+            expect=frozenset({"watch-slow-epoch-start", "watch-loader-healthy"}),
+        ),
+        Scenario(
+            "watch-copy-on-read",
+            "a watched run whose workers' PSS grows every epoch (a list of Python objects as the index)",
+            "laptop-rtx3050", LoaderSettings(batch_size=64, num_workers=4, persistent_workers=True),
+            watch=watched(4, epochs=4, pss_mib=[600, 760, 910, 1050]),
+            expect=frozenset({"watch-worker-memory-growing", "watch-loader-healthy"}),
+        ),
+        Scenario(
+            "watch-shm-nearly-full",
+            "a watched run in Docker's 64 MiB /dev/shm that peaked at 59 MiB",
+            "docker-64m-shm", LoaderSettings(batch_size=64, num_workers=2),
+            watch=watched(2, shm=(59, 64)),
+            expect=frozenset({"watch-shm-nearly-full", "watch-loader-healthy"}),
+        ),
+    ]
+
+
+SCENARIOS: list[Scenario] = _scenarios() + _recorded() + _watched()
 
 
 def get_scenario(name: str) -> Scenario:

@@ -2,16 +2,22 @@
 
 The launcher imports neither torch nor textual. The child runs with the user's stdin, stdout and
 stderr, and with ``loaderdoc/watching/sitedir`` first on its PYTHONPATH: its sitecustomize installs
-the hook (``loaderdoc.watching.hook``), which writes each process's records into ``LOADERDOC_WATCH_DIR``.
-Ctrl+C reaches the child from the terminal (the whole foreground group gets SIGINT; the launcher
-swallows it while it waits), SIGTERM to the launcher is forwarded to the child. The launcher exits
-with the child's code (128 + N for a child killed by signal N); the summary goes to stderr so the
-child's stdout stays clean; ``--json`` prints the report on stdout after the child's output.
+the hook (``loaderdoc.watching.hook``), and every process of the command that iterates a DataLoader
+writes its records to ``records-<pid>.json`` in ``LOADERDOC_WATCH_DIR`` (a private temporary
+directory); the report merges them all. Ctrl+C reaches the child from the terminal (the whole
+foreground group gets SIGINT; the launcher swallows it while it waits), SIGTERM to the launcher is
+forwarded to the child. SIGUSR1 to the launcher (``kill -USR1 <launcher pid>``) is not forwarded:
+the launcher reads the records written so far (the hook rewrites them every few seconds) and
+prints the findings so far on stderr (with ``--report`` it writes the report so far too), and the
+command runs on. The launcher exits with the child's code (128 + N for a child killed by signal N);
+the summary goes to stderr so the child's stdout stays clean; ``--json`` prints the report on
+stdout after the child's output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
@@ -25,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "\nexamples:\n"
         "  loaderdoc watch -- python train.py --lr 3e-4\n"
         "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
+        "  kill -USR1 <pid of loaderdoc watch>  (findings so far on stderr, and in FILE with --report)\n"
     )
     parser.add_argument("--report", metavar="FILE",
                         help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it")
@@ -109,58 +116,122 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
             signal.signal(signum, handler)
 
 
-def read_records(directory) -> dict | None:
-    """The records of the first process (by file name) that iterated a DataLoader, None when none
-    did (no file) or they are unreadable. (Several processes: only the first is read for now.)"""
-    for path in sorted(directory.glob("records-*.json")):
-        return read_records_file(path)
-    return None
+@contextlib.contextmanager
+def on_sigusr1(fn):
+    """While in the block, SIGUSR1 runs ``fn()`` in the launcher. Installed before the child starts
+    (exec resets a caught signal to its default in the child, so the child never inherits it) and
+    kept until the final report is out (a late SIGUSR1's default action would end the launcher)."""
+    import signal
+    import threading
 
-
-def read_records_file(path) -> dict | None:
-    import json
-
-    from loaderdoc.watching.hook import RECORDS_SCHEMA
-
+    if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = signal.signal(signal.SIGUSR1, _once_at_a_time(fn))
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        print(f"loaderdoc watch: cannot read the child's records: {exc}", file=sys.stderr)
-        return None
-    if not isinstance(records, dict) or records.get("schema") != RECORDS_SCHEMA:
-        print(f"loaderdoc watch: the child's records are not {RECORDS_SCHEMA}; ignored", file=sys.stderr)
-        return None
-    return records
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, saved)
+
+
+def _once_at_a_time(fn):
+    """A signal handler running ``fn()``; a signal arriving while it runs is dropped, not nested.
+    It runs in the launcher's main thread between the waits for the child (PEP 475 resumes them)."""
+    busy: list[bool] = []
+
+    def handler(signum, frame) -> None:
+        if busy:
+            return
+        busy.append(True)
+        try:
+            fn()
+        except Exception as exc:  # a mid-run look must never end the watch
+            print(f"loaderdoc watch: could not report so far: {exc}", file=sys.stderr)
+        finally:
+            busy.clear()
+
+    return handler
+
+
+class Watch:
+    """One watched run: where its records go, and the report built from them (at the end or mid-run)."""
+
+    def __init__(self, command: list[str], records_dir, target) -> None:
+        from loaderdoc.watching.records import RecordsReader
+
+        self.command = command
+        self.reader = RecordsReader(records_dir)
+        self.target = target
+        self.ended = False  # the child has exited: the final report follows, no look mid-run
+        self._facts = None
+
+    def facts(self):
+        """The machine facts, detected once (fast path, no torch) when a report first needs them."""
+        if self._facts is None:
+            from loaderdoc.system.detect import detect
+
+            self._facts = detect()
+        return self._facts
+
+    def report(self, exit_code: int | None) -> dict:
+        from loaderdoc.watching.report import build_report
+
+        records = self.reader.read()
+        facts = self.facts() if any(r.get("loaders") for r in records) else None
+        return build_report(records, command=self.command, exit_code=exit_code, facts=facts)
+
+    def so_far(self) -> None:
+        """SIGUSR1: the findings so far on stderr (and the report so far in --report's file)."""
+        import json
+
+        from loaderdoc.safe_write import write_text
+        from loaderdoc.watching.report import render_summary
+
+        if self.ended:
+            return
+        report = self.report(None)
+        if self.target is not None:  # first: the text on stderr says the look is complete
+            write_text(self.target, json.dumps(report, indent=2) + "\n", force=True)
+        sys.stderr.write(render_summary(report))
+        sys.stderr.flush()
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
     import shutil
     import tempfile
     from pathlib import Path
 
-    from loaderdoc.errors import EXIT_USAGE, UserError
-    from loaderdoc.safe_write import check_writable, write_text
-    from loaderdoc.watching.report import build_report, render_summary
+    from loaderdoc.safe_write import check_writable
 
     command = command_of(args)
     target = Path(args.report) if args.report else None
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
     tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-    try:
-        code = run_child(command, child_env(tmpdir))
-        records = read_records(Path(tmpdir))
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    report = build_report(records, command=command, exit_code=code)
+    watch = Watch(command, Path(tmpdir), target)
+    with on_sigusr1(watch.so_far):
+        try:
+            code = run_child(command, child_env(tmpdir))
+            watch.ended = True
+            report = watch.report(code)
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        return _finish(report, code, target, as_json=args.json)
+
+
+def _finish(report: dict, code: int, target, *, as_json: bool) -> int:
+    """The summary on stderr, the report on stdout (--json) and in FILE (--report); the exit code."""
+    import json
+
+    from loaderdoc.errors import EXIT_USAGE, UserError
+    from loaderdoc.safe_write import write_text
+    from loaderdoc.watching.report import render_summary
+
     sys.stderr.write(render_summary(report))
-    if not (args.json or target is not None):
+    if not (as_json or target is not None):
         return code
     text = json.dumps(report, indent=2) + "\n"
-    if args.json:
+    if as_json:
         sys.stdout.write(text)
     if target is not None:
         try:

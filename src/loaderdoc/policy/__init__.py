@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loaderdoc.units import cpus_text, fmt_cpus
+from loaderdoc.units import MiB, cpus_text, fmt_cpus
 
 if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
     from loaderdoc.probing.result import ConfigResult
@@ -51,6 +51,18 @@ SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: worker
 RAM_SAFE_SHARE = 0.8  # workers' PSS plus batches in flight may use 80 % of the memory budget
 #                       (available RAM capped by the cgroup); above 100 % the OOM killer acts
 DEFAULT_PREFETCH = 2  # torch's default prefetch_factor
+# A real run, measured by `loaderdoc watch`
+WATCH_MIN_BATCHES = 20  # steady batches (after each epoch's first) before a loader's wait is judged
+WORKER_GROWTH_RATIO = 1.25  # workers' PSS peak in the last epoch >= 1.25 x the first epoch's ...
+WORKER_GROWTH_MIN_BYTES = 64 * MiB  # ... and >= 64 MiB above it ...
+WORKER_GROWTH_EPOCHS = 3  # ... over >= 3 epochs, never falling back: copy-on-read (reference counts
+#                           written into Python objects copy the pages they live on) grows as the
+#                           workers touch more of a shuffled dataset; one epoch's rise is workers warming
+#                           up (imports, caches), a few MiB is the allocator
+SHM_PEAK_WARN_SHARE = 0.8  # measured /dev/shm peak >= 80 % of its size: unlike SHM_SAFE_SHARE (a margin on
+#                           a computed need) the peak already holds the transient tensors and other
+#                           processes, so one more worker or a larger batch is what is left
+SHM_PEAK_CRIT_SHARE = 0.95  # >= 95 %: the next larger batch gets 'Bus error' / 'No space left on device'
 
 ZERO_WORKERS: dict[str, Any] = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
                                 "multiprocessing_context": None}

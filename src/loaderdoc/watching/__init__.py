@@ -3,6 +3,9 @@
 - :mod:`hook`: runs inside the user's process (standard library only) and records, per
   DataLoader and per epoch, the data wait, the step, the first batch;
 - ``sitedir/sitecustomize.py``: installs the hook in the child of ``loaderdoc watch``;
-- :mod:`report`: turns the records into the ``loaderdoc.watch/1`` report and its findings;
+- :mod:`records`: reads every process's ``records-<pid>.json`` from the launcher's directory;
+- :mod:`report`: merges them into the ``loaderdoc.watch/1`` report, its findings from the rule
+  catalogue (``advice.rules.watch`` and the machine and settings rules), and
+  :mod:`summary_text` the lines printed on stderr;
 - :mod:`api`: ``loaderdoc.watch(loader)`` for those who prefer a line of code.
 """

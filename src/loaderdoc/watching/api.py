@@ -24,6 +24,7 @@ class LoaderWatch:
     def __init__(self, loader: Any) -> None:
         self.loader = loader
         self._recorder = Recorder(sample_per_epoch=True)
+        self._facts = None  # the machine, detected once, at the first report
 
     def __iter__(self):
         started = clock()
@@ -39,9 +40,12 @@ class LoaderWatch:
     def report(self) -> dict[str, Any]:
         """The ``loaderdoc.watch/1`` report so far (``command`` and ``exit_code`` are None)."""
         # imported here: the report loads the rule catalogue, which iterating alone never needs
+        from loaderdoc.system.detect import detect
         from loaderdoc.watching.report import build_report
 
-        return build_report(self.records(), command=None, exit_code=None)
+        if self._facts is None:
+            self._facts = detect()
+        return build_report(self.records(), command=None, exit_code=None, facts=self._facts)
 
     def summary(self) -> str:
         """The text ``loaderdoc watch`` prints: one line per loader, then the findings."""

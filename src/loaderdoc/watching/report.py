@@ -1,44 +1,37 @@
-"""The ``loaderdoc.watch/1`` report: the child's records, per-loader totals, findings, the text.
+"""The ``loaderdoc.watch/1`` report: every process's records merged, per-loader totals and
+timelines, memory, and the findings of the rule catalogue fed with the run's evidence.
 
-Built from what :mod:`loaderdoc.watching.hook` recorded (``loaderdoc.watch-records/1``); no torch,
-no textual. The findings use the :class:`~loaderdoc.advice.findings.Finding` shape ``check --json``
-prints. They are built here, not registered in the rule catalogue (``advice.rules``): the
-catalogue's rules read machine facts, settings and a probe report through ``Inputs``, and its
-docs matrix (``scripts/diagnoses_docs.py``) runs recorded scenarios of those; a real run's
-measurements are neither, so these two rules stay beside the evidence they read.
-
-Definitions (every loader, every epoch, summed):
-
-- ``wait_s``: time blocked in ``next()`` for every batch after an epoch's first (the first batch,
-  worker start-up included, is ``first_batch_s``, reported apart);
-- ``step_s``: time from a batch being returned to the next ``next()`` call;
-- ``wait_share = wait_s / (wait_s + step_s)``: the share of the steady loop spent waiting for data.
+Built from what :mod:`loaderdoc.watching.hook` recorded (one records dict per process); no torch,
+no textual. Each loader becomes a :class:`~loaderdoc.advice.watched.WatchEvidence` and goes through
+``advice.rules.evaluate`` with the machine facts and the loader's settings as the run used them,
+so a run is judged by the same catalogue and policy as ``check`` and ``probe``: the ``watch-*``
+rules read the measurements, the machine and settings rules the facts (the probe and context
+rules stay silent: there is no probe report or training context here; the few machine rules a
+run's measurement outranks stay silent when given one). The definitions of wait, step and share
+are in :mod:`loaderdoc.advice.watched`.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import shlex
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding, worst
-from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT
+from loaderdoc.advice.findings import Finding, worst
+from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
+from loaderdoc.advice.watched import WatchedEpoch, WatchEvidence
+from loaderdoc.watching.summary_text import describe_loader, render_summary
+
+__all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "describe_loader",
+           "render_summary"]
 
 WATCH_SCHEMA = "loaderdoc.watch/1"
-MIN_STEPS = 20  # steady batches (after the first of an epoch) before a loader is judged
-STARVED_RULE = "watch-data-starved"
-HEALTHY_RULE = "watch-loader-healthy"
-STARVED_THRESHOLD = (
-    f"measured in this run: the loop waits >= {policy.NOT_STARVED_PCT:g} % of its steady time for "
-    f"batches (loaderdoc.policy.NOT_STARVED_PCT; below it more loading capacity cannot help; critical "
-    f">= {STARVED_CRIT_PCT:g} %: it waits more than it computes), over >= {MIN_STEPS} batches"
-)
+MIN_STEPS = policy.WATCH_MIN_BATCHES  # steady batches (after the first of an epoch) before a loader is judged
+PROCESS_KEYS = ("hostname", "rank", "local_rank", "world_size", "group_rank", "slurm_nodeid")
 
 
 def machine_info() -> dict[str, Any]:
-    """The little the report needs about the machine, read without cpuinfo or torch."""
+    """The little the report shows about the machine, read without cpuinfo or torch."""
     try:
         affinity: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -50,16 +43,44 @@ def _share(wait: float, step: float) -> float | None:
     return wait / (wait + step) if wait + step > 0 else None
 
 
-def loader_entry(raw: dict[str, Any]) -> dict[str, Any]:
-    """One DataLoader: its settings, its epochs as recorded, and totals over them."""
+def _sum_or_none(values: list[Any]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def process_entry(records: dict[str, Any]) -> dict[str, Any]:
+    proc = records.get("process") or {}
+    return {"pid": records.get("pid"), **{k: proc.get(k) for k in PROCESS_KEYS}}
+
+
+def timeline(samples: list[dict[str, Any]], number: Any) -> list[dict[str, Any]]:
+    """Per-interval deltas of one loader's cumulative (steps, wait_s, step_s) in the samples."""
+    out, prev = [], (0, 0.0, 0.0)
+    for sample in samples:
+        cum = (sample.get("loaders") or {}).get(str(number))
+        if not cum or len(cum) < 3:
+            continue
+        out.append({"t_s": sample.get("t_s"), "steps": max(0, cum[0] - prev[0]),
+                    "wait_s": max(0.0, cum[1] - prev[1]), "step_s": max(0.0, cum[2] - prev[2])})
+        prev = (cum[0], cum[1], cum[2])
+    return out
+
+
+def loader_entry(raw: dict[str, Any], records: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One DataLoader: where it ran, its settings, its epochs as recorded, totals and timeline."""
+    records = records or {}
     epochs = list(raw.get("epochs", []))
     wait = sum(e.get("wait_s", 0.0) for e in epochs)
     step = sum(e.get("step_s", 0.0) for e in epochs)
     waits = sum(e.get("waits", 0) for e in epochs)
     steps_timed = sum(e.get("steps_timed", 0) for e in epochs)
     first = [e["first_batch_s"] for e in epochs if e.get("first_batch_s") is not None]
+    pss = [e.get("workers_pss_max_bytes") for e in epochs if e.get("workers_pss_max_bytes") is not None]
+    gpu_idle = _sum_or_none([e.get("gpu_idle_s") for e in epochs])
     return {
         "loader": raw.get("loader"),
+        "pid": records.get("pid"),
+        "rank": (records.get("process") or {}).get("rank"),
         "class": raw.get("class"),
         "settings": dict(raw.get("settings", {})),
         "epochs": epochs,
@@ -75,22 +96,135 @@ def loader_entry(raw: dict[str, Any]) -> dict[str, Any]:
             "step_per_batch_s": step / steps_timed if steps_timed else None,
             "first_batch_s": first[0] if first else None,  # the first epoch's (start-up included)
             "later_first_batch_s": max(first[1:]) if len(first) > 1 else None,  # the slowest later one
+            "workers_pss_max_bytes": max(pss) if pss else None,
+            "gpu_idle_s": gpu_idle,
+            "gpu_idle_share": gpu_idle / (wait + step) if gpu_idle is not None and wait + step > 0 else None,
         },
+        "timeline": timeline(records.get("samples") or [], raw.get("loader")),
         "judged": waits >= MIN_STEPS,
     }
 
 
-def build_report(records: dict[str, Any] | None, *, command: list[str] | None, exit_code: int | None,
-                 machine: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report for one run; ``records=None`` when the run iterated no DataLoader."""
+def memory_entry(records: dict[str, Any]) -> dict[str, Any]:
+    samples = records.get("samples") or []
+    keys = ("t_s", "main_pss_bytes", "workers", "workers_pss_bytes", "shm_used_bytes")
+    totals = [s.get("shm_total_bytes") for s in samples if s.get("shm_total_bytes")]
+    return {"pid": records.get("pid"), "rank": (records.get("process") or {}).get("rank"),
+            "samples": [{k: s.get(k) for k in keys} for s in samples],
+            "shm_peak_used_bytes": records.get("shm_peak_used_bytes"),
+            "shm_total_bytes": totals[-1] if totals else None}
+
+
+def gpu_entry(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    blocks = [r["gpu"] for r in runs if isinstance(r.get("gpu"), dict)]
+    timed = [b for b in blocks if b.get("timing") == "cuda-events"]
+    return (timed or blocks or [None])[0]
+
+
+def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: bool = False) -> WatchEvidence:
+    """The rules' view of one loader entry (and the /dev/shm its process saw)."""
+    s = entry["settings"]
+    epochs = [WatchedEpoch(index=int(e.get("epoch", n)), steps=e.get("steps", 0), waits=e.get("waits", 0),
+                           wait_s=e.get("wait_s", 0.0), step_s=e.get("step_s", 0.0),
+                           steps_timed=e.get("steps_timed", 0), first_batch_s=e.get("first_batch_s"),
+                           wall_s=_wall(e), finished=bool(e.get("finished")),
+                           workers_pss_max_bytes=e.get("workers_pss_max_bytes"), gpu_idle_s=e.get("gpu_idle_s"))
+              for n, e in enumerate(entry["epochs"])]
+    longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})
+    workers = s.get("num_workers")
+    persistent = s.get("persistent_workers")
+    return WatchEvidence(
+        name=describe_loader(entry, where=where), workers=workers if isinstance(workers, int) else 0,
+        persistent_workers=persistent if isinstance(persistent, bool) else None, epochs=epochs,
+        wait_p50_s=longest.get("wait_p50_s"), wait_p95_s=longest.get("wait_p95_s"),
+        percentile_epoch=longest.get("epoch"),
+        shm_peak_used_bytes=(memory or {}).get("shm_peak_used_bytes"),
+        shm_total_bytes=(memory or {}).get("shm_total_bytes"),
+    )
+
+
+def _wall(epoch: dict[str, Any]) -> float | None:
+    start, end = epoch.get("start_s"), epoch.get("end_s")
+    if start is not None and end is not None:
+        return end - start
+    return epoch.get("wall_s")
+
+
+def loader_settings(raw: dict[str, Any]):
+    """The settings the run used, as the catalogue's LoaderSettings (None when one is not a plain
+    value: a rule then judges the machine only, as ``check`` does for a setting computed at run time)."""
+    from loaderdoc.errors import SettingsError
+    from loaderdoc.settings import LoaderSettings
+
+    known = {k: v for k, v in raw.items() if v is not None}
+    try:
+        return LoaderSettings.from_mapping(known, where="the run: ", strict=False)
+    except (SettingsError, TypeError, ValueError):
+        return None
+
+
+def node_facts(facts, processes: list[dict[str, Any]]):
+    """The launcher's facts, told how many ranks ran on this node when the launcher's own
+    environment does not say (torchrun sets LOCAL_WORLD_SIZE in the ranks, not around them)."""
+    import socket
+
+    from loaderdoc.system.facts import Reading
+
+    host = socket.gethostname()
+    here = {p["rank"] for p in processes if p.get("rank") is not None and p.get("hostname") in (host, None)}
+    if len(here) > 1 and facts.distributed.local_world_size.get() is None:
+        facts.distributed.local_world_size = Reading.of(len(here), "ranks whose records loaderdoc watch read")
+    return facts
+
+
+def node_shm(memory: list[dict[str, Any]], processes: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+    """Per pid, the /dev/shm peak of its node: the highest any process on that host saw (they share
+    one /dev/shm, and each sampled it at its own moments)."""
+    host = {p["pid"]: p.get("hostname") for p in processes}
+    best: dict[Any, dict[str, Any]] = {}
+    for m in memory:
+        h = host.get(m["pid"])
+        if m.get("shm_peak_used_bytes") is not None and (
+                h not in best or m["shm_peak_used_bytes"] > best[h]["shm_peak_used_bytes"]):
+            best[h] = m
+    return {m["pid"]: best.get(host.get(m["pid"]), m) for m in memory}
+
+
+def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts) -> list[Finding]:
+    """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
+    /dev/shm) once."""
+    from loaderdoc.advice.rules import evaluate
+
+    where = len({e.get("pid") for e in entries}) > 1
+    out: list[Finding] = []
+    seen: set[tuple[str, str]] = set()
+    for entry in entries:
+        mem = memory.get(entry.get("pid"))
+        watch = evidence_of(entry, mem, where=where)
+        for f in evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True):
+            if (f.rule_id, f.symptom) in seen:
+                continue
+            seen.add((f.rule_id, f.symptom))
+            out.append(f)
+    return sorted(out, key=lambda f: -f.rank)
+
+
+def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, command: list[str] | None,
+                 exit_code: int | None, machine: dict[str, Any] | None = None, facts=None) -> dict[str, Any]:
+    """The report for one run from every process's records (a dict: one process; None or [] when
+    the run iterated no DataLoader). ``facts``: the machine the rules judge (detected when None)."""
+    runs = [records] if isinstance(records, dict) else list(records or [])
     machine = machine if machine is not None else machine_info()
-    loaders = [loader_entry(raw) for raw in (records or {}).get("loaders", [])]
+    processes = [process_entry(r) for r in runs]
+    memory = [memory_entry(r) for r in runs]
+    loaders = [loader_entry(raw, r) for r in runs for raw in r.get("loaders", [])]
     findings: list[Finding] = []
-    for entry in loaders:
-        finding = judge(entry, machine)
-        if finding is not None:
-            findings.append(finding)
-    findings.sort(key=lambda f: -f.rank)
+    if loaders:
+        if facts is None:
+            from loaderdoc.system.detect import detect
+
+            facts = detect()
+        findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes))
     wait = sum(e["totals"]["wait_s"] for e in loaders)
     step = sum(e["totals"]["step_s"] for e in loaders)
     from loaderdoc._serde import to_dict
@@ -104,121 +238,10 @@ def build_report(records: dict[str, Any] | None, *, command: list[str] | None, e
         "wait_share": _share(wait, step),
         "wait_s": wait,
         "step_s": step,
+        "processes": processes,
         "loaders": loaders,
+        "memory": memory,
+        "gpu": gpu_entry(runs),
         "findings": [to_dict(f) for f in findings],
         "machine": machine,
     }
-
-
-def describe_loader(entry: dict[str, Any]) -> str:
-    """``loader 1 (DataLoader, num_workers=0, batch_size=4)``."""
-    s = entry["settings"]
-    knobs = [f"{k}={s[k]}" for k in ("num_workers", "batch_size") if s.get(k) is not None]
-    if s.get("num_workers"):
-        knobs += [f"{k}={s[k]}" for k in ("prefetch_factor", "persistent_workers") if s.get(k) is not None]
-    return f"loader {entry['loader']} ({', '.join([entry['class'] or 'iterable', *knobs])})"
-
-
-def judge(entry: dict[str, Any], machine: dict[str, Any]) -> Finding | None:
-    """Starved (a warning, critical past STARVED_CRIT_PCT) or keeps up (ok); None when too few batches."""
-    t = entry["totals"]
-    share = t["wait_share"]
-    if not entry["judged"] or share is None:
-        return None
-    name = describe_loader(entry)
-    pct = 100 * share
-    evidence = [
-        f"{name}: waited {pct:.1f} % of its steady time for data over {t['waits']} batches "
-        f"({_ms(t['wait_per_batch_s'])} per batch waiting, {_ms(t['step_per_batch_s'])} per step)",
-    ]
-    if pct < policy.NOT_STARVED_PCT:
-        return Finding(
-            rule_id=HEALTHY_RULE, severity=OK,
-            symptom=f"{name} keeps up: the loop waited {pct:.1f} % of the time for data",
-            evidence=evidence,
-            cause="batches were ready when the step asked for them",
-            fix="nothing to change for speed; fewer workers may do as well ('loaderdoc probe' measures)",
-            threshold=STARVED_THRESHOLD,
-        )
-    workers = int(entry["settings"].get("num_workers") or 0)
-    needed = _workers_needed(t, workers)
-    cpus = machine.get("affinity") or machine.get("cpus")
-    suggested = max(workers + 1, needed or 0)
-    longest = max(entry["epochs"], key=lambda e: e.get("waits", 0))
-    if longest.get("wait_p50_s") is not None:
-        evidence.append(f"wait per batch p50 {_ms(longest['wait_p50_s'])}, p95 {_ms(longest['wait_p95_s'])} "
-                        f"(epoch {longest.get('epoch')}, {longest.get('waits')} batches)")
-    if needed is not None:
-        evidence.append(f"one batch takes about {_ms(_load_per_batch(t, workers))} to load with num_workers="
-                        f"{workers}: about {needed} workers keep up with the {_ms(t['step_per_batch_s'])} step")
-    fix = f"raise num_workers from {workers} to {suggested}"
-    if cpus and suggested > cpus:
-        fix += (f" (more than the {cpus} CPUs this process may use: if loading is CPU work, make it cheaper "
-                "or move it off the step's machine)")
-    fix += "; size it on this machine with 'loaderdoc probe'"
-    return Finding(
-        rule_id=STARVED_RULE, severity=CRITICAL if pct >= STARVED_CRIT_PCT else WARNING,
-        symptom=f"{name} is data-starved: the loop waited {pct:.0f} % of the time for batches",
-        evidence=evidence,
-        cause=("the batch is loaded in the training process, between steps" if workers == 0 else
-               f"{policy.workers_text(workers)} load batches slower than the step consumes them"),
-        fix=fix,
-        settings_change={"num_workers": suggested},
-        threshold=STARVED_THRESHOLD,
-    )
-
-
-def _load_per_batch(t: dict[str, Any], workers: int) -> float | None:
-    """One batch's load time: in the loop (0 workers) it is the wait; n starved workers deliver a
-    batch every wait + step, so each takes n times that."""
-    wait, step = t["wait_per_batch_s"], t["step_per_batch_s"]
-    if wait is None or step is None:
-        return None
-    return wait if workers == 0 else workers * (wait + step)
-
-
-def _workers_needed(t: dict[str, Any], workers: int) -> int | None:
-    load, step = _load_per_batch(t, workers), t["step_per_batch_s"]
-    if load is None or not step:
-        return None
-    return max(1, math.ceil(round(load / step, 6)))  # 4.0000001 workers are 4
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    ms = 1000 * seconds
-    return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
-
-
-def _pct(share: float | None) -> str:
-    return "?" if share is None else f"{100 * share:.1f} %"
-
-
-def render_summary(report: dict[str, Any]) -> str:
-    """A few lines for stderr: one per loader, then the findings."""
-    from loaderdoc.summary import finding_lines
-
-    command = report.get("command")
-    head = "loaderdoc watch" + (f": {shlex.join(command)}" if command else "")
-    if report.get("exit_code") is not None:
-        head += f" (exit {report['exit_code']})"
-    loaders = report["loaders"]
-    if not loaders:
-        return f"{head}: no torch DataLoader was iterated; nothing measured\n"
-    out = [f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady time"]
-    for entry in loaders:
-        t = entry["totals"]
-        longest = max(entry["epochs"], key=lambda e: e.get("waits", 0))  # its percentiles are shown
-        line = (f"  {describe_loader(entry)}: {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''}, "
-                f"{t['steps']} batches, wait {_pct(t['wait_share'])}")
-        if t["waits"]:
-            line += (f" ({_ms(t['wait_per_batch_s'])}/batch, p50 {_ms(longest.get('wait_p50_s'))}, "
-                     f"p95 {_ms(longest.get('wait_p95_s'))}; step {_ms(t['step_per_batch_s'])})")
-        line += f", first batch {_ms(t['first_batch_s'])}"
-        if not entry["judged"]:
-            line += f"; too few batches to judge (< {MIN_STEPS})"
-        out.append(line)
-    for f in report["findings"]:
-        out.extend(finding_lines(f))
-    return "\n".join(out) + "\n"

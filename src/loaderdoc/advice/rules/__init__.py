@@ -1,6 +1,6 @@
 """Diagnoses: one module per area, each registering its rules in the catalogue.
 
-``evaluate(facts, settings, batch_bytes=..., probe=..., context=...)`` runs every rule; the
+``evaluate(facts, settings, batch_bytes=..., probe=..., context=..., watch=...)`` runs every rule; the
 order the area modules are imported in is the catalogue's order (and the order findings of one
 severity are listed in). No torch, no textual.
 """
@@ -17,6 +17,7 @@ from loaderdoc.advice.rules import throughput  # noqa: F401
 from loaderdoc.advice.rules import files  # noqa: F401
 from loaderdoc.advice.rules import crashes  # noqa: F401
 from loaderdoc.advice.rules import training  # noqa: F401
+from loaderdoc.advice.rules import watch  # noqa: F401
 # isort: on
 from loaderdoc.advice.rules.registry import (
     RULES,

@@ -45,6 +45,8 @@ def _pin_without_gpu(i: Inputs) -> Finding | None:
       "NVML lists GPUs while the installed torch has no CUDA build (torch.version.cuda is None)")
 def _gpu_without_cuda_torch(i: Inputs) -> Finding | None:
     t = i.facts.torch
+    if i.watch is not None:  # a run's launcher reads its own torch, which need not be the command's
+        return None
     if i.facts.gpu.count == 0 or not (t.installed.get() and t.cuda_build.known) or t.cuda_build.value:
         return None
     name = i.facts.gpu.devices[0].name.get("GPU")

@@ -3,11 +3,12 @@
 Diagnoses: which symptom *this* machine and *this* loader show, with the numbers that prove it.
 
 Every rule looks at the machine facts, optionally the user's DataLoader settings, the bytes of one
-collated batch, a probe report and a :class:`TrainingContext`, and either returns a
+collated batch, a probe report, a :class:`TrainingContext` and what a real run measured
+(:class:`~loaderdoc.advice.watched.WatchEvidence`, from ``loaderdoc watch``), and either returns a
 :class:`~loaderdoc.advice.findings.Finding` (it fires) or ``None`` (it stays silent). A rule that
 lacks the information it needs stays silent: advice that is wrong is worse than none.
 
-``evaluate()`` is what ``loaderdoc check``, ``probe`` output and the export header call. It must
+``evaluate()`` is what ``loaderdoc check``, ``probe`` output, ``watch`` and the export header call. It must
 stay cheap: the rules import neither torch nor textual (a test checks that in a subprocess).
 The rules live in one module per area beside this one; their own thresholds are named here.
 """
@@ -21,7 +22,8 @@ from typing import Any
 
 from loaderdoc import policy
 from loaderdoc.advice.context import TrainingContext
-from loaderdoc.advice.findings import CRITICAL, SEVERITY_ORDER, WARNING, Finding
+from loaderdoc.advice.findings import CRITICAL, OK, SEVERITY_ORDER, WARNING, Finding
+from loaderdoc.advice.watched import WatchEvidence
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
@@ -54,6 +56,7 @@ class Inputs:
     batch_bytes: int | None = None
     probe: ProbeReport | None = None
     context: TrainingContext = field(default_factory=TrainingContext)
+    watch: WatchEvidence | None = None  # one loader of a real run, measured by `loaderdoc watch`
 
     @property
     def ranks(self) -> int:
@@ -154,7 +157,7 @@ class Rule:
     id: str
     severity: str  # the most severe level this rule can report
     title: str
-    needs: str  # what must be known for it to speak: "machine", "settings", "probe", "context"
+    needs: str  # what must be known for it to speak: "machine", "settings", "probe", "context", "watch"
     threshold: str  # where its threshold comes from
     check: Callable[[Inputs], Finding | None] = field(repr=False, compare=False)
 
@@ -194,19 +197,24 @@ def evaluate(
     batch_bytes: int | None = None,
     probe: ProbeReport | None = None,
     context: TrainingContext | None = None,
+    watch: WatchEvidence | None = None,
+    with_ok: bool = False,
 ) -> list[Finding]:
     """The findings that fire for this machine (and settings, probe, context), most severe first.
 
     ``settings=None`` means no config was given: only machine-level rules speak. ``batch_bytes``
-    falls back to what the probe measured for one collated batch.
+    falls back to what the probe measured for one collated batch. ``watch``: one loader of a real
+    run; ``with_ok`` keeps the "ok" findings of rules that say a measured thing is fine (watch's
+    healthy loader), which check and probe leave out.
     """
     if batch_bytes is None:
         batch_bytes = batch_bytes_from_probe(probe, settings)
-    inputs = Inputs(facts, settings, batch_bytes, probe, context or TrainingContext())
+    inputs = Inputs(facts, settings, batch_bytes, probe, context or TrainingContext(), watch)
+    kept = (OK, WARNING, CRITICAL) if with_ok else (WARNING, CRITICAL)
     fired: list[Finding] = []
     for r in RULES:
         f = r.check(inputs)
-        if f is not None and f.severity in (WARNING, CRITICAL):
+        if f is not None and f.severity in kept:
             f.rule_id, f.threshold = r.id, r.threshold
             fired.append(f)
     # stable sort keeps catalogue order within a severity

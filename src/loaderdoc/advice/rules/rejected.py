@@ -36,7 +36,7 @@ _REJECT_FIXES: dict[str, dict[str, Any]] = {
       "when a probe measured the dataset and it is an IterableDataset; in_order=False only when the installed "
       "torch is read as older than 2.6, which has no such argument (TypeError)")
 def _settings_rejected(i: Inputs) -> Finding | None:
-    if i.settings is None:
+    if i.settings is None or i.watch is not None:  # a watched run's torch accepted its settings
         return None
     problems = i.settings.problems()
     if i.settings.shuffle and i.probe is not None and i.probe.workload.iterable:

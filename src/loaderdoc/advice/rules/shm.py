@@ -119,8 +119,10 @@ def _shm_too_small(i: Inputs) -> Finding | None:
             usual_finding.settings_change = {}
         return usual_finding
     if i.settings is None or not i.batch_bytes:
-        # machine-level: no batch size, so only a /dev/shm too small for any image batch speaks
-        if total is None or total >= SHM_SMALL_BYTES:
+        # machine-level: no batch size, so only a /dev/shm too small for any image batch speaks;
+        # a watched run that measured /dev/shm is judged on that (watch-shm-nearly-full) instead
+        measured = i.watch is not None and i.watch.shm_peak_used_bytes is not None
+        if total is None or total >= SHM_SMALL_BYTES or measured:
             return None
         return found(
             WARNING,

@@ -1,0 +1,83 @@
+"""What a real training run showed about one DataLoader: the evidence the ``watch`` rules read.
+
+``loaderdoc watch`` (and ``loaderdoc.watch(loader)``) build one :class:`WatchEvidence` per loader
+from the hook's records and hand it to the rule catalogue beside the machine facts and the
+loader's settings, so a real run is judged by the same rules, thresholds and policy as ``check``
+and ``probe``. Plain numbers only: no torch, no textual, nothing read from the machine here.
+
+Definitions (every epoch of the loader, summed):
+
+- ``wait_s``: time blocked in ``next()`` for every batch after an epoch's first (the first batch,
+  worker start-up included, is the epoch's ``first_batch_s``);
+- ``step_s``: time from a batch being returned to the next ``next()`` call;
+- ``wait_share = wait_s / (wait_s + step_s)``: the share of the steady loop spent waiting for data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WatchedEpoch:
+    index: int
+    steps: int = 0  # batches returned
+    waits: int = 0  # batches after the first (wait_s sums their waits)
+    wait_s: float = 0.0
+    step_s: float = 0.0
+    steps_timed: int = 0  # steps summed in step_s
+    first_batch_s: float | None = None  # iter(loader) to the first batch (worker start-up included)
+    wall_s: float | None = None  # iter(loader) to the epoch's end (or its last batch)
+    finished: bool = False  # the epoch ran to its StopIteration
+    workers_pss_max_bytes: int | None = None  # the workers' summed PSS, peak while it ran
+    gpu_idle_s: float | None = None  # CUDA-event GPU idle during its waits; None without CUDA
+
+
+@dataclass
+class WatchEvidence:
+    """One DataLoader of a real run and the /dev/shm of the node it ran on."""
+
+    name: str  # "loader 1 (DataLoader, num_workers=2, batch_size=64)": how findings name it
+    workers: int = 0
+    persistent_workers: bool | None = None
+    epochs: list[WatchedEpoch] = field(default_factory=list)
+    wait_p50_s: float | None = None  # of the epoch with the most waits
+    wait_p95_s: float | None = None
+    percentile_epoch: int | None = None  # which epoch the percentiles are from
+    shm_peak_used_bytes: int | None = None  # /dev/shm high-water mark seen while the run sampled
+    shm_total_bytes: int | None = None
+
+    @property
+    def waits(self) -> int:
+        return sum(e.waits for e in self.epochs)
+
+    @property
+    def wait_s(self) -> float:
+        return sum(e.wait_s for e in self.epochs)
+
+    @property
+    def step_s(self) -> float:
+        return sum(e.step_s for e in self.epochs)
+
+    @property
+    def wait_share(self) -> float | None:
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else None
+
+    @property
+    def wait_per_batch_s(self) -> float | None:
+        return self.wait_s / self.waits if self.waits else None
+
+    @property
+    def step_per_batch_s(self) -> float | None:
+        timed = sum(e.steps_timed for e in self.epochs)
+        return self.step_s / timed if timed else None
+
+    @property
+    def load_per_batch_s(self) -> float | None:
+        """One batch's load time: in the loop (0 workers) it is the wait; n workers deliver a batch
+        every wait + step, so each takes at most n times that (exactly that when they are starved)."""
+        wait, step = self.wait_per_batch_s, self.step_per_batch_s
+        if wait is None or step is None:
+            return None
+        return wait if self.workers == 0 else self.workers * (wait + step)

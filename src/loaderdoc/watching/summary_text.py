@@ -1,0 +1,122 @@
+"""The text ``loaderdoc watch`` prints on stderr: the run, one block per loader, memory, findings.
+
+Every line fits 80 columns (long ones wrap under their indent), so a training log stays readable;
+the one exception is the single line of a run without DataLoaders (its command elided to 40 chars).
+Reads only the report dict (``loaderdoc.watch/1``); no torch, no textual.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from typing import Any
+
+from loaderdoc.policy import WATCH_MIN_BATCHES
+from loaderdoc.units import fmt_bytes
+
+WIDTH = 80
+COMMAND_CHARS = 40  # the command in the head line, elided past this
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    ms = 1000 * seconds
+    if ms >= 1000:
+        return f"{seconds:.2f} s"
+    return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def _pct(share: float | None) -> str:
+    return "?" if share is None else f"{100 * share:.1f} %"
+
+
+def _wrap(text: str, indent: str, more: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=more,
+                         break_on_hyphens=False, break_long_words=False) or [indent.rstrip()]
+
+
+def _head(report: dict[str, Any]) -> str:
+    command = report.get("command")
+    head = "loaderdoc watch"
+    if command:
+        text = shlex.join(command)
+        head += ": " + (text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 3] + "...")
+    if report.get("exit_code") is not None:
+        head += f" (exit {report['exit_code']})"
+    elif command is not None:
+        head += " (still running)"
+    return head
+
+
+def describe_loader(entry: dict[str, Any], *, where: bool = False) -> str:
+    """``loader 1 (DataLoader, num_workers=0, batch_size=4)``; ``where`` adds the rank (or pid)."""
+    s = entry["settings"]
+    knobs = [f"{k}={s[k]}" for k in ("num_workers", "batch_size") if s.get(k) is not None]
+    if s.get("num_workers"):
+        knobs += [f"{k}={s[k]}" for k in ("prefetch_factor", "persistent_workers") if s.get(k) is not None]
+    head = []
+    if where:
+        head.append(f"rank {entry['rank']}" if entry.get("rank") is not None else f"pid {entry.get('pid')}")
+    return f"loader {entry['loader']} ({', '.join([*head, entry['class'] or 'iterable', *knobs])})"
+
+
+def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
+    t = entry["totals"]
+    longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})  # its percentiles are shown
+    text = (f"{describe_loader(entry, where=where)}: {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''}, "
+            f"{t['steps']} batches, wait {_pct(t['wait_share'])}")
+    if t["waits"]:
+        text += (f" ({_ms(t['wait_per_batch_s'])}/batch, p50 {_ms(longest.get('wait_p50_s'))}, "
+                 f"p95 {_ms(longest.get('wait_p95_s'))}; step {_ms(t['step_per_batch_s'])})")
+    text += f", first batch {_ms(t['first_batch_s'])}"
+    if t.get("later_first_batch_s") is not None:
+        text += f" (later epochs up to {_ms(t['later_first_batch_s'])})"
+    if t.get("workers_pss_max_bytes") is not None:
+        text += f"; workers' memory peak {fmt_bytes(t['workers_pss_max_bytes'])} (PSS)"
+    if t.get("gpu_idle_s") is not None:
+        text += f"; GPU idle while waiting {t['gpu_idle_s']:.1f} s ({_pct(t['gpu_idle_share'])})"
+    if not entry["judged"]:
+        text += f"; too few batches to judge (< {WATCH_MIN_BATCHES})"
+    return _wrap(text, "  ", "    ")
+
+
+def _shm_lines(report: dict[str, Any]) -> list[str]:
+    seen = [m for m in report.get("memory") or [] if m.get("shm_peak_used_bytes") is not None]
+    if not seen:
+        return []
+    peak = max(seen, key=lambda m: m["shm_peak_used_bytes"])
+    text = f"/dev/shm peak {fmt_bytes(peak['shm_peak_used_bytes'])}"
+    if peak.get("shm_total_bytes"):
+        text += f" of {fmt_bytes(peak['shm_total_bytes'])} ({peak['shm_peak_used_bytes'] / peak['shm_total_bytes']:.0%})"
+    return _wrap(text, "  ", "    ")
+
+
+def _finding_lines(f: dict[str, Any]) -> list[str]:
+    out = _wrap(f"{f['severity'].upper():<8} {f['rule_id']}: {f['symptom']}", "  ", " " * 11)
+    if f["severity"] == "ok":  # its evidence is the loader's line above; the JSON has it all
+        return out
+    for label, items in (("evidence", f.get("evidence") or []), ("cause", [f.get("cause")]), ("fix", [f.get("fix")])):
+        for item in items:
+            if item:
+                out += _wrap(f"{label}: {item}", " " * 11, " " * 13)
+    return out
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    """A few lines for stderr: the run, one block per loader, /dev/shm, then the findings."""
+    head = _head(report)
+    loaders = report["loaders"]
+    if not loaders:  # one line, whatever the width: a run without DataLoaders says only that
+        if report.get("exit_code") is None and report.get("command") is not None:
+            return f"{head}: no torch DataLoader iterated yet\n"
+        return f"{head}: no torch DataLoader was iterated; nothing measured\n"
+    out = _wrap(f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady "
+                "time", "", "  ")
+    where = len({e.get("pid") for e in loaders}) > 1
+    for entry in loaders:
+        out += _loader_lines(entry, where)
+    out += _shm_lines(report)
+    for f in report["findings"]:
+        out += _finding_lines(f)
+    return "\n".join(out) + "\n"

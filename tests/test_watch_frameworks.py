@@ -160,6 +160,9 @@ def test_lightning_fit_is_watched_train_and_val_loaders_apart(tmp_path):
     # epochs of one val loader; with 7 waits it is too short to judge, so the finding is train's
     assert val["totals"]["epochs"] == 1 + EPOCHS and val["totals"]["steps"] == 2 + EPOCHS * 4
     assert report["steps"] == train["totals"]["steps"] + val["totals"]["steps"]
+    # Lightning stops at len(loader) and never asks for StopIteration: an epoch ends when the
+    # loader's next one begins (its end is known, its records written), the last one at exit
+    assert [e["end_s"] is not None for e in train["epochs"]] == [True] * (EPOCHS - 1) + [False]
     check_starved(report)
 
 
@@ -171,5 +174,7 @@ def test_hugging_face_trainer_is_watched_through_accelerates_wrapper(tmp_path):
     # hook sees is the DataLoader it wraps, once, so no batch is counted twice
     (train,) = report["loaders"]
     check_train_loader(train, truth)
+    # built with batch_sampler= (torch then sets batch_size None): read off the batch sampler
+    assert train["settings"]["batch_size"] == BATCH
     assert report["steps"] == EPOCHS * TRAIN_BATCHES
     check_starved(report)

@@ -419,3 +419,21 @@ def test_two_processes_under_one_directory_write_two_files(tmp_path):
                    if r["process"]["rank"] is not None)
     assert ranks == [(1, 2)]
     assert all(r["loaders"][0]["epochs"][0]["steps"] == 4 for r in files.values())
+
+
+def test_an_epoch_left_before_its_end_is_closed_and_written_when_the_loaders_next_begins(tmp_path):
+    """Lightning fetches len(loader) batches and never asks for StopIteration: the next iter() of
+    the same loader ends that epoch (at its last batch) and writes the records, as an end would."""
+    recorder = hook.Recorder(str(tmp_path), sample=False)
+    items = list(range(10))
+    first = recorder.wrap(items, iter(items), hook.clock())
+    for _ in range(3):
+        next(first)
+    assert not (tmp_path / f"records-{os.getpid()}.json").exists()
+    second = recorder.wrap(items, iter(items), hook.clock())
+    written = json.loads((tmp_path / f"records-{os.getpid()}.json").read_text())
+    (epoch,) = written["loaders"][0]["epochs"]  # written at the boundary, before the new one
+    assert epoch["steps"] == 3 and epoch["finished"] is False and epoch["end_s"] is not None
+    list(second)
+    again = recorder.to_dict()["loaders"][0]["epochs"]
+    assert [e["finished"] for e in again] == [False, True] and again[0]["end_s"] <= again[1]["start_s"]

@@ -28,7 +28,9 @@ class WatchedEpoch:
     steps_timed: int = 0  # steps summed in step_s
     first_batch_s: float | None = None  # iter(loader) to the first batch (worker start-up included)
     wall_s: float | None = None  # iter(loader) to the epoch's end (or its last batch)
-    finished: bool = False  # the epoch ran to its StopIteration
+    # the epoch ended: its StopIteration, or the loader's next epoch began (Lightning never asks
+    # for StopIteration)
+    finished: bool = False
     workers_pss_max_bytes: int | None = None  # the workers' summed PSS, peak while it ran
     gpu_idle_s: float | None = None  # CUDA-event GPU idle during its waits; None without CUDA
 

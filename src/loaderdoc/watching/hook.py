@@ -77,8 +77,8 @@ class EpochRecord:
     """One ``iter(loader)``: counters updated in place by the iterator, read at write time."""
 
     __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
-                 "finished", "samples", "stride", "workers_pss_max", "gpu_idle_s", "gpu_waits_timed",
-                 "gpu_pending")
+                 "finished", "closed", "samples", "stride", "workers_pss_max", "gpu_idle_s",
+                 "gpu_waits_timed", "gpu_pending")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -90,6 +90,9 @@ class EpochRecord:
         self.step_s = 0.0
         self.first_batch_s: float | None = None
         self.finished = False  # StopIteration seen (False: abandoned, interrupted or still running)
+        # a later epoch of the same loader began before this one's StopIteration: it is over, ended
+        # at its last batch (Lightning stops at len(loader) and never asks for StopIteration)
+        self.closed = False
         self.samples: list[float] = []
         self.stride = 1
         self.workers_pss_max: int | None = None  # set by the sampler thread only
@@ -113,7 +116,7 @@ class EpochRecord:
             "wait_p95_s": _quantile(waits, 0.95),
             "wait_sampled": len(waits),
             "start_s": self.started - t0,
-            "end_s": self.last - t0 if self.finished else None,
+            "end_s": self.last - t0 if self.finished or self.closed else None,
             "workers_pss_max_bytes": self.workers_pss_max,
             "gpu_idle_s": self.gpu_idle_s,
             "gpu_waits_timed": self.gpu_waits_timed,
@@ -216,6 +219,8 @@ def loader_settings(loader) -> dict:
     out = {}
     for name in SETTINGS:
         value = getattr(loader, name, None)
+        if name == "batch_size" and value is None:  # built with batch_sampler= (accelerate does)
+            value = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
         out[name] = value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
     return out
 
@@ -253,6 +258,9 @@ class Recorder:
             rec = LoaderRecord(len(self.loaders) + 1, loader)
             self.loaders.append(rec)
             self._by_id[id(loader)] = rec
+        elif rec.epochs and not rec.epochs[-1].finished and not rec.epochs[-1].closed:
+            rec.epochs[-1].closed = True  # an epoch boundary like StopIteration's: resolve and write
+            self.epoch_ended()
         epoch = EpochRecord(len(rec.epochs), started)
         rec.epochs.append(epoch)
         watched = WatchedIterator(iterator, epoch, self.epoch_ended)

@@ -18,6 +18,7 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
+from loaderdoc.advice.stragglers import RankRun
 from loaderdoc.advice.watched import WatchedEpoch, WatchEvidence
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
@@ -671,7 +672,27 @@ def _watched() -> list[Scenario]:
             watch=watched(2, shm=(59, 64)),
             expect=frozenset({"watch-shm-nearly-full", "watch-loader-healthy"}),
         ),
+        Scenario(
+            "watch-straggler-rank",
+            "rank 3 of a watched 4-rank job on a node whose ranks get 16 CPUs each, pinned to 4 CPUs: "
+            "it waits 30 ms a batch where the others wait 2 ms",
+            "h100x8-node", LoaderSettings(batch_size=64, num_workers=8, persistent_workers=True),
+            machine_overrides={"distributed.launcher": "torchrun", "distributed.world_size": 4,
+                               "distributed.local_world_size": 4},
+            watch=_straggler(),
+            expect=frozenset({"watch-straggler-rank", "watch-data-starved"}),
+        ),
     ]
+
+
+def _straggler() -> WatchEvidence:
+    w = watched(8, batches=200, wait_ms=30.0, step_ms=50.0)
+    w.rank = 3
+    w.job = [RankRun(rank=r, node="0", wait_share=0.04, wait_per_batch_s=0.002, steps=200, cpus=16,
+                     num_workers=8) for r in range(3)]
+    w.job.append(RankRun(rank=3, node="0", wait_share=w.wait_share, wait_per_batch_s=w.wait_per_batch_s,
+                         steps=200, cpus=4, num_workers=8))
+    return w
 
 
 SCENARIOS: list[Scenario] = _scenarios() + _recorded() + _watched()

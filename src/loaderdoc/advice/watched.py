@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loaderdoc.advice.stragglers import RankRun
+
 
 @dataclass
 class WatchedEpoch:
@@ -48,6 +50,10 @@ class WatchEvidence:
     percentile_epoch: int | None = None  # which epoch the percentiles are from
     shm_peak_used_bytes: int | None = None  # /dev/shm high-water mark seen while the run sampled
     shm_total_bytes: int | None = None
+    # a distributed run: this loader's rank and, on the loader each rank trained from, every
+    # rank's (the straggler rule compares them); empty on other loaders and single-process runs
+    rank: int | None = None
+    job: list[RankRun] = field(default_factory=list)
 
     @property
     def waits(self) -> int:

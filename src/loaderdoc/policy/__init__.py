@@ -63,6 +63,8 @@ SHM_PEAK_WARN_SHARE = 0.8  # measured /dev/shm peak >= 80 % of its size: unlike 
 #                           a computed need) the peak already holds the transient tensors and other
 #                           processes, so one more worker or a larger batch is what is left
 SHM_PEAK_CRIT_SHARE = 0.95  # >= 95 %: the next larger batch gets 'Bus error' / 'No space left on device'
+STRAGGLER_RATIO = 2.0  # a rank waiting >= 2 x the other ranks' median per batch ...
+STRAGGLER_FLOOR_S = 0.001  # ... and >= 1 ms a batch more (0.3 ms against 0.1 ms is noise at any ratio)
 
 ZERO_WORKERS: dict[str, Any] = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
                                 "multiprocessing_context": None}

@@ -27,7 +27,7 @@ __all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_r
 
 WATCH_SCHEMA = "loaderdoc.watch/1"
 MIN_STEPS = policy.WATCH_MIN_BATCHES  # steady batches (after the first of an epoch) before a loader is judged
-PROCESS_KEYS = ("hostname", "rank", "local_rank", "world_size", "group_rank", "slurm_nodeid")
+PROCESS_KEYS = ("hostname", "rank", "local_rank", "world_size", "group_rank", "slurm_nodeid", "affinity_cpus")
 
 
 def machine_info() -> dict[str, Any]:
@@ -190,17 +190,57 @@ def node_shm(memory: list[dict[str, Any]], processes: list[dict[str, Any]]) -> d
     return {m["pid"]: best.get(host.get(m["pid"]), m) for m in memory}
 
 
-def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts) -> list[Finding]:
+def node_of(process: dict[str, Any]) -> str | None:
+    """The node a process ran on: torchrun's node rank, SLURM's node id, else the host name
+    (containers on different hosts may share one)."""
+    for key in ("group_rank", "slurm_nodeid"):
+        if process.get(key) is not None:
+            return str(process[key])
+    return process.get("hostname")
+
+
+def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
+               memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per rank (when the run had two or more): its training loader (the one with the most
+    waited batches) with the wait and the facts the straggler rule compares. Empty otherwise."""
+    by_pid = {p["pid"]: p for p in processes}
+    shm = {m["pid"]: m.get("shm_total_bytes") for m in memory}
+    main: dict[int, dict[str, Any]] = {}
+    for entry in entries:
+        rank = entry.get("rank")
+        if rank is not None and (rank not in main or entry["totals"]["waits"] > main[rank]["totals"]["waits"]):
+            main[rank] = entry
+    if len(main) < 2:
+        return []
+    rows = []
+    for rank, entry in sorted(main.items()):
+        proc, t = by_pid.get(entry.get("pid"), {}), entry["totals"]
+        workers = entry["settings"].get("num_workers")
+        rows.append({"rank": rank, "node": node_of(proc), "pid": entry.get("pid"), "loader": entry.get("loader"),
+                     "wait_share": t["wait_share"], "wait_per_batch_s": t["wait_per_batch_s"],
+                     "steps": t["steps"], "cpus": proc.get("affinity_cpus"),
+                     "shm_total_bytes": shm.get(entry.get("pid")),
+                     "num_workers": workers if isinstance(workers, int) else None})
+    return rows
+
+
+def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts,
+          ranks: list[dict[str, Any]] | None = None) -> list[Finding]:
     """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
-    /dev/shm) once."""
+    /dev/shm) once. ``ranks``: the rank table, handed to each rank's training loader."""
     from loaderdoc.advice.rules import evaluate
+    from loaderdoc.advice.stragglers import rank_runs
 
     where = len({e.get("pid") for e in entries}) > 1
+    job = rank_runs(ranks or [])
+    trains = {(r["pid"], r["loader"]) for r in ranks or []}
     out: list[Finding] = []
     seen: set[tuple[str, str]] = set()
     for entry in entries:
         mem = memory.get(entry.get("pid"))
         watch = evidence_of(entry, mem, where=where)
+        if (entry.get("pid"), entry.get("loader")) in trains:
+            watch.rank, watch.job = entry.get("rank"), job
         for f in evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True):
             if (f.rule_id, f.symptom) in seen:
                 continue
@@ -218,13 +258,14 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
     processes = [process_entry(r) for r in runs]
     memory = [memory_entry(r) for r in runs]
     loaders = [loader_entry(raw, r) for r in runs for raw in r.get("loaders", [])]
+    ranks = rank_table(loaders, processes, memory)
     findings: list[Finding] = []
     if loaders:
         if facts is None:
             from loaderdoc.system.detect import detect
 
             facts = detect()
-        findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes))
+        findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes), ranks)
     wait = sum(e["totals"]["wait_s"] for e in loaders)
     step = sum(e["totals"]["step_s"] for e in loaders)
     from loaderdoc._serde import to_dict
@@ -239,6 +280,7 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
         "wait_s": wait,
         "step_s": step,
         "processes": processes,
+        "ranks": ranks,
         "loaders": loaders,
         "memory": memory,
         "gpu": gpu_entry(runs),

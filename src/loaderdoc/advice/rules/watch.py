@@ -13,6 +13,7 @@ from itertools import pairwise
 from loaderdoc import policy
 from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
+from loaderdoc.advice.stragglers import find_stragglers
 from loaderdoc.advice.watched import WatchEvidence
 from loaderdoc.units import fmt_bytes
 
@@ -190,4 +191,39 @@ def _watch_shm_full(i: Inputs) -> Finding | None:
         f"Give the container more shared memory (docker run --shm-size=..., or --ipc=host), or hold fewer "
         f"batches in flight: fewer workers, or a smaller prefetch_factor{' (prefetch_factor=1)' if change else ''}.",
         change,
+    )
+
+
+@rule("watch-straggler-rank", WARNING, "One rank waits for data far more than the others (measured)", "watch",
+      f"measured in the run: a rank's wait per batch >= {policy.STRAGGLER_RATIO:g}x the other ranks' median "
+      f"(loaderdoc.policy.STRAGGLER_RATIO) and >= {1000 * policy.STRAGGLER_FLOOR_S:g} ms more "
+      f"(STRAGGLER_FLOOR_S), while it waits >= {policy.NOT_STARVED_PCT:g} % of its time (NOT_STARVED_PCT)")
+def _watch_straggler(i: Inputs) -> Finding | None:
+    w = i.watch
+    if w is None or w.rank is None or len(w.job) < 2:
+        return None
+    mine = [s for s in find_stragglers(w.job) if s.rank == w.rank]
+    if not mine:
+        return None
+    s = mine[0]
+    shown = sorted(w.job, key=lambda r: (r.rank != s.rank, r.rank))[:8]
+    evidence = [f"rank {r.rank}" + (f" (node {r.node})" if r.node is not None else "") +
+                f": waited {100 * (r.wait_share or 0):.1f} % of its time, {_ms(r.wait_per_batch_s)} per batch"
+                f" over {r.steps} batches" for r in shown]
+    if len(w.job) > len(shown):
+        evidence.append(f"... {len(w.job) - len(shown)} more ranks in the report's 'ranks'")
+    if s.differences:
+        fix = (f"Give rank {s.rank} what the others have ({'; '.join(s.differences)}): the CPUs its process may "
+               "use come from taskset / srun --cpu-bind / the container's quota, /dev/shm from --shm-size.")
+    else:
+        fix = (f"Compare what rank {s.rank} reads with the others': its shard of the data (larger or slower "
+               "samples), its storage or network mount; then raise its loading capacity (num_workers) if it is "
+               "CPU-bound.")
+    return found(
+        WARNING,
+        s.text(),
+        evidence,
+        "Every rank waits for the slowest at each gradient all-reduce: one rank starved for data holds the "
+        "whole job to its pace (the others' time shows up as a longer step, not as data wait).",
+        fix,
     )

@@ -3,10 +3,10 @@
 In a DDP job every rank waits for the slowest at each gradient all-reduce, so one rank starved
 for data slows them all: the slow rank's time goes to waiting for batches, the others' time goes
 to the all-reduce (their "step" grows). A rank is a straggler when its wait per batch is at least
-``STRAGGLER_RATIO`` times the median of the *other* ranks' (the median of the others, so that with
-two ranks the slow one is compared with the fast one, not with a median it pulls up), its loop
+``policy.STRAGGLER_RATIO`` times the median of the *other* ranks' (the median of the others, so that
+with two ranks the slow one is compared with the fast one, not with a median it pulls up), its loop
 waits at least ``policy.NOT_STARVED_PCT`` of its time, and the gap is at least
-``STRAGGLER_FLOOR_S`` a batch (0.3 ms against 0.1 ms is noise, whatever the ratio).
+``policy.STRAGGLER_FLOOR_S`` a batch.
 
 The explanation compares what the hook recorded about each rank's process and loader: CPUs it
 may use, /dev/shm, workers. When none of those differ, it says so: the cause is then in what the
@@ -24,8 +24,6 @@ from typing import Any
 from loaderdoc import policy
 from loaderdoc.units import cpus_text, fmt_bytes
 
-STRAGGLER_RATIO = 2.0  # waits per batch >= 2 x the other ranks' median
-STRAGGLER_FLOOR_S = 0.001  # ... and >= 1 ms a batch more than it
 LESS_SHARE = 0.8  # a fact counts as "less" below 80 % of the other ranks' median
 
 
@@ -93,10 +91,10 @@ def find_stragglers(runs: list[RankRun]) -> list[Straggler]:
         share = _median([o.wait_share for o in others])
         if base is None or share is None:
             continue
-        if run.wait_share * 100 < policy.NOT_STARVED_PCT or run.wait_per_batch_s - base < STRAGGLER_FLOOR_S:
+        if run.wait_share * 100 < policy.NOT_STARVED_PCT or run.wait_per_batch_s - base < policy.STRAGGLER_FLOOR_S:
             continue
         ratio = run.wait_per_batch_s / base if base > 0 else float("inf")
-        if ratio < STRAGGLER_RATIO:
+        if ratio < policy.STRAGGLER_RATIO:
             continue
         found.append(Straggler(run.rank, run.node, run.wait_share, share, ratio, _differences(run, others)))
     return sorted(found, key=lambda s: -s.ratio)

@@ -15,7 +15,7 @@ from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
 from loaderdoc.advice.stragglers import find_stragglers
 from loaderdoc.advice.watched import WatchEvidence
-from loaderdoc.units import fmt_bytes
+from loaderdoc.units import cpus_text, fmt_bytes
 
 STARVED_RULE = "watch-data-starved"
 HEALTHY_RULE = "watch-loader-healthy"
@@ -66,12 +66,12 @@ def _watch_starved(i: Inputs) -> Finding | None:
     needed = _workers_needed(w)
     if needed is not None:
         evidence.append(f"one batch takes about {_ms(w.load_per_batch_s)} to load with num_workers={w.workers}: "
-                        f"about {needed} workers keep up with the {_ms(w.step_per_batch_s)} step")
+                        f"about {policy.workers_text(needed)} would keep up with the {_ms(w.step_per_batch_s)} step")
     suggested = max(w.workers + 1, needed or 0)
     fix = f"raise num_workers from {w.workers} to {suggested}"
     cpus = i.per_rank
     if cpus and suggested > cpus:
-        fix += (f" (more than the {cpus:g} CPUs this rank may use: if loading is CPU work, make it cheaper "
+        fix += (f" (more than the {cpus_text(cpus)} this rank may use: if loading is CPU work, make it cheaper "
                 "or move it off the step's machine)")
     fix += "; size it on this machine with 'loaderdoc probe'"
     return found(

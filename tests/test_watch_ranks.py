@@ -1,0 +1,84 @@
+"""A real 2-rank torchrun job under `loaderdoc watch`: one rank's dataset is slower, and the report
+names that rank as the straggler (issue 16's must-show). gloo on the CPU: no GPU needed."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import psutil
+import pytest
+from test_watch import env_with_src, split_output, watch
+
+pytest.importorskip("torch.distributed")
+
+TRAIN = textwrap.dedent('''
+    import json, os, time
+    import torch
+    import torch.distributed as dist
+
+    SLEEP_S = {{{slow_rank}: 0.008}}  # per sample; the other rank's samples cost nothing
+
+
+    class Data(torch.utils.data.Dataset):
+        def __init__(self, rank):
+            self.delay = SLEEP_S.get(rank, 0.0)
+
+        def __len__(self):
+            return 120
+
+        def __getitem__(self, i):
+            if self.delay:
+                time.sleep(self.delay)
+            return torch.full((8,), float(i)), torch.tensor(float(i % 2))
+
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    if {pin} and rank == {slow_rank}:
+        os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})  # as taskset -c would
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(Data(rank), batch_size=4, num_workers=0)
+    for _ in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()  # all-reduce: ranks meet here
+            opt.step()
+    print(json.dumps({{"rank": rank, "batches": 2 * len(loader)}}), flush=True)
+    dist.destroy_process_group()
+''')
+
+
+@pytest.mark.parametrize("slow_rank, pin", [(1, False), (0, True)])
+def test_a_torchrun_job_names_the_rank_whose_data_is_slower(tmp_path, slow_rank, pin):
+    """Either rank may be the slow one; pinned to one CPU, its CPUs are named as the difference."""
+    if pin and len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("pinning one rank to one CPU needs two CPUs to tell it from the other")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN.format(slow_rank=slow_rank, pin=pin), encoding="utf-8")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    proc = watch("--json", "--", sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc-per-node", "2", str(script), env=env_with_src(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines, report = split_output(proc.stdout)
+    assert sorted(line for line in lines if line.startswith('{"rank"')) == [
+        '{"rank": 0, "batches": 60}', '{"rank": 1, "batches": 60}']
+    # one records file per rank (the torchrun launcher iterates no DataLoader, so writes none)
+    assert sorted(p["rank"] for p in report["processes"]) == [0, 1]
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert sorted(ranks) == [0, 1] and all(r["steps"] == 60 for r in ranks.values())
+    fast = 1 - slow_rank
+    assert ranks[slow_rank]["wait_share"] > ranks[fast]["wait_share"], ranks
+    found = [f for f in report["findings"] if f["rule_id"] == "watch-straggler-rank"]
+    assert len(found) == 1, (ranks, proc.stderr[-3000:])
+    (straggler,) = found
+    assert straggler["symptom"].startswith(f"rank {slow_rank} on node ")
+    if pin:
+        assert "its process may use 1 CPU where the others have" in straggler["symptom"], (ranks, straggler)
+        assert ranks[slow_rank]["cpus"] == 1
+    else:
+        assert "its CPUs, /dev/shm and workers match the others'" in straggler["symptom"]
+    assert f"watch-straggler-rank: rank {slow_rank}" in proc.stderr  # the summary names it too
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before  # nothing left running

@@ -183,6 +183,8 @@ async def test_the_diagnoses_view_leads_with_the_jobs_findings():
         assert "node 2: driver 535.129.03" in first_two[1]
         note = str(app.screen.query_one("#diagnoses-note", Static).render())
         assert f"the job report {FOUR}" in note
+        detail = str(app.screen.query_one("#finding-detail", Static).render())
+        assert "Evidence in the job's nodes" in detail and "node 2 (ranks 2): 64 MiB" in detail
         await pilot.press("6")
         assert app.screen.query_one(TabbedContent).active == "job"
 

@@ -176,6 +176,12 @@ class Session:
             return f"the job report {self.job_run.path}"
         return None
 
+    def evidence_from(self, finding: Finding) -> str:
+        """Where a finding's evidence was found, as the diagnoses head it."""
+        if finding in self.report_findings:
+            return "in the watched run" if self.watch_run is not None else "in the job's nodes"
+        return "on this machine"
+
     # ---- machine facts ------------------------------------------------------------------
     def read_facts(self, *, cpu_info: bool) -> MachineFacts:
         """Detect the machine (blocking: the app calls it in a thread worker)."""

@@ -318,11 +318,12 @@ def finding_label(f: Any) -> str:
     return f"{SEVERITY_LABEL.get(f.severity, f.severity.upper())}  {f.symptom}"
 
 
-def finding_detail(f: Any) -> list[tuple[str, str]]:
-    """(heading, text) blocks for one finding: symptom, evidence, cause, fix, threshold."""
+def finding_detail(f: Any, where: str = "on this machine") -> list[tuple[str, str]]:
+    """(heading, text) blocks for one finding: symptom, evidence (``where`` it was found: this
+    machine, or the report opened with --report), cause, fix, threshold."""
     out = [("Symptom", f"[{SEVERITY_LABEL.get(f.severity, f.severity)}] {f.symptom}  ({f.rule_id})")]
     if f.evidence:
-        out.append(("Evidence on this machine", "\n".join(f"- {e}" for e in f.evidence)))
+        out.append((f"Evidence {where}", "\n".join(f"- {e}" for e in f.evidence)))
     if f.cause:
         out.append(("Cause", f.cause))
     if f.fix:

@@ -83,7 +83,7 @@ class DiagnosesPane(Vertical):
             button.disabled = True
             return
         text = Text()
-        for heading, body in model.finding_detail(f):
+        for heading, body in model.finding_detail(f, self.app.session.evidence_from(f)):
             text.append(f"{heading}\n", style="bold underline")
             text.append(f"{body}\n\n")
         detail.update(text)

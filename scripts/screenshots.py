@@ -9,7 +9,10 @@ use the recorded machines shipped in loaderdoc/system/machines; the app's title 
 recorded machine. The probe screenshot is a real probe run on the machine running this script,
 with that machine's detected facts: nothing in it is invented. If the probe is not available,
 that screenshot is skipped and the script says so. Likewise the watched-run screenshots open the
-report of a real `loaderdoc watch --report` of a small training loop run here (WATCHED_LOOP).
+report of a real `loaderdoc watch --report` of a small training loop run here (WATCHED_LOOP), and
+the job-report screenshots open a real job report: rank 0's `check --distributed --json` of two
+torchrun nodes on one machine, node 1 in a 64 MiB /dev/shm and pinned to one core (JOB_REPORT,
+recorded once; tests/test_cluster_real.py runs the same job).
 """
 
 from __future__ import annotations
@@ -196,6 +199,21 @@ async def watch_report_small():
     await watch_report(SMALL, "watch-report-80x24")
 
 
+JOB_REPORT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "job" / "two-nodes.json"
+
+
+async def job_report(size=BIG, name="job-report"):
+    from loaderdoc.cluster.job_file import load_job_report
+
+    job = load_job_report(JOB_REPORT)
+    job.path = "job.json"  # as a user would name it, not the repository's fixture path
+    await shoot(name, make_app(job_run=job), size)
+
+
+async def job_report_small():
+    await job_report(SMALL, "job-report-80x24")
+
+
 SHOTS = {
     "machine": machine,
     "machine-80x24": machine_small,
@@ -208,6 +226,8 @@ SHOTS = {
     "light-theme": light,
     "watch-report": watch_report,
     "watch-report-80x24": watch_report_small,
+    "job-report": job_report,
+    "job-report-80x24": job_report_small,
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding
-from loaderdoc.cluster.job import JOB_SCHEMA, RankEntry, build_job_report
+from loaderdoc.cluster.job import JOB_SCHEMA, RankEntry, build_job_report, job_table
 from loaderdoc.cluster.launch import read_place
 from loaderdoc.commands.check_distributed import render_text
 from loaderdoc.errors import UserError
@@ -88,6 +88,15 @@ def test_a_different_build_is_named_against_the_majority_and_a_tie_lists_every_n
     ]
     tie = job(machine(gpu="NVIDIA A100-SXM4-80GB"), machine())
     assert symptoms(tie) == ["no two nodes agree: node 0: GPUs 1x A100-SXM4-80GB; node 1: GPUs 1x H100 80GB HBM3"]
+    # the fields each node is odd on, for the app's marks; in a tie every node is
+    assert [n["odd"] for n in report["nodes"]] == [[], [], ["driver", "torch", "cuda_build"]]
+    assert [n["odd"] for n in tie["nodes"]] == [["gpus"], ["gpus"]]
+    for doc in (report, tie):  # a report written before "odd" reads the same marks from its findings
+        marks = job_table(doc).odd
+        for node in doc["nodes"]:
+            del node["odd"]
+        assert job_table(doc).odd == marks
+    assert job_table(report).odd == {("driver", 2), ("torch", 2), ("cuda_build", 2)}
 
 
 def test_lower_open_file_limit_and_narrower_pcie_link():

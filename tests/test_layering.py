@@ -19,6 +19,7 @@ PACKAGE = SRC / "loaderdoc"
 LAYERS: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version"},
     {"output", "safe_write", "textfile"},
+    {"jsondoc"},
     {"settings"},
     {"config", "system"},
     {"policy"},
@@ -27,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"summary"},
     {"cluster"},
     {"watching"},
+    {"reports"},
     {"export"},
     {"session"},
     {"tui"},

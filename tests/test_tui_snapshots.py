@@ -130,3 +130,20 @@ def test_watch_report_run_80x24(snap_compare):
         await _show(pilot, pane="run")
 
     assert snap_compare(app, terminal_size=SMALL, run_before=run)
+
+
+def test_job_report_80x24(snap_compare):
+    """`loaderdoc --report job.json` on the hand-built four-node job, node 2 the odd one out (test data)."""
+    from loaderdoc.cluster.job_file import load_job_report
+    from loaderdoc.system.fixtures import load_machine
+    from loaderdoc.tui.app import make_app
+
+    report = Path(__file__).resolve().parent / "fixtures" / "job" / "four-nodes-odd.json"
+    app = make_app(facts=load_machine("ci-2core"), job_run=load_job_report(report),
+                   header_fn=lambda *a, **k: ["test header"])
+
+    async def run(pilot):
+        await _settle(pilot)
+        await _show(pilot, pane="job")
+
+    assert snap_compare(app, terminal_size=SMALL, run_before=run)

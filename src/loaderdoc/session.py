@@ -20,6 +20,7 @@ from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import Recommendation, recommend
 from loaderdoc.advice.rules import evaluate
 from loaderdoc.advice.tradeoffs import KnobTradeoff, tradeoffs
+from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import SettingsError, UserError
 from loaderdoc.export import export_header
 from loaderdoc.probing.result import ConfigResult, ProbeReport
@@ -125,6 +126,7 @@ class Session:
         load_dataset_fn: Callable[[str], Any] | None = None,
         header_fn: Callable[..., list[str]] | None = None,
         watch_run: WatchRun | None = None,
+        job_run: JobRun | None = None,
     ) -> None:
         self._detect_fn = detect_fn
         self._probe_fn = probe_fn
@@ -144,7 +146,8 @@ class Session:
         self.recommendation: Recommendation | None = None
         self.recommend_error: str | None = None
         self.watch_run = watch_run  # a watched run's report (`loaderdoc --report FILE`): its findings lead
-        self.findings: list[Finding] = sorted(watch_run.findings, key=lambda f: -f.rank) if watch_run else []
+        self.job_run = job_run  # or a job's (`check --distributed --json`): likewise
+        self.findings: list[Finding] = sorted(self.report_findings, key=lambda f: -f.rank)
         self.findings_error: str | None = None
         self.tradeoffs: list[KnobTradeoff] = []
         self.tradeoffs_error: str | None = None
@@ -156,6 +159,28 @@ class Session:
         self.probe_progress: tuple[float, str] = (0.0, "")
         self.probe_error: str | None = None
         self.cancel: threading.Event | None = None
+
+    @property
+    def report_findings(self) -> list[Finding]:
+        """The findings of the report opened with --report: measured or gathered elsewhere, they
+        stay whatever the chosen settings."""
+        opened = self.watch_run or self.job_run
+        return list(opened.findings) if opened is not None else []
+
+    @property
+    def report_basis(self) -> str | None:
+        """Where the report's findings come from, as the diagnoses say it; None without one."""
+        if self.watch_run is not None:
+            return f"the watched run {self.watch_run.path}"
+        if self.job_run is not None:
+            return f"the job report {self.job_run.path}"
+        return None
+
+    def evidence_from(self, finding: Finding) -> str:
+        """Where a finding's evidence was found, as the diagnoses head it."""
+        if finding in self.report_findings:
+            return "in the watched run" if self.watch_run is not None else "in the job's nodes"
+        return "on this machine"
 
     # ---- machine facts ------------------------------------------------------------------
     def read_facts(self, *, cpu_info: bool) -> MachineFacts:
@@ -234,11 +259,10 @@ class Session:
             return
         try:
             found = evaluate(self.facts, self.settings, batch_bytes=self.batch_bytes, probe=self.report)
-            measured = self.watch_run.findings if self.watch_run else []
-            self.findings = sorted([*measured, *found], key=lambda f: -f.rank)  # most severe first, catalogue order within
+            self.findings = sorted([*self.report_findings, *found], key=lambda f: -f.rank)  # most severe first, catalogue order within
             self.findings_error = None
         except Exception as exc:
-            self.findings = sorted(self.watch_run.findings, key=lambda f: -f.rank) if self.watch_run else []
+            self.findings = sorted(self.report_findings, key=lambda f: -f.rank)
             self.findings_error = f"the rules failed: {one_line(exc)}"
         try:
             self.tradeoffs = list(tradeoffs(self.facts, self.settings, batch_bytes=self.batch_bytes,

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoc._serde import from_dict
+from loaderdoc.jsondoc import Bad, get, obj
+
 OK = "ok"
 WARNING = "warning"
 CRITICAL = "critical"
@@ -36,3 +39,20 @@ def worst(findings: list[Finding]) -> str:
     if not findings:
         return OK
     return max(findings, key=lambda f: f.rank).severity
+
+
+def findings_from_json(items: Any, where: str = "findings") -> list[Finding]:
+    """The findings a report wrote (``to_dict(Finding)``), read back checked: jsondoc.Bad naming
+    the key for one that is not a finding. Keys this build does not know are ignored."""
+    if not isinstance(items, list):
+        raise Bad(f"{where}: missing; expected a list" if items is None else f"{where}: expected a list")
+    out = []
+    for i, raw in enumerate(items):
+        at = f"{where}[{i}]"
+        obj(raw, at)
+        for key in ("rule_id", "symptom"):
+            get(raw, key, str, at)
+        if raw.get("severity") not in SEVERITY_ORDER:
+            raise Bad(f"{at}.severity: expected one of {', '.join(SEVERITY_ORDER)}, got {raw.get('severity')!r}")
+        out.append(from_dict(Finding, raw))
+    return out

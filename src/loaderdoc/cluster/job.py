@@ -236,6 +236,8 @@ def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size
     odd = odd_ones_out(values, {n: [e.rank for e in nodes[n]] for n in order})
     for row in node_rows:  # a node that is the odd one out is not "ok" either
         row["status"] = worst([f for f, named in odd if row["node"] in named] + [Finding("", row["status"], "")])
+        # the fields on which it is: the cells the app highlights (the findings say it only in words)
+        row["odd"] = list(dict.fromkeys(f.rule_id.removeprefix("job-") for f, named in odd if row["node"] in named))
     findings = [f for f, _ in odd] + node_findings(nodes, order)
     status = worst(findings)
     return {
@@ -251,6 +253,43 @@ def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size
                    "status": e.check.get("status", "ok"), "findings": e.check.get("findings", []),
                    "machine": e.check.get("machine", {})} for e in sorted(entries, key=lambda e: e.rank)],
     }
+
+
+@dataclass
+class JobTable:
+    """The job table as `check --distributed` prints it and the app shows it: one column per
+    node, one row per fact; ``odd`` holds the (row key, column index) cells of an odd node out."""
+
+    columns: list[str]  # "node 0", ...
+    rows: list[tuple[str, str, list[str]]]  # (key, label, one cell per node)
+    odd: set[tuple[str, int]] = field(default_factory=set)
+
+
+def job_table(job: dict) -> JobTable:
+    """The table of a ``loaderdoc.job/1`` report (a checked one: see cluster/job_file.py)."""
+    nodes = job["nodes"]
+    rows = [("ranks", "ranks", [ranges(n["ranks"]) for n in nodes]),
+            ("host", "host", [", ".join(n["hostnames"]) for n in nodes])]
+    rows += [(f["key"], f["label"], [str(n["cells"].get(f["key"], "-")) for n in nodes]) for f in job["fields"]]
+    rows.append(("status", "status", [n["status"] for n in nodes]))
+    odd = {(key, i) for i, n in enumerate(nodes) for key in odd_fields(job, n)}
+    return JobTable([node_label(n["node"]) for n in nodes], rows, odd)
+
+
+def odd_fields(job: dict, node: dict) -> list[str]:
+    """The fields on which ``node`` is the odd one out: its ``odd`` key, or for a report written
+    before that key, read from the findings (``job-<field>``, naming the node before the colon)."""
+    if "odd" in node:
+        return list(node["odd"])
+    keys = {f["key"] for f in job["fields"]}
+    out = []
+    for f in job["findings"]:
+        key = str(f.get("rule_id", "")).removeprefix("job-")
+        named = str(f.get("symptom", "")).split(": ", 1)[0]
+        if key in keys and (named.startswith("no two nodes agree")
+                            or str(node["node"]) in named.removeprefix("nodes ").removeprefix("node ").split(", ")):
+            out.append(key)
+    return out
 
 
 def odd_ones_out(values: dict[str, dict[int | str, Any]],

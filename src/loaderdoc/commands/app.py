@@ -13,6 +13,7 @@ from loaderdoc.errors import EXIT_INTERNAL, EXIT_OK, UserError
 
 NO_TERMINAL = "loaderdoc: no terminal; running 'loaderdoc check' (open the app from a terminal)"
 NO_TERMINAL_REPORT = "loaderdoc: no terminal; printing the watched run's summary (open the app from a terminal)"
+NO_TERMINAL_JOB = "loaderdoc: no terminal; printing the job report's table (open the app from a terminal)"
 APP_CRASHED = ("loaderdoc: internal error: the app stopped on an unexpected exception (traceback above); "
                "please report it")
 
@@ -82,17 +83,33 @@ def print_run(run) -> int:
     return EXIT_OK
 
 
-def run_app(args: argparse.Namespace) -> int:
-    watch_run = None
-    if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
-        from loaderdoc.watching.report_file import load_watch_report
+def print_job(job) -> int:
+    """A job report as `check --distributed` prints it, where the app cannot open."""
+    from loaderdoc.commands.check_distributed import render_text
 
-        watch_run = load_watch_report(args.open_report)
+    print(NO_TERMINAL_JOB, file=sys.stderr, flush=True)
+    sys.stdout.write(render_text(job.report))
+    return EXIT_OK
+
+
+def run_app(args: argparse.Namespace) -> int:
+    watch_run = job_run = None
+    if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
+        from loaderdoc.reports import open_report
+        from loaderdoc.watching.report_file import WatchRun
+
+        opened = open_report(args.open_report)
+        if isinstance(opened, WatchRun):
+            watch_run = opened
+        else:
+            job_run = opened
     if getattr(args, "preset", None):
         from loaderdoc.probing.workloads import get_preset
 
         get_preset(args.preset)  # an unknown name exits with the CLI's usage error, like `probe`
     if not has_terminal():
+        if job_run is not None:
+            return print_job(job_run)
         return print_run(watch_run) if watch_run is not None else run_check_instead(args)
     # read the fast machine facts while textual imports: the machine view paints sooner
     from concurrent.futures import ThreadPoolExecutor
@@ -110,7 +127,7 @@ def run_app(args: argparse.Namespace) -> int:
 
     from loaderdoc.tui.app import make_app
 
-    app = make_app(workload=workload_from_args(args), watch_run=watch_run, **sources)
+    app = make_app(workload=workload_from_args(args), watch_run=watch_run, job_run=job_run, **sources)
     _cancel_probe_on_sigterm(app)
     return run_to_exit_code(app)
 

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
 
 
 def render_text(job: dict) -> str:
+    from loaderdoc.cluster.job import job_table
     from loaderdoc.commands.layout import output_width, table_lines, wrap
     from loaderdoc.summary import finding_lines
 
@@ -51,10 +52,9 @@ def render_text(job: dict) -> str:
     out = wrap(f"loaderdoc check --distributed ({job['launcher']}): {job['world_size']} "
                f"rank{'s' if job['world_size'] != 1 else ''} on {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
                f"(by {source})", width) + [""]
-    header = [""] + [f"node {n['node']}" for n in nodes]
-    rows = [["ranks"] + [_ranks(n["ranks"]) for n in nodes], ["host"] + [", ".join(n["hostnames"]) for n in nodes]]
-    rows += [[f["label"]] + [n["cells"][f["key"]] for n in nodes] for f in job["fields"]]
-    rows.append(["status"] + [n["status"] for n in nodes])
+    table = job_table(job)
+    header = [""] + table.columns
+    rows = [[label] + cells for _, label, cells in table.rows]
     out += wrap(f"One column per node, one row per fact (transposed to fit {width} columns):", width)
     out += table_lines(header, rows, [""] * len(rows), width)
     out.append("")
@@ -66,8 +66,3 @@ def render_text(job: dict) -> str:
     out.append(f"status: {job['status']} (exit {job['exit_code']})")
     return "\n".join(out) + "\n"
 
-
-def _ranks(ranks: list[int]) -> str:
-    from loaderdoc.cluster.job import ranges
-
-    return ranges(ranks)

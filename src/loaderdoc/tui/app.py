@@ -27,6 +27,7 @@ from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState
 
 from loaderdoc.advice.findings import Finding
+from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import UserError
 from loaderdoc.session import DetectFn, ProbeFn, ProbeRequest, Session, one_line
 from loaderdoc.settings import LoaderSettings
@@ -74,7 +75,8 @@ class LoaderDocApp(App[int]):
         Binding("3", "view_key('diagnoses')", "Diagnoses", show=False, priority=True),
         Binding("4", "view_key('tradeoffs')", "Trade-offs", show=False, priority=True),
         Binding("5", "view_key('settings')", "Settings", show=False, priority=True),
-        Binding("6", "view_key('run')", "Run", show=False, priority=True),  # with --report FILE
+        # the report opened with --report FILE: the Run view (a watched run) or the Job view (a job)
+        Binding("6", "view_key('report')", "Report", show=False, priority=True),
     ]
 
     def __init__(
@@ -90,6 +92,7 @@ class LoaderDocApp(App[int]):
         header_fn: Callable[..., list[str]] | None = None,
         early_facts: Future | None = None,
         watch_run: WatchRun | None = None,
+        job_run: JobRun | None = None,
     ) -> None:
         super().__init__()
         self._early_facts = early_facts
@@ -98,7 +101,8 @@ class LoaderDocApp(App[int]):
         self.theme = DARK
 
         self.session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
-                               load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run)
+                               load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run,
+                               job_run=job_run)
         self._probe_worker: Worker | None = None
         self._slow_started = False
 
@@ -224,7 +228,7 @@ class LoaderDocApp(App[int]):
             return self.session.probe_running
         if action == "run_probe":
             return None if self.session.probe_running else True
-        if action == "view_key" and parameters == ("run",) and self.session.watch_run is None:
+        if action == "view_key" and parameters == ("report",) and self._report_tab() is None:
             return False
         if action in ("view_key", "quit_key", "keys_key"):
             return self._digits_switch_views()
@@ -326,7 +330,13 @@ class LoaderDocApp(App[int]):
 
     # ---- navigation, export, theme --------------------------------------------------------
     def action_view_key(self, tab: str) -> Awaitable[None] | None:
+        if tab == "report":
+            tab = self._report_tab() or tab
         return self.action_show_tab(tab)
+
+    def _report_tab(self) -> str | None:
+        """The view of the report opened with --report FILE; None without one."""
+        return "run" if self.session.watch_run is not None else "job" if self.session.job_run is not None else None
 
     def action_show_tab(self, tab: str) -> Awaitable[None] | None:
         """Switch to ``tab``; the result is done once its view is mounted and focused (a key that
@@ -366,6 +376,9 @@ class LoaderDocApp(App[int]):
         if self.session.watch_run is not None:
             yield SystemCommand("Show Run", f"The watched run {self.session.watch_run.path}: wait vs step (6)",
                                 lambda: self.action_show_tab("run"))
+        if self.session.job_run is not None:
+            yield SystemCommand("Show Job", f"The job report {self.session.job_run.path}: one column per node (6)",
+                                lambda: self.action_show_tab("job"))
 
 
 def make_app(
@@ -380,6 +393,7 @@ def make_app(
     header_fn: Callable[..., list[str]] | None = None,
     early_facts: Future | None = None,
     watch_run: WatchRun | None = None,
+    job_run: JobRun | None = None,
 ) -> LoaderDocApp:
     """Build the app.
 
@@ -390,7 +404,8 @@ def make_app(
     ``early_facts`` is a future of the fast ``detect(cpu_info=False)`` started before textual
     was imported (``run_app`` does this so the machine view paints sooner); ``watch_run`` is a
     watched run's report (:func:`loaderdoc.watching.report_file.load_watch_report`): its findings
-    lead the diagnoses and the app opens on its Run view.
+    lead the diagnoses and the app opens on its Run view; ``job_run`` likewise is a job report
+    (:func:`loaderdoc.cluster.job_file.load_job_report`), opened on its Job view.
     """
     return LoaderDocApp(
         facts=facts,
@@ -403,4 +418,5 @@ def make_app(
         header_fn=header_fn,
         early_facts=early_facts,
         watch_run=watch_run,
+        job_run=job_run,
     )

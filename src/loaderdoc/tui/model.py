@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import SettingsError
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
@@ -317,11 +318,12 @@ def finding_label(f: Any) -> str:
     return f"{SEVERITY_LABEL.get(f.severity, f.severity.upper())}  {f.symptom}"
 
 
-def finding_detail(f: Any) -> list[tuple[str, str]]:
-    """(heading, text) blocks for one finding: symptom, evidence, cause, fix, threshold."""
+def finding_detail(f: Any, where: str = "on this machine") -> list[tuple[str, str]]:
+    """(heading, text) blocks for one finding: symptom, evidence (``where`` it was found: this
+    machine, or the report opened with --report), cause, fix, threshold."""
     out = [("Symptom", f"[{SEVERITY_LABEL.get(f.severity, f.severity)}] {f.symptom}  ({f.rule_id})")]
     if f.evidence:
-        out.append(("Evidence on this machine", "\n".join(f"- {e}" for e in f.evidence)))
+        out.append((f"Evidence {where}", "\n".join(f"- {e}" for e in f.evidence)))
     if f.cause:
         out.append(("Cause", f.cause))
     if f.fix:
@@ -423,3 +425,31 @@ def loader_chart_note(loader: LoaderRun) -> str:
     total = worst.wait_s + worst.step_s
     return (f"share {per}; most waiting {worst.label} "
             f"({_pct(worst.wait_s / total if total else None)} of it)")
+
+
+# ---- a job report (`loaderdoc --report job.json`) ------------------------------------------
+
+
+def job_summary(job: JobRun) -> str:
+    """One line above the job table: the job's status and its odd nodes out first (80 columns cut
+    the rest), then its size and launcher."""
+    nodes = job.report["nodes"]
+    table = job.table
+    odd = sorted({table.columns[i] for _, i in table.odd}, key=table.columns.index)
+    if odd:
+        head = f"{job.status}: {', '.join(odd)} {'is' if len(odd) == 1 else 'are'} the odd one out"
+    else:
+        head = f"{job.status}" + (": the nodes agree" if len(nodes) > 1 else "")
+    return (f"{head}; {len(nodes)} node{'s' if len(nodes) != 1 else ''}, {job.world_size} "
+            f"rank{'s' if job.world_size != 1 else ''} ({job.launcher or 'launcher unknown'}, "
+            f"nodes by {job.node_source})")
+
+
+def job_note(job: JobRun) -> str:
+    """Under the summary: how to read the highlights, where the findings are, the file."""
+    if not job.findings:
+        return f"No findings: the nodes agree and none has a problem. Report: {job.path}"
+    return f"{ODD_MARK} marks the odd node's value; the findings and fixes are in Diagnoses (3). Report: {job.path}"
+
+
+ODD_MARK = "◀"

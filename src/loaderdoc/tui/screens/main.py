@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from loaderdoc.tui.widgets.diagnoses import DiagnosesPane
+from loaderdoc.tui.widgets.job import JobPane
 from loaderdoc.tui.widgets.machine import MachinePane
 from loaderdoc.tui.widgets.probe import ProbePane
 from loaderdoc.tui.widgets.run import RunPane
@@ -39,6 +40,7 @@ VIEWS: dict[str, tuple[str, type[Widget]]] = {
     "settings": ("5 Settings", SettingsPane),
 }
 RUN_VIEW = ("6 Run", RunPane)  # only with a watched run's report (`loaderdoc --report FILE`)
+JOB_VIEW = ("6 Job", JobPane)  # only with a job report (`loaderdoc --report job.json`)
 
 
 class MainScreen(Screen):
@@ -59,6 +61,9 @@ class MainScreen(Screen):
         if self.app.session.watch_run is not None:  # the report asked for comes first
             self.views["run"] = RUN_VIEW
             self.initial = "run"
+        elif self.app.session.job_run is not None:
+            self.views["job"] = JOB_VIEW
+            self.initial = "job"
         yield Header(icon="")
         yield StatusBar(id="status")
         with TabbedContent(initial=self.initial, id="tabs"):
@@ -80,6 +85,8 @@ class MainScreen(Screen):
         self.refresh_state()
         if self._wanted is not None:
             self._show_wanted()
+        elif self.initial == "job":  # its table takes the arrow keys at once: they scroll a wide job
+            self.show_tab("job")
         # the hidden views mount after the first paint: the first view comes first
         self.call_after_refresh(self._mount_views)
 

@@ -41,10 +41,10 @@ class DiagnosesPane(Vertical):
         previous = options.get_option_at_index(highlighted).id if highlighted is not None and options.option_count else None
         options.clear_options()
         session = app.session
-        run = session.watch_run
+        opened = session.report_basis
         if session.findings_error:
             note.update(Text(f"Diagnoses unavailable: {session.findings_error}", style="bold red"))
-        elif session.facts is None and run is None:
+        elif session.facts is None and opened is None:
             note.update("Waiting for machine facts...")
         elif not session.findings:
             note.update("No problems found for the chosen settings on this machine"
@@ -53,8 +53,8 @@ class DiagnosesPane(Vertical):
             crit = sum(f.severity == "critical" for f in session.findings)
             warn = sum(f.severity == "warning" for f in session.findings)
             basis = "machine facts and the probe's measurements" if session.report else "machine facts (no probe yet)"
-            if run is not None:
-                basis = f"the watched run {run.path}, " + ("and " + basis if session.facts else "(machine facts: reading)")
+            if opened is not None:
+                basis = f"{opened}, " + ("and " + basis if session.facts else "(machine facts: reading)")
             note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'} for the chosen settings, "
                         f"from {basis}.")
         for i, f in enumerate(app.session.findings):
@@ -83,7 +83,7 @@ class DiagnosesPane(Vertical):
             button.disabled = True
             return
         text = Text()
-        for heading, body in model.finding_detail(f):
+        for heading, body in model.finding_detail(f, self.app.session.evidence_from(f)):
             text.append(f"{heading}\n", style="bold underline")
             text.append(f"{body}\n\n")
         detail.update(text)

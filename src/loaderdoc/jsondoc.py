@@ -1,0 +1,84 @@
+"""Reading back a JSON document loaderdoc wrote (a watch or job report the app opens), checked
+key by key: a hand edit or another file is refused in one line naming the file, the key and what
+was expected, never a traceback from deep inside the app.
+
+Shared by watching/report_file.py and cluster/job_file.py; only the keys a reader uses are
+checked, keys it does not know are ignored. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from loaderdoc.textfile import read_input
+
+
+class Bad(Exception):
+    """A key holds what no such document holds; the message is '<key path>: expected ..., got ...'."""
+
+
+def load_json(path: Path, *, what: str, error: type[Exception], how_to_write: str) -> Any:
+    """The JSON value in ``path`` (given with --report); ``error`` with one line naming the file
+    when it is missing, unreadable or not JSON."""
+    text = read_input(path, what=what, flag="--report", error=error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); {how_to_write}") from None
+    except RecursionError:
+        raise error(f"{path}: nested too deeply to be a {what}") from None
+
+
+def not_schema(data: Any, expected: str, what: str, how_to_write: str) -> Bad:
+    """Why ``data`` is not a document of the ``expected`` schema(s), saying what it looks like instead."""
+    if not isinstance(data, dict):
+        return Bad(f"expected a JSON object ({what}), got {kind(data)}; {how_to_write}")
+    schema = data.get("schema")
+    if "workload" in data and "results" in data:
+        instead = "a probe report, which 'loaderdoc tradeoffs --probe-report' reads"
+    elif "schema_version" in data and "cpu" in data:
+        instead = "machine facts, which --machine reads"
+    elif isinstance(schema, str):
+        instead = f"a {schema} document"
+    else:
+        instead = "no 'schema' key"
+    return Bad(f"not a {expected} report ({instead}); {how_to_write}")
+
+
+_EXPECTED = {int: "a whole number >= 0", float: "a finite number >= 0", str: "a string", list: "a list",
+             dict: "an object"}
+
+
+def get(obj: dict, key: str, tp: type, where: str, *, optional: bool = False, signed: bool = False) -> Any:
+    """``obj[key]`` checked to be a ``tp`` (numbers finite and >= 0 unless ``signed``); None for
+    a missing or null key when ``optional``."""
+    at = f"{where}.{key}" if where else key
+    value = obj.get(key)
+    if value is None:
+        if optional:
+            return None
+        raise Bad(f"{at}: missing; expected {_EXPECTED[tp]}")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        ok = number and isinstance(value, int) and (signed or value >= 0)
+    elif tp is float:
+        ok = number and math.isfinite(value) and value >= 0
+    else:
+        ok = isinstance(value, tp)
+    if not ok:
+        expected = "a whole number" if tp is int and signed else _EXPECTED[tp]
+        raise Bad(f"{at}: expected {expected}, got {value!r}"[:200])
+    return float(value) if tp is float else value
+
+
+def obj(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise Bad(f"{where}: expected an object, got {kind(value)}")
+
+
+def kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), type(value).__name__)

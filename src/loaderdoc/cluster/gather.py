@@ -16,6 +16,7 @@ rendezvous (600 s by default; ``--rdzv-conf timeout=N`` for static, ``join_timeo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import timedelta
 
@@ -23,6 +24,7 @@ from loaderdoc.cluster.launch import Place
 from loaderdoc.errors import UserError
 
 OK = "ok"
+READ_WAIT_S = 10.0  # longest rank 0 waits, on a failed roll call, for the others to read its verdict
 
 
 class RanksMissing(UserError):
@@ -66,26 +68,39 @@ def roll_call(store, place: Place, hostname: str, timeout: float) -> None:
             raise UserError(f"rank {place.rank}: rank 0 posted no verdict within {2 * timeout:g} s "
                             f"({_first_line(exc)})") from None
         if verdict != OK:
+            with contextlib.suppress(Exception):  # rank 0 may serve the store: it waits for this to exit
+                store.set(f"read/{place.rank}", "1")
             raise JobStopped(verdict)
         return
     keys = [f"joined/{r}" for r in range(place.world_size)]
     try:
         store.wait(keys, timedelta(seconds=timeout))
     except Exception:  # the store's wait timed out: find out who is missing
-        message = missing_message(store, place, timeout)
+        joined = joined_ranks(store, place)
+        message = missing_message(joined, place, timeout)
         store.set("verdict", message)
+        # Where rank 0 serves the store, its exit takes the store down: a rank still on its way to
+        # the verdict would then fail to read it and print a connection error of its own. Wait
+        # (bounded: a rank may have died since it joined) for every rank that joined to read it.
+        with contextlib.suppress(Exception):
+            store.wait([f"read/{r}" for r in joined if r != 0], timedelta(seconds=READ_WAIT_S))
         raise RanksMissing(message) from None
     store.set("verdict", OK)
 
 
-def missing_message(store, place: Place, timeout: float) -> str:
-    """One line: which ranks, and which nodes as far as rank 0 knows, did not join in time."""
-    from loaderdoc.cluster.job import ranges
-
+def joined_ranks(store, place: Place) -> dict[int, dict]:
+    """The ranks that answered the roll call, with the node and host each gave."""
     joined: dict[int, dict] = {}
     for r in range(place.world_size):
         if store.check([f"joined/{r}"]):
             joined[r] = json.loads(store.get(f"joined/{r}").decode())
+    return joined
+
+
+def missing_message(joined: dict[int, dict], place: Place, timeout: float) -> str:
+    """One line: which ranks, and which nodes as far as rank 0 knows, did not join in time."""
+    from loaderdoc.cluster.job import ranges
+
     missing = [r for r in range(place.world_size) if r not in joined]
     text = (f"{len(missing)} of {place.world_size} ranks did not join within {timeout:g} s: "
             f"rank{'s' if len(missing) > 1 else ''} {ranges(missing)}")

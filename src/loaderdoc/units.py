@@ -28,6 +28,16 @@ def fmt_bytes(n: float | int | None) -> str:
     return f"{int(n)} B"
 
 
+def fmt_seconds(seconds: float | None) -> str:
+    """A duration measured in a run: ``0.42 ms``, ``8.1 ms``, ``240 ms``, ``1.25 s``; ``?`` for None."""
+    if seconds is None:
+        return "?"
+    ms = 1000 * seconds
+    if ms >= 1000:
+        return f"{seconds:.2f} s"
+    return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
 def fmt_num(x: float) -> str:
     """A count that may be fractional (a CPU quota of 2.5): no trailing ``.0``."""
     return f"{x:g}" if x == int(x) else f"{x:.2g}" if x < 1 else f"{x:.1f}"

@@ -12,19 +12,10 @@ import textwrap
 from typing import Any
 
 from loaderdoc.policy import WATCH_MIN_BATCHES
-from loaderdoc.units import fmt_bytes
+from loaderdoc.units import fmt_bytes, fmt_seconds
 
 WIDTH = 80
 COMMAND_CHARS = 40  # the command in the head line, elided past this
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    ms = 1000 * seconds
-    if ms >= 1000:
-        return f"{seconds:.2f} s"
-    return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
 def _pct(share: float | None) -> str:
@@ -67,11 +58,11 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
     text = (f"{describe_loader(entry, where=where)}: {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''}, "
             f"{t['steps']} batches, wait {_pct(t['wait_share'])}")
     if t["waits"]:
-        text += (f" ({_ms(t['wait_per_batch_s'])}/batch, p50 {_ms(longest.get('wait_p50_s'))}, "
-                 f"p95 {_ms(longest.get('wait_p95_s'))}; step {_ms(t['step_per_batch_s'])})")
-    text += f", first batch {_ms(t['first_batch_s'])}"
+        text += (f" ({fmt_seconds(t['wait_per_batch_s'])}/batch, p50 {fmt_seconds(longest.get('wait_p50_s'))}, "
+                 f"p95 {fmt_seconds(longest.get('wait_p95_s'))}; step {fmt_seconds(t['step_per_batch_s'])})")
+    text += f", first batch {fmt_seconds(t['first_batch_s'])}"
     if t.get("later_first_batch_s") is not None:
-        text += f" (later epochs up to {_ms(t['later_first_batch_s'])})"
+        text += f" (later epochs up to {fmt_seconds(t['later_first_batch_s'])})"
     if t.get("workers_pss_max_bytes") is not None:
         text += f"; workers' memory peak {fmt_bytes(t['workers_pss_max_bytes'])} (PSS)"
     if t.get("gpu_idle_s") is not None:

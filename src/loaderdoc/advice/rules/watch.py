@@ -15,20 +15,11 @@ from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
 from loaderdoc.advice.stragglers import find_stragglers
 from loaderdoc.advice.watched import WatchEvidence
-from loaderdoc.units import cpus_text, fmt_bytes
+from loaderdoc.units import cpus_text, fmt_bytes, fmt_seconds
 
 STARVED_RULE = "watch-data-starved"
 HEALTHY_RULE = "watch-loader-healthy"
 _JUDGED = f"over >= {policy.WATCH_MIN_BATCHES} steady batches (loaderdoc.policy.WATCH_MIN_BATCHES)"
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    ms = 1000 * seconds
-    if ms >= 1000:
-        return f"{seconds:.2f} s"
-    return f"{ms:.2f} ms" if ms < 1 else f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
 def _judged(w: WatchEvidence | None) -> WatchEvidence | None:
@@ -40,7 +31,7 @@ def _judged(w: WatchEvidence | None) -> WatchEvidence | None:
 
 def _wait_line(w: WatchEvidence) -> str:
     return (f"waited {100 * w.wait_share:.1f} % of its steady time for data over {w.waits} batches "
-            f"({_ms(w.wait_per_batch_s)} per batch waiting, {_ms(w.step_per_batch_s)} per step)")
+            f"({fmt_seconds(w.wait_per_batch_s)} per batch waiting, {fmt_seconds(w.step_per_batch_s)} per step)")
 
 
 def _workers_needed(w: WatchEvidence) -> int | None:
@@ -61,12 +52,12 @@ def _watch_starved(i: Inputs) -> Finding | None:
     pct = 100 * w.wait_share
     evidence = [_wait_line(w)]
     if w.wait_p50_s is not None:
-        evidence.append(f"wait per batch p50 {_ms(w.wait_p50_s)}, p95 {_ms(w.wait_p95_s)} "
+        evidence.append(f"wait per batch p50 {fmt_seconds(w.wait_p50_s)}, p95 {fmt_seconds(w.wait_p95_s)} "
                         f"(epoch {w.percentile_epoch})")
     needed = _workers_needed(w)
     if needed is not None:
-        evidence.append(f"one batch takes about {_ms(w.load_per_batch_s)} to load with num_workers={w.workers}: "
-                        f"about {policy.workers_text(needed)} would keep up with the {_ms(w.step_per_batch_s)} step")
+        evidence.append(f"one batch takes about {fmt_seconds(w.load_per_batch_s)} to load with num_workers={w.workers}: "
+                        f"about {policy.workers_text(needed)} would keep up with the {fmt_seconds(w.step_per_batch_s)} step")
     suggested = max(w.workers + 1, needed or 0)
     fix = f"raise num_workers from {w.workers} to {suggested}"
     cpus = i.per_rank
@@ -123,7 +114,7 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
     return found(
         WARNING,
         f"{w.name}: each epoch spends {share:.0%} of its time starting {policy.workers_text(w.workers)} again",
-        [f"first batch of epochs 2..{len(later) + 1}: {firsts} (a steady batch loads in about {_ms(load)})",
+        [f"first batch of epochs 2..{len(later) + 1}: {firsts} (a steady batch loads in about {fmt_seconds(load)})",
          f"{saving:.2f} s of start-up over {wall:.1f} s of those {len(later)} epochs"],
         "With persistent_workers=False every epoch shuts the workers down and the next starts new ones "
         "(re-importing, re-opening files, copying the dataset object into each).",
@@ -208,7 +199,7 @@ def _watch_straggler(i: Inputs) -> Finding | None:
     s = mine[0]
     shown = sorted(w.job, key=lambda r: (r.rank != s.rank, r.rank))[:8]
     evidence = [f"rank {r.rank}" + (f" (node {r.node})" if r.node is not None else "") +
-                f": waited {100 * (r.wait_share or 0):.1f} % of its time, {_ms(r.wait_per_batch_s)} per batch"
+                f": waited {100 * (r.wait_share or 0):.1f} % of its time, {fmt_seconds(r.wait_per_batch_s)} per batch"
                 f" over {r.steps} batches" for r in shown]
     if len(w.job) > len(shown):
         evidence.append(f"... {len(w.job) - len(shown)} more ranks in the report's 'ranks'")

@@ -18,6 +18,7 @@ recorded once; tests/test_cluster_real.py runs the same job).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -149,7 +150,7 @@ class Shards(Dataset):
     epoch = 0
 
     def __len__(self):
-        return 96
+        return 192
 
     def __getitem__(self, i):
         time.sleep(0.006 if Shards.epoch in (2, 3) else 0.002)  # reading a sample
@@ -175,8 +176,10 @@ def watched_report(directory: Path) -> Path | None:
         return None
     script, report = directory / "train.py", directory / "run.json"
     script.write_text(WATCHED_LOOP, encoding="utf-8")
+    # a sample every 0.2 s (the sampler may take 5 % of a core here) so the chart has a timeline
+    env = {**os.environ, "LOADERDOC_WATCH_INTERVAL": "0.2", "LOADERDOC_WATCH_MAX_BUSY": "0.05"}
     subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--",
-                    sys.executable, str(script)], check=True, cwd=directory, stderr=subprocess.DEVNULL)
+                    sys.executable, str(script)], check=True, cwd=directory, stderr=subprocess.DEVNULL, env=env)
     return report
 
 

@@ -63,7 +63,7 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
     text += f", first batch {fmt_seconds(t['first_batch_s'])}"
     if t.get("later_first_batch_s") is not None:
         text += f" (later epochs up to {fmt_seconds(t['later_first_batch_s'])})"
-    if t.get("workers_pss_max_bytes") is not None:
+    if t.get("workers_pss_max_bytes") is not None and entry["settings"].get("num_workers"):
         text += f"; workers' memory peak {fmt_bytes(t['workers_pss_max_bytes'])} (PSS)"
     if t.get("gpu_idle_s") is not None:
         text += f"; GPU idle while waiting {t['gpu_idle_s']:.1f} s ({_pct(t['gpu_idle_share'])})"

@@ -57,7 +57,7 @@ def test_the_node_with_dockers_shm_is_named_once_with_the_fix():
     assert symptoms(report) == ["node 2: /dev/shm 64 MiB where the others have 16 GiB"]
     (f,) = report["findings"]
     assert f["rule_id"] == "job-shm_size" and "--shm-size" in f["fix"]
-    assert "node 2 (ranks 2): 64 MiB" in f["evidence"]
+    assert "node 2 (rank 2): 64 MiB" in f["evidence"]
     assert [n["status"] for n in report["nodes"]] == ["ok", "ok", "warning", "ok"]
     assert report["exit_code"] == 1
 

@@ -302,7 +302,8 @@ def odd_ones_out(values: dict[str, dict[int | str, Any]],
         by_node = values.get(fl.key, {})
         if fl.kind == "show" or len(by_node) < 2 or len(set(by_node.values())) < 2:
             continue
-        evidence = [f"{node_label(n)} (ranks {_ranks_text(ranks.get(n, []))}): {fl.fmt(v)}" for n, v in by_node.items()]
+        evidence = [f"{node_label(n)} (rank{'s' if len(ranks.get(n, [])) != 1 else ''} "
+                    f"{_ranks_text(ranks.get(n, []))}): {fl.fmt(v)}" for n, v in by_node.items()]
         if fl.kind == "more":
             ref = statistics.median(by_node.values())
             low = {n: v for n, v in by_node.items() if v < ref * (1 - fl.tolerance) or (ref == UNLIMITED and v < ref)}

@@ -184,7 +184,7 @@ async def test_the_diagnoses_view_leads_with_the_jobs_findings():
         note = str(app.screen.query_one("#diagnoses-note", Static).render())
         assert f"the job report {FOUR}" in note
         detail = str(app.screen.query_one("#finding-detail", Static).render())
-        assert "Evidence in the job's nodes" in detail and "node 2 (ranks 2): 64 MiB" in detail
+        assert "Evidence in the job's nodes" in detail and "node 2 (rank 2): 64 MiB" in detail
         await pilot.press("6")
         assert app.screen.query_one(TabbedContent).active == "job"
 

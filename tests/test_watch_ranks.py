@@ -3,6 +3,7 @@ names that rank as the straggler (issue 16's must-show). gloo on the CPU: no GPU
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -82,3 +83,41 @@ def test_a_torchrun_job_names_the_rank_whose_data_is_slower(tmp_path, slow_rank,
         assert "its CPUs, /dev/shm and workers match the others'" in straggler["symptom"]
     assert f"watch-straggler-rank: rank {slow_rank}" in proc.stderr  # the summary names it too
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before  # nothing left running
+
+
+def test_two_watched_torchrun_nodes_merge_into_one_job_with_the_slow_pinned_rank_named(tmp_path):
+    """Two torchrun "nodes" on this machine, each under its own `loaderdoc watch`; node 1 runs on one
+    core and its rank reads slower data. `watch --merge` puts both ranks in one table and names
+    rank 1 on node 1 with its one CPU."""
+    import shutil
+    import socket
+    import subprocess
+
+    if len(os.sched_getaffinity(0)) < 2 or shutil.which("taskset") is None:
+        pytest.skip("needs taskset and two CPUs: node 1 is pinned to one, node 0 must have more")
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN.format(slow_rank=1, pin=False), encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def node(n: int) -> list[str]:
+        pin = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if n == 1 else []
+        return [*pin, sys.executable, "-m", "loaderdoc", "watch", "--report", str(tmp_path / f"node{n}.json"),
+                "--", sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                "--node-rank", str(n), "--master-addr", "127.0.0.1", "--master-port", str(port),
+                "--rdzv-conf", "timeout=60", str(script)]
+
+    procs = [subprocess.Popen(node(n), cwd=tmp_path, env=env_with_src(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for n in (0, 1)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    merged = subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--json", "--merge",
+                             str(tmp_path / "node0.json"), str(tmp_path / "node1.json")],
+                            capture_output=True, text=True, env=env_with_src(), timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    report = json.loads(merged.stdout)
+    assert [(r["rank"], r["node"]) for r in report["ranks"]] == [(0, "0"), (1, "1")]
+    (straggler,) = [f for f in report["findings"] if f["rule_id"] == "watch-straggler-rank"]
+    assert straggler["symptom"].startswith("rank 1 on node 1 "), straggler
+    assert "its process may use 1 CPU where the others have" in straggler["symptom"], report["ranks"]

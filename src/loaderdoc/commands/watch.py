@@ -24,7 +24,8 @@ WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATC
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.usage = "loaderdoc watch [--report FILE] [--json] -- COMMAND [ARGS...]"
+    parser.usage = ("loaderdoc watch [--report FILE] [--json] -- COMMAND [ARGS...]\n"
+                    "       loaderdoc watch --merge REPORT [REPORT ...] [--report FILE] [--json]")
     parser.epilog = (
         "exit code: the command's own (128+N when signal N killed it), so a job script acts on it as before;\n"
         "  3 (usage) before the command runs: no command, command not found, --report into a missing directory\n"
@@ -32,11 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc watch -- python train.py --lr 3e-4\n"
         "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
         "  kill -USR1 <pid of loaderdoc watch>  (findings so far on stderr, and in FILE with --report)\n"
+        "  loaderdoc watch --merge node0.json node1.json --report job.json  (one report for a job's nodes)\n"
     )
     parser.add_argument("--report", metavar="FILE",
                         help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it")
     parser.add_argument("--json", action="store_true",
                         help=f"print the report (schema {WATCH_SCHEMA}) on stdout after the command's output")
+    parser.add_argument("--merge", nargs="+", metavar="REPORT",
+                        help="instead of running a command: merge the reports each node's watch wrote into one "
+                             "(every rank in one table, stragglers across the job)")
     parser.add_argument("watched", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                         help="the command to run, e.g. python train.py --lr 3e-4; its exit code is watch's")
 
@@ -203,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
 
     from loaderdoc.safe_write import check_writable
 
+    if args.merge:
+        return merge(args)
     command = command_of(args)
     target = Path(args.report) if args.report else None
     if target is not None:
@@ -217,6 +224,33 @@ def run(args: argparse.Namespace) -> int:
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
         return _finish(report, code, target, as_json=args.json)
+
+
+def merge(args: argparse.Namespace) -> int:
+    """``--merge``: one report from the reports of a job's nodes; 0 once it is written."""
+    from pathlib import Path
+
+    from loaderdoc.errors import UserError
+    from loaderdoc.jsondoc import load_json
+    from loaderdoc.safe_write import check_writable
+    from loaderdoc.watching.merge import merge_reports
+    from loaderdoc.watching.report_file import HOW_TO_WRITE, WatchReportError, watch_run_from
+
+    if [a for a in args.watched or [] if a != "--"]:
+        raise UserError("watch: give a command to run or --merge REPORT ..., not both")
+    target = Path(args.report) if args.report else None
+    if target is not None:
+        check_writable(target, force=True)
+        if any(Path(p).resolve() == target.resolve() for p in args.merge):
+            raise UserError(f"watch: --report {target} is one of the reports to merge; write the merged "
+                            "report to another file")
+    reports = []
+    for path in args.merge:
+        data = load_json(Path(path), what="watch report", error=WatchReportError, how_to_write=HOW_TO_WRITE)
+        watch_run_from(data, path)  # checked as the app checks it: one line naming the bad key
+        reports.append(data)
+    _finish(merge_reports(reports, list(args.merge)), 0, target, as_json=args.json)
+    return 0
 
 
 def _finish(report: dict, code: int, target, *, as_json: bool) -> int:

@@ -203,8 +203,11 @@ def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
                memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per rank (when the run had two or more): its training loader (the one with the most
     waited batches) with the wait and the facts the straggler rule compares. Empty otherwise."""
-    by_pid = {p["pid"]: p for p in processes}
-    shm = {m["pid"]: m.get("shm_total_bytes") for m in memory}
+    def key(item: dict[str, Any]) -> tuple[Any, Any]:  # source: which node's report, once merged
+        return item.get("source"), item.get("pid")
+
+    by_pid = {key(p): p for p in processes}
+    shm = {key(m): m.get("shm_total_bytes") for m in memory}
     main: dict[int, dict[str, Any]] = {}
     for entry in entries:
         rank = entry.get("rank")
@@ -214,13 +217,15 @@ def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
         return []
     rows = []
     for rank, entry in sorted(main.items()):
-        proc, t = by_pid.get(entry.get("pid"), {}), entry["totals"]
+        proc, t = by_pid.get(key(entry), {}), entry["totals"]
         workers = entry["settings"].get("num_workers")
-        rows.append({"rank": rank, "node": node_of(proc), "pid": entry.get("pid"), "loader": entry.get("loader"),
-                     "wait_share": t["wait_share"], "wait_per_batch_s": t["wait_per_batch_s"],
-                     "steps": t["steps"], "cpus": proc.get("affinity_cpus"),
-                     "shm_total_bytes": shm.get(entry.get("pid")),
-                     "num_workers": workers if isinstance(workers, int) else None})
+        row = {"rank": rank, "node": node_of(proc), "pid": entry.get("pid"), "loader": entry.get("loader"),
+               "wait_share": t["wait_share"], "wait_per_batch_s": t["wait_per_batch_s"],
+               "steps": t["steps"], "cpus": proc.get("affinity_cpus"), "shm_total_bytes": shm.get(key(entry)),
+               "num_workers": workers if isinstance(workers, int) else None}
+        if entry.get("source") is not None:
+            row["source"] = entry["source"]
+        rows.append(row)
     return rows
 
 

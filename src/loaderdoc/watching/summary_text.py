@@ -30,6 +30,8 @@ def _wrap(text: str, indent: str, more: str) -> list[str]:
 def _head(report: dict[str, Any]) -> str:
     command = report.get("command")
     head = "loaderdoc watch"
+    if report.get("merged_from"):
+        head += f": {len(report['merged_from'])} reports merged"
     if command:
         text = shlex.join(command)
         head += ": " + (text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 3] + "...")
@@ -58,9 +60,9 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
     text = (f"{describe_loader(entry, where=where)}: {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''}, "
             f"{t['steps']} batches, wait {_pct(t['wait_share'])}")
     if t["waits"]:
-        text += (f" ({fmt_seconds(t['wait_per_batch_s'])}/batch, p50 {fmt_seconds(longest.get('wait_p50_s'))}, "
-                 f"p95 {fmt_seconds(longest.get('wait_p95_s'))}; step {fmt_seconds(t['step_per_batch_s'])})")
-    text += f", first batch {fmt_seconds(t['first_batch_s'])}"
+        text += (f" ({fmt_seconds(t.get('wait_per_batch_s'))}/batch, p50 {fmt_seconds(longest.get('wait_p50_s'))}, "
+                 f"p95 {fmt_seconds(longest.get('wait_p95_s'))}; step {fmt_seconds(t.get('step_per_batch_s'))})")
+    text += f", first batch {fmt_seconds(t.get('first_batch_s'))}"
     if t.get("later_first_batch_s") is not None:
         text += f" (later epochs up to {fmt_seconds(t['later_first_batch_s'])})"
     if t.get("workers_pss_max_bytes") is not None and entry["settings"].get("num_workers"):
@@ -104,7 +106,7 @@ def render_summary(report: dict[str, Any]) -> str:
         return f"{head}: no torch DataLoader was iterated; nothing measured\n"
     out = _wrap(f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady "
                 "time", "", "  ")
-    where = len({e.get("pid") for e in loaders}) > 1
+    where = len({(e.get("source"), e.get("pid")) for e in loaders}) > 1  # source: a merged report's
     for entry in loaders:
         out += _loader_lines(entry, where)
     out += _shm_lines(report)

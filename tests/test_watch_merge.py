@@ -27,7 +27,8 @@ def node_report(rank: int, wait_ms: float, *, node: int, pid: int = 100) -> dict
                             wait_per_batch_s=wait_ms / 1000, wait_share=wait_ms / (wait_ms + 50))
     report["loaders"] = [loader]
     report["processes"] = [{"pid": pid, "hostname": "same-name", "rank": rank, "group_rank": node,
-                            "affinity_cpus": 16 if node else 4}]
+                            "affinity_cpus": 16}]
+    report["machine"] = {"cpus": 16, "affinity": 16, "cpu_quota": 16.0 if node else 4.0}  # node 0: 4 CPUs of quota
     report["memory"] = []
     return report
 

@@ -65,7 +65,8 @@ def merge_reports(reports: list[dict[str, Any]], names: list[str]) -> dict[str, 
             if f.rule_id != STRAGGLER_RULE and (f.rule_id, f.symptom) not in seen:
                 seen.add((f.rule_id, f.symptom))
                 kept.append(f)
-    ranks = rank_table(loaders, processes, memory)
+    ranks = rank_table(loaders, processes, memory,
+                       {i: (r.get("machine") or {}).get("cpu_quota") for i, r in enumerate(reports)})
     findings = sorted(kept + stragglers(ranks, loaders), key=lambda f: -f.rank)
     wait = sum(e["totals"]["wait_s"] for e in loaders)
     step = sum(e["totals"]["step_s"] for e in loaders)

@@ -200,9 +200,12 @@ def node_of(process: dict[str, Any]) -> str | None:
 
 
 def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
-               memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+               memory: list[dict[str, Any]], quotas: dict[Any, float | None] | None = None) -> list[dict[str, Any]]:
     """One row per rank (when the run had two or more): its training loader (the one with the most
-    waited batches) with the wait and the facts the straggler rule compares. Empty otherwise."""
+    waited batches) with the wait and the facts the straggler rule compares. Empty otherwise.
+    ``quotas``: the cgroup CPU quota of each report's node (by ``source``; None: one node): a rank
+    may use the least of its affinity and its node's quota."""
+    quotas = quotas or {}
     def key(item: dict[str, Any]) -> tuple[Any, Any]:  # source: which node's report, once merged
         return item.get("source"), item.get("pid")
 
@@ -221,12 +224,18 @@ def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
         workers = entry["settings"].get("num_workers")
         row = {"rank": rank, "node": node_of(proc), "pid": entry.get("pid"), "loader": entry.get("loader"),
                "wait_share": t["wait_share"], "wait_per_batch_s": t["wait_per_batch_s"],
-               "steps": t["steps"], "cpus": proc.get("affinity_cpus"), "shm_total_bytes": shm.get(key(entry)),
+               "steps": t["steps"], "cpus": _least(proc.get("affinity_cpus"), quotas.get(entry.get("source"))),
+               "shm_total_bytes": shm.get(key(entry)),
                "num_workers": workers if isinstance(workers, int) else None}
         if entry.get("source") is not None:
             row["source"] = entry["source"]
         rows.append(row)
     return rows
+
+
+def _least(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
 
 
 def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts,
@@ -263,13 +272,15 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
     processes = [process_entry(r) for r in runs]
     memory = [memory_entry(r) for r in runs]
     loaders = [loader_entry(raw, r) for r in runs for raw in r.get("loaders", [])]
-    ranks = rank_table(loaders, processes, memory)
     findings: list[Finding] = []
+    ranks: list[dict[str, Any]] = []
     if loaders:
         if facts is None:
             from loaderdoc.system.detect import detect
 
             facts = detect()
+        machine = {**machine, "cpu_quota": facts.cpu.cgroup_quota.get()}  # what --merge compares across nodes
+        ranks = rank_table(loaders, processes, memory, {None: machine["cpu_quota"]})
         findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes), ranks)
     wait = sum(e["totals"]["wait_s"] for e in loaders)
     step = sum(e["totals"]["step_s"] for e in loaders)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from loaderdoc.advice.findings import Finding, findings_from_json, worst
+from loaderdoc.advice.findings import Finding, findings_from_json
 from loaderdoc.errors import UserError
-from loaderdoc.watching.report import WATCH_SCHEMA, evidence_of, rank_table
+from loaderdoc.watching.report import assemble, evidence_of, gpu_entry, rank_table
 
 STRAGGLER_RULE = "watch-straggler-rank"
 
@@ -46,8 +46,6 @@ def stragglers(ranks: list[dict[str, Any]], loaders: list[dict[str, Any]]) -> li
 
 def merge_reports(reports: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     """One ``loaderdoc.watch/1`` report from several (``names``: where each came from)."""
-    from loaderdoc._serde import to_dict
-
     processes, loaders, memory = [], [], []
     kept: list[Finding] = []
     seen: set[tuple[str, str]] = set()
@@ -68,27 +66,9 @@ def merge_reports(reports: list[dict[str, Any]], names: list[str]) -> dict[str, 
     ranks = rank_table(loaders, processes, memory,
                        {i: (r.get("machine") or {}).get("cpu_quota") for i, r in enumerate(reports)})
     findings = sorted(kept + stragglers(ranks, loaders), key=lambda f: -f.rank)
-    wait = sum(e["totals"]["wait_s"] for e in loaders)
-    step = sum(e["totals"]["step_s"] for e in loaders)
     codes = [r.get("exit_code") for r in reports if r.get("exit_code") is not None]
-    return {
-        "schema": WATCH_SCHEMA,
-        "command": None,
-        "merged_from": list(names),
-        "commands": [r.get("command") for r in reports],
-        "exit_code": max(codes, key=abs) if codes else None,  # the worst node's
-        "status": worst(findings),
-        "steps": sum(e["totals"]["steps"] for e in loaders),
-        "wait_share": wait / (wait + step) if wait + step > 0 else None,
-        "wait_s": wait,
-        "step_s": step,
-        "processes": processes,
-        "ranks": ranks,
-        "loaders": loaders,
-        "memory": memory,
-        "gpu": next((r["gpu"] for r in reports if (r.get("gpu") or {}).get("timing") == "cuda-events"),
-                    reports[0].get("gpu") if reports else None),
-        "findings": [to_dict(f) for f in findings],
-        "machine": reports[0].get("machine") if reports else None,
-        "machines": [r.get("machine") for r in reports],
-    }
+    report = assemble(command=None, exit_code=max(codes, key=abs) if codes else None,  # the worst node's
+                      processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(reports),
+                      findings=findings, machine=reports[0].get("machine") if reports else None)
+    return {**report, "merged_from": list(names), "commands": [r.get("command") for r in reports],
+            "machines": [r.get("machine") for r in reports]}

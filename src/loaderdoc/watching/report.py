@@ -282,13 +282,23 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
         machine = {**machine, "cpu_quota": facts.cpu.cgroup_quota.get()}  # what --merge compares across nodes
         ranks = rank_table(loaders, processes, memory, {None: machine["cpu_quota"]})
         findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes), ranks)
-    wait = sum(e["totals"]["wait_s"] for e in loaders)
-    step = sum(e["totals"]["step_s"] for e in loaders)
+    return assemble(command=list(command) if command is not None else None, exit_code=exit_code,
+                    processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
+                    findings=findings, machine=machine)
+
+
+def assemble(*, command: list[str] | None, exit_code: int | None, processes: list[dict[str, Any]],
+             ranks: list[dict[str, Any]], loaders: list[dict[str, Any]], memory: list[dict[str, Any]],
+             gpu: dict[str, Any] | None, findings: list[Finding], machine: Any) -> dict[str, Any]:
+    """The report from its parts, with the run's totals over every loader (one node's run, or a
+    merged job's)."""
     from loaderdoc._serde import to_dict
 
+    wait = sum(e["totals"]["wait_s"] for e in loaders)
+    step = sum(e["totals"]["step_s"] for e in loaders)
     return {
         "schema": WATCH_SCHEMA,
-        "command": list(command) if command is not None else None,
+        "command": command,
         "exit_code": exit_code,
         "status": worst(findings),
         "steps": sum(e["totals"]["steps"] for e in loaders),
@@ -299,7 +309,7 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
         "ranks": ranks,
         "loaders": loaders,
         "memory": memory,
-        "gpu": gpu_entry(runs),
+        "gpu": gpu,
         "findings": [to_dict(f) for f in findings],
         "machine": machine,
     }

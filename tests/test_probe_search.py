@@ -77,8 +77,8 @@ def test_recommendation_is_cheapest_within_tolerance_not_the_raw_best():
 
 def test_budget_is_respected_and_reported():
     model = Model(fetch_ms=320, cpu_share=0.03, cost_s=4.0)
-    s, out = search(model, budget_s=12.0)
-    assert model.now <= 12.0 + 4.0 * 2.2  # at most the configuration under way overruns
+    s, out = search(model, budget_s=8.0)
+    assert model.now <= 8.0 + 4.0 * 1.5  # at most the configuration under way overruns
     assert out.stopped == "budget"
     assert out.recommended is not None
 
@@ -212,8 +212,9 @@ def test_a_search_cut_short_while_starved_says_its_pick_is_provisional():
 
 
 def test_cpu_bound_data_is_not_picked_past_the_cpus_on_noise():
-    # decode-like work on 2 CPUs: 3 workers measure 4 % faster than 2 in one run, 4 % slower in the next
-    model = Model(fetch_ms=140, cpu_share=1.0, step_ms=20)
+    # decode-like work on 2 CPUs, 2 workers short of the CPUs' rate (handing batches over costs them
+    # 5 % each): 3 workers measure 4 % faster than 2 in one run, 4 % slower in the next
+    model = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, worker_overhead=0.05)
     model_rate = model.rate
     runs = {}
 
@@ -330,17 +331,20 @@ def test_persistent_workers_are_weighed_against_the_epoch():
         return [r for r in out.results if r.epoch_restart_s is not None]
 
     # 10 s at 50 steps/s: starting 16 workers (0.9 s to the first batch, of which 0.32 s is a
-    # batch a kept worker loads too) saves 5-8 % of it: clear without timing a restart
+    # batch a kept worker loads too) saves about 0.58 s, 5.5 % of it: clear without timing a restart
     short = run(epoch_steps=500)
     assert short.recommended.persistent_workers is True
-    assert any(r.startswith("persistent_workers=True: starting the workers took 0.90 s (restart not measured: "
-                            "the start-up alone decides it)") and "8.3% of a 500-step epoch" in r for r in short.reasons)
+    assert any(r.startswith("persistent_workers=True: starting the workers took 0.90 s to the first batch, 0.32 s "
+                            "of it loading that batch (persistent workers load it too): restarting them costs about "
+                            "0.58 s (restart not timed: the start-up decides it)") and "5.5% of a 500-step epoch" in r
+               for r in short.reasons), short.reasons
     assert not restarts(short)
     long = run(epoch_steps=200_000)  # over an hour: at most 0.02 %
     assert long.recommended.persistent_workers is False
     assert any(r.startswith("persistent_workers=False") and "of a 200000-step epoch" in r for r in long.reasons)
     assert not restarts(long)
-    # 50 s: saving 1.2-1.8 %, too close to call on the start-up: the restart is timed (0.88 s saved)
+    # 50 s: about 1.2 % saved, within 2x of the 1 % line: too close to call on the start-up, the
+    # restart is timed (0.88 s saved)
     close = run(epoch_steps=2500)
     assert len(restarts(close)) == 1
     assert close.recommended.persistent_workers is True
@@ -369,14 +373,19 @@ def _repeated(model: Model) -> list[int]:
     return again
 
 
-def test_a_size_far_slower_than_the_pick_is_not_measured_again():
-    # decode-like work on 2 CPUs: 1 worker runs at half of 2; one run each says so
+def test_a_size_far_slower_than_the_pick_is_not_measured_at_all():
+    # decode-like work on 2 CPUs: 1 worker can deliver at most what the 0-worker run loaded at
+    # (7.1 batches/s), and even 1.3x that stays below 2 workers' 14.3: it is never measured
     model = Model(fetch_ms=140, cpu_share=1.0, step_ms=60)
     s, out = search(model, epoch_steps=200_000)
     assert out.recommended.num_workers == 2
-    assert 1 in {c.num_workers for c in model.calls}
-    assert 1 not in _repeated(model)
+    assert 1 not in {c.num_workers for c in model.calls}
     assert out.stopped == "settled"
+    text = " ".join(out.reasons)
+    assert "num_workers=1 and fewer not measured: even 1.3x their most (7.1 steps/s" in text
+    # measured at the CPUs' rate: nothing past the CPUs is measured either
+    assert max(c.num_workers for c in model.calls) == 2
+    assert "within 3% of the 14.3 the 2 CPUs allow" in text
 
 
 def test_a_pick_at_the_step_s_rate_settles_without_repeats():
@@ -386,8 +395,9 @@ def test_a_pick_at_the_step_s_rate_settles_without_repeats():
     s, out = search(model, epoch_steps=200_000)
     assert out.recommended.num_workers == 1
     assert _repeated(model) == []
-    assert {c.num_workers for c in model.calls} >= {1, 2}
-    assert "the pick runs at 6.5 steps/s, within 3% of the 6.7 the 150 ms step allows: no configuration can be faster" in " ".join(out.reasons)
+    assert {c.num_workers for c in model.calls} == {0, 1}
+    assert ("num_workers=1 ran at 6.5 steps/s, within 3% of the 6.7 the 150 ms step allows: more workers cannot be "
+            "faster, none measured") in " ".join(out.reasons)
 
 
 def test_close_contenders_are_still_repeated_in_turns():
@@ -434,5 +444,5 @@ def test_io_bound_data_beside_a_busy_process_still_climbs_past_a_low_prediction(
                clock=model.clock)
     s._predict = lambda base0: (setattr(s, "_max", 64), setattr(s, "predicted", 6))
     out = s.run()
-    assert any(r.purpose.startswith("verify: more workers still paid") for r in out.results)
+    assert any(r.purpose.startswith("verify: more workers may still pay") for r in out.results)
     assert out.recommended.num_workers >= 14

@@ -193,10 +193,7 @@ def _num_workers(h: _Here) -> KnobTradeoff:
                   + (f" x {h.ranks} ranks" if h.ranks > 1 else "") + f"; {fmt_bytes(h.shm_free)} free, computed)")
     scaling = policy.beyond_cpus_evidence(h.probe.results, cpus) if h.probe else None
     if scaling is not None:
-        a, b = scaling.fewer, scaling.more
-        up.append(f"the CPU count is not the limit here: {a.settings.num_workers} -> {b.settings.num_workers} "
-                  f"workers went {a.batches_per_s:.1f} -> {b.batches_per_s:.1f} batches/s on {cpus_text(cpus)} "
-                  "per rank (measured; the workers wait on I/O)")
+        up.append("the CPU count is not the limit here: " + scaling.text(cpus))
     elif n + 1 > cpus:
         up.append(f"already {workers_text(n)} for {cpus_text(cpus)} per rank: more only take turns")
     else:

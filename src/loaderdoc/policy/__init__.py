@@ -34,6 +34,8 @@ MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larg
 NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
 SPIKY_LOAD_RATIO = 2.0  # batches whose load time p95 >= 2 x p50: a few slow samples hold batches back
 PERSISTENT_PAYS_SHARE = 0.01  # persistent_workers when restarting workers costs >= 1 % of an epoch
+PERSISTENT_CLEAR_BAND = 2.0  # the start-up's estimate of that cost decides unless within 2x of it
+#                              either way: then the probe times a real restart
 BURSTY_RATIO = 3.0  # wait p95 >= 3 x p50 ...
 BURSTY_FLOOR_MS = 10.0  # ... and p95 >= the step (this when no step is known): stalls, not jitter
 # CPU
@@ -44,6 +46,11 @@ CPU_BUSY_SHARE = 0.7  # a 0-worker fetch that is >= 70 % CPU time is CPU work: e
 CPU_IDLE_SHARE = 0.3  # < 30 % CPU time: the fetch waits on storage or the network
 CONTENDED_CPUS = 0.5  # other processes kept >= half a CPU busy beside the 0-worker run: the kernel
 #                       shares CPU time per runnable thread, so more workers win more of it
+SCALING_SLACK = 1.3  # W workers deliver at most W times what the training process loaded alone with 0
+#                      workers (each worker does the same work, and hands its batch over besides); that
+#                      0-worker rate differed by up to ~20 % between probes of one workload here (cold
+#                      caches, noise), so a size is ruled out unmeasured only when 1.3x its bound still
+#                      falls short, and past the CPUs the bound is evidence only 1.3 x 1.2 above it
 # Memory
 SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: workers also allocate
 #                       transient tensors there, the batch being consumed is still mapped, and other
@@ -197,13 +204,25 @@ class BeyondCpus:
     more_rate: float = 0.0
     repeated: bool = False  # decided on repeated runs, not on one window each
     others: float = 0.0  # CPUs other processes kept busy (contention), when that explains the gain
+    # fewer_rate is not measured but the most as many workers as the CPUs could deliver: linear
+    # scaling of the 0-worker run's loading (``fewer`` is that run), see :func:`linear_bound`
+    bound_workers: int | None = None
 
     @property
     def gain(self) -> float:
         return self.more_rate / (self.fewer_rate or 1.0)
 
+    @property
+    def fewer_workers(self) -> int:
+        return self.bound_workers if self.bound_workers is not None else self.fewer.settings.num_workers
+
     def text(self, per_rank: float) -> str:
-        a, b = self.fewer.settings.num_workers, self.more.settings.num_workers
+        a, b = self.fewer_workers, self.more.settings.num_workers
+        if self.bound_workers is not None:
+            return (f"{b} workers measured {self.more_rate:.1f} batches/s, {self.gain:.1f}x the most {a} could "
+                    f"deliver ({self.fewer_rate:.1f}: {a} x the {zero_load_text(self.fewer)} a batch the training "
+                    f"process loaded in with 0 workers) on {cpus_text(per_rank)} per rank "
+                    "(measured: the workers wait on I/O, not on the CPU)")
         if self.others:
             return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s ({self.gain:.2f}x) "
                     f"on {cpus_text(per_rank)} per rank while other processes kept {self.others:.1f} CPUs busy "
@@ -232,6 +251,67 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
     if per_rank is None:
         return None
     results = list(results)
+    measured = _beyond_cpus_measured(results, per_rank)
+    return measured if measured is not None else _beyond_cpus_bound(results, per_rank)
+
+
+def zero_load_ms(results: Iterable[ConfigResult]) -> tuple[ConfigResult, float] | None:
+    """The 0-worker run that loaded fastest, and its wall time to load one batch (samples and
+    collate, timed inside the training process; its mean wait when it has no stage timings)."""
+    best: tuple[ConfigResult, float] | None = None
+    for r in results:
+        if not (r.ok and r.settings.num_workers == 0):
+            continue
+        load = r.stages.load_ms if r.stages is not None and r.stages.load_ms else r.wait.mean_ms
+        if load and load > 0 and (best is None or load < best[1]):
+            best = (r, load)
+    return best
+
+
+def zero_load_text(result: ConfigResult) -> str:
+    load = zero_load_ms([result])
+    return f"{load[1]:.0f} ms" if load else "time"
+
+
+def linear_bound(results: Iterable[ConfigResult], workers: int) -> float | None:
+    """The most steps/s ``workers`` workers can deliver: each loads a batch no faster than the
+    training process did alone with 0 workers. None without a timed 0-worker run."""
+    load = zero_load_ms(results)
+    return None if load is None else workers * 1000.0 / load[1]
+
+
+def ruled_out_below(results: Iterable[ConfigResult], target: float, below: int) -> int:
+    """The most workers (fewer than ``below``) that cannot reach ``target`` steps/s even at
+    :data:`SCALING_SLACK` times their linear bound: no run needed to know they are too slow. 0: none."""
+    load = zero_load_ms(results)
+    if load is None or target <= 0:
+        return 0
+    per_worker = SCALING_SLACK * 1000.0 / load[1]
+    return max(0, min(below - 1, math.ceil(target / per_worker) - 1))
+
+
+def _beyond_cpus_bound(results: list[ConfigResult], per_rank: float) -> BeyondCpus | None:
+    """One run past the CPUs far faster than as many workers as the CPUs could possibly deliver:
+    evidence without measuring that many (the bound is linear scaling of the 0-worker loading).
+    CPU work is vetoed as for single runs: it cannot scale past the CPUs on a quiet machine."""
+    limit = cpu_limit(per_rank)
+    zero = zero_load_ms(results)
+    bound = linear_bound(results, limit)
+    if zero is None or bound is None:
+        return None
+    if _cpu_work(results) and not contention(results):
+        return None
+    runs = [r for r in results if r.ok and r.batches_per_s and r.settings.in_order
+            and r.settings.effective_prefetch_factor == DEFAULT_PREFETCH and oversubscribed(r.settings.num_workers, per_rank)]
+    if not runs:
+        return None
+    best = max(runs, key=lambda r: r.batches_per_s)
+    if best.batches_per_s < SCALING_SLACK * BEYOND_CPUS_PAYS * bound:
+        return None
+    return BeyondCpus(zero[0], best, bound, best.batches_per_s, others=contention(results), bound_workers=limit)
+
+
+def _beyond_cpus_measured(results: list[ConfigResult], per_rank: float) -> BeyondCpus | None:
     groups: dict[int, list[ConfigResult]] = {}
     for r in results:
         if r.ok and r.batches_per_s and r.settings.in_order and r.settings.effective_prefetch_factor == DEFAULT_PREFETCH:
@@ -250,14 +330,19 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
                 if min(r.batches_per_s for r in bs) > max(r.batches_per_s for r in a_s) and b_mean > a_mean * (1 + tol):
                     return BeyondCpus(a_s[-1], bs[-1], a_mean, b_mean, repeated=True, others=others)
                 continue
-            zero = [r for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
-            if zero and max(r.fetch_cpu_pct for r in zero) > 100 * CPU_BUSY_SHARE and not others:
+            if _cpu_work(results) and not others:
                 continue  # CPU work gains past the CPUs only by taking CPU time from other processes
             for a in a_s:
                 for b in bs:
                     if b.batches_per_s >= BEYOND_CPUS_PAYS * a.batches_per_s:
                         return BeyondCpus(a, b, a.batches_per_s, b.batches_per_s, others=others)
     return None
+
+
+def _cpu_work(results: Iterable[ConfigResult]) -> bool:
+    """A 0-worker fetch was mostly CPU time (:data:`CPU_BUSY_SHARE`)."""
+    zero = [r.fetch_cpu_pct for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
+    return bool(zero) and max(zero) > 100 * CPU_BUSY_SHARE
 
 
 def contended(other_cpus: float | None) -> float:

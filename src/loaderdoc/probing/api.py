@@ -206,7 +206,8 @@ def probe(
 
     def measure(settings: LoaderSettings, purpose: str, restart: bool) -> ConfigResult:
         nonlocal streams_known
-        run_plan = plan if restart else _without_restart(plan)
+        # a restart run times the epoch restart of a size already measured: no steady window again
+        run_plan = dataclasses.replace(plan, steady=False) if restart else _without_restart(plan)
         if info.iterable and settings.num_workers >= 2 and not streams_known:
             run_plan = dataclasses.replace(run_plan, check_worker_streams=True)
         result = run_config(workload, settings, run_plan, cancel=cancel, purpose=purpose)

@@ -52,6 +52,9 @@ class RunPlan:
     warmup_cap_s: float | None = None  # longest warm-up (default 0.5x window)
     loader_timeout_s: float = 10.0  # DataLoader(timeout=...): a worker batch slower than this fails
     measure_restart: bool = True  # time the gap between this epoch's last batch and the next's first
+    # measure the steady rate (warm-up, then the window); off for a run that only times the epoch
+    # restart of a configuration whose rate is already known: it ends the epoch after the first batch
+    steady: bool = True
     # with workers and persistent_workers off, also time that gap with persistent workers (a second
     # loader in the same run: cheaper than a whole second configuration)
     compare_persistent: bool = True
@@ -221,10 +224,13 @@ def measure_in_process(
     monitor.start()
     epoch_over = False
     ready = _ready_batches(iterator)
+    waits: list[float] = []
     try:
-        epoch_over, result.warmup_batches = _warm_up(iterator, consumer, settings, plan, clock,
-                                                     step_s=workload.step_ms / 1000.0)
-        waits: list[float] = []
+        if plan.steady:
+            epoch_over, result.warmup_batches = _warm_up(iterator, consumer, settings, plan, clock,
+                                                         step_s=workload.step_ms / 1000.0)
+        else:
+            epoch_over = True  # no steady window: straight to the epoch restart
         steps: list[float] = []
         ready_waits: list[float] = []  # waits for a batch that was already in the queue: the transfer
         fetch_cpu = 0.0
@@ -258,8 +264,9 @@ def measure_in_process(
             steps.append(clock() - got)
         steady = clock() - steady_started
         after = tally.snapshot()
-        result.cpu_util_pct = psutil.cpu_percent(None)
-        result.other_cpus = _other_cpus(use_before, _cpu_use(), steady)
+        if plan.steady:  # over no window these say nothing
+            result.cpu_util_pct = psutil.cpu_percent(None)
+            result.other_cpus = _other_cpus(use_before, _cpu_use(), steady)
     finally:
         monitor.stop()
 
@@ -285,7 +292,7 @@ def measure_in_process(
         result.step_ms_achieved = statistics.fmean(steps) * 1000
         if settings.num_workers == 0 and sum(waits) > 0:
             result.fetch_cpu_pct = min(100.0, 100.0 * fetch_cpu / sum(waits))
-    else:
+    elif plan.steady:
         result.status = "failed"
         result.error = ("the dataset ran out before any steady batch could be measured; "
                         "give the probe a dataset with more samples (or an IterableDataset that runs longer)")

@@ -130,7 +130,7 @@ def outcome(self: Search) -> SearchOutcome:
                            f"num_workers={p.workers}")
     if self.stopped == "settled":
         reasons.append(f"settled after {len(self.results)} runs in {self.elapsed:.0f} s of the "
-                       f"{self.limits.budget_s:.0f} s budget: the pick held across repeated runs in turns")
+                       f"{self.limits.budget_s:.0f} s budget: {self.settled_why or 'nothing left that could change the pick'}")
     outcome.recommended = settings
     outcome.reasons = reasons + self.notes
     return outcome
@@ -177,14 +177,17 @@ def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons:
     if on and off:
         saving, what = max(0.0, min(off) - min(on)), f"the gap between epochs was {min(off):.2f} s without and {min(on):.2f} s with"
     else:
-        first = [r.first_batch_s for r in self.measured(*key) if r.first_batch_s is not None]
-        if not first:
+        estimate = self.startup_saving(key)
+        if estimate is None:
             reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
             return True
         why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
-                   else "the start-up alone decides it" if self.persistence_clear(key) is not None
+                   else "the start-up decides it" if self.persistence_clear(key) is not None
                    else "within the budget")
-        saving, what = min(first), f"starting the workers took {min(first):.2f} s (restart not measured: {why_not})"
+        saving, first, load = estimate
+        what = (f"starting the workers took {first:.2f} s to the first batch, {load:.2f} s of it loading that batch "
+                f"(persistent workers load it too): restarting them costs about {saving:.2f} s (restart not timed: "
+                f"{why_not})")
     steps = self.limits.epoch_steps
     if not steps or not rate:
         reasons.append(f"persistent_workers=True: {what}; without it that is paid every epoch (epoch length "

@@ -101,6 +101,8 @@ class Search:
         self.model: LoadModel | None = None  # predicted from the 0-worker run
         self.predicted = 0  # the workers the model predicted
         self._max = limits.max_workers
+        self._ruled_out_noted: set[int] = set()
+        self.settled_why = ""  # what settled the pick, for the reasons
 
     # ---- bookkeeping ------------------------------------------------------------------------
     @property
@@ -112,7 +114,8 @@ class Search:
         if not durations:
             return self.limits.expected_cost_s
         guess = max(durations[-3:])  # pessimistic: overrunning the budget is worse than one config less
-        return guess * (2.2 if restart else 1.0)  # a restart run also drains and starts a second loader
+        # a restart run skips the window but drains, forks the workers again and starts a second loader
+        return guess * (1.5 if restart else 1.0)
 
     def _halted(self) -> bool:
         return bool(self.stopped) and self.stopped not in ("not starved",)
@@ -271,37 +274,72 @@ class Search:
             f"reach{'es' * (self.predicted == 1)} {rate:.1f} steps/s, where the {_LIMITS[limit]} limits it{capped}")
 
     def _verify(self) -> None:
-        """Measure the predicted size and its neighbours; go up while the top one still pays."""
+        """Measure the predicted size; climb while a bigger size may still pay.
+
+        Each step up is calibrated on what the top size measured: at its rate per worker (real
+        curves bend below the model's straight line), how many workers reach the ceiling the step
+        or the CPUs set. No climb once the top is within tolerance of that ceiling, a bigger size
+        measured no faster, or the next size is within an eighth of the top."""
         w = self.predicted
-        delta = max(1, round(0.25 * w))
-        sizes = (w, w + delta, w - delta)
         if self._shared_cpu_work and w > policy.cpu_limit(self.limits.cpu_budget):
             # beside other processes the curve only flattens towards the CPUs: nothing above the
             # prediction (and no climb below), the CPU count early (the reference any gain past the
             # CPUs is judged against) and half way between (worker start-up is slow on shared CPUs)
             limit = policy.cpu_limit(self.limits.cpu_budget)
-            sizes = (w, limit, (w + limit) // 2)
-        for n in sizes:
-            if 1 <= n <= self._max and not self.measured(n):
-                result = self.try_config(self.settings_for(n), "verify: around the predicted size")
-                if result is None or self._halted():
-                    return
-                if not result.ok:
-                    self.notes.append(f"num_workers={n} failed ({result.error})")
-        while not self._halted() and not self._shared_cpu_work:
-            table = by_workers(self.fitting_throughputs())
-            sizes = sorted(table)
-            top = sizes[-1]
-            if top >= self._max or max(table, key=table.get) != top or len(sizes) < 2:
+            for n in (w, limit, (w + limit) // 2):
+                if 1 <= n <= self._max and not self.measured(n):
+                    result = self.try_config(self.settings_for(n), "verify: around the predicted size")
+                    if result is None or self._halted():
+                        return
+            return
+        if 1 <= w <= self._max and not self.measured(w):
+            result = self.try_config(self.settings_for(w), "verify: the predicted size")
+            if result is not None and not result.ok:
+                self.notes.append(f"num_workers={w} failed ({result.error})")
+        while not self._halted():
+            table = {n: v for n, v in by_workers(self.fitting_throughputs()).items() if n > 0}
+            if not table:
                 return
-            below = sizes[-2]
-            if table[top] < table[below] * (1 + self.tolerance()):
-                return  # the plateau
-            nxt = min(self._max, top + max(1, round(0.5 * top)))
-            self.notes.append(f"num_workers={top} still beat num_workers={below} ({table[top]:.1f} vs "
-                              f"{table[below]:.1f} steps/s): the model was low, measuring {nxt}")
-            if self.try_config(self.settings_for(nxt), "verify: more workers still paid") is None:
+            top = max(table)
+            if top >= self._max or max(table, key=table.get) != top:
+                return  # at the cap, or a bigger size measured no faster: the plateau
+            if self._near_ceiling(table[top]):
+                self.notes.append(self._ceiling_text(top, table[top]))
                 return
+            nxt = self._calibrated_size(top, table[top])
+            if nxt <= top + top // 8:
+                return  # an eighth more workers of many is not worth a run
+            nxt = min(self._max, nxt, 2 * top)
+            self.notes.append(f"num_workers={top} ran at {table[top]:.1f} steps/s, {table[top] / top:.2f} per worker: "
+                              f"measuring {nxt}, about the fewest at that rate per worker to reach the ceiling")
+            if self.try_config(self.settings_for(nxt), "verify: more workers may still pay") is None:
+                return
+
+    def _ceiling(self) -> float | None:
+        """The rate no loader configuration can pass: the step's (measured), or the CPUs' for CPU work."""
+        if self.model is None:
+            return None
+        if self._cpu_ceiling(next(iter(self.measured(0)), None)) is not None and not self.others:
+            return self.model.ceiling
+        return self.model.step_per_s() if self.model.step_ms > 0 else None
+
+    def _near_ceiling(self, rate: float) -> bool:
+        ceiling = self._ceiling()
+        return ceiling is not None and rate >= ceiling * (1 - self.tolerance())
+
+    def _ceiling_text(self, workers: int, rate: float) -> str:
+        ceiling = self._ceiling() or 0.0
+        what = (f"the {self.model.step_ms:.0f} ms step allows" if self.model and ceiling >= self.model.step_per_s() - 1e-9
+                else f"the {self.limits.cpu_budget:g} CPUs allow at the 0-worker run's CPU time a batch")
+        return (f"num_workers={workers} ran at {rate:.1f} steps/s, within {self.tolerance():.0%} of the {ceiling:.1f} "
+                f"{what}: more workers cannot be faster, none measured")
+
+    def _calibrated_size(self, top: int, rate: float) -> int:
+        """Workers that reach the ceiling at the rate per worker ``top`` workers measured."""
+        ceiling = self._ceiling()
+        if ceiling is None or rate <= 0:
+            return top + max(1, round(0.5 * top))
+        return math.ceil((1 - self.tolerance()) * ceiling * top / rate - 1e-9)
 
     def _cpu_reference(self) -> None:
         """Measure as many workers as the CPUs allow when the climb went past them.
@@ -325,34 +363,57 @@ class Search:
     def _refine(self) -> None:
         """Narrow down to the fewest workers within tolerance of the best (default prefetch).
 
-        Below saturation throughput grows about linearly with workers, so the next size tried is
-        interpolated between the largest size that was too slow and the cheapest that is fast
-        enough; after a guess that was fast enough (a wide plateau), plain bisection.
+        Sizes whose linear bound (the 0-worker loading, times the workers, with slack: see
+        :func:`loaderdoc.policy.ruled_out_below`) cannot reach the target are never measured. Above
+        them, the next size is the knee of that straight line (the fewest workers at the 0-worker
+        rate per worker), or interpolated between the largest size measured too slow and the
+        cheapest fast enough; after a guess that was fast enough, one worker less, then bisection.
         """
-        interpolate = True
+        interpolate, walked = True, False
         while not self._halted():
             candidate = self.cheapest_near_best()
             if candidate is None or candidate[0] <= 1:
                 return
             table = self.throughputs()
-            below = [k for k in table if k[0] < candidate[0] and k[1] in (0, 2)]
-            lower = max(below, default=(0, 0))
-            # to within one worker, or an eighth of many: a worker more of 16 is not worth a run
-            if candidate[0] - lower[0] <= max(1, candidate[0] // 8):
-                return
             best = max(self.fitting_throughputs().values())
             target = best * (1 - self.tolerance())
-            low_rate, high_rate = table.get(lower, 0.0), table[candidate]
-            if interpolate and high_rate > low_rate:
-                share = (target - low_rate) / (high_rate - low_rate)
+            slow = [k for k in table if 0 < k[0] < candidate[0] and k[1] == policy.DEFAULT_PREFETCH]
+            lower = max(slow, default=(0, 0))
+            ruled_out = policy.ruled_out_below(self.results, target, candidate[0])
+            floor = max(lower[0], ruled_out)
+            # to within one worker, or an eighth of many: a worker more of 16 is not worth a run
+            if candidate[0] - floor <= max(1, candidate[0] // 8):
+                if ruled_out > lower[0] and ruled_out not in self._ruled_out_noted:
+                    self._ruled_out_noted.add(ruled_out)
+                    self.notes.append(self._ruled_out_text(ruled_out, target))
+                return
+            knee = self._knee(target)
+            high_rate = table[candidate]
+            if interpolate and lower[0] == floor and lower[0] > 0 and high_rate > table[lower]:
+                share = (target - table[lower]) / (high_rate - table[lower])
                 size = lower[0] + math.ceil(share * (candidate[0] - lower[0]))
+            elif interpolate and knee is not None:
+                size = knee
+            elif not walked:
+                size, walked = candidate[0] - 1, True
             else:
-                size = (lower[0] + candidate[0]) // 2
-            size = min(candidate[0] - 1, max(lower[0] + 1, size))
+                size = (floor + candidate[0]) // 2
+            size = min(candidate[0] - 1, max(floor + 1, size))
             result = self.try_config(self.settings_for(size), "narrow down: fewer workers, as fast?")
             if result is None:
                 return
             interpolate = not (result.ok and (result.batches_per_s or 0) >= target)
+
+    def _knee(self, target: float) -> int | None:
+        """Fewest workers reaching ``target`` at the 0-worker run's rate per worker (a straight line)."""
+        one = policy.linear_bound(self.results, 1)
+        return math.ceil(target / one - 1e-9) if one else None
+
+    def _ruled_out_text(self, workers: int, target: float) -> str:
+        bound = policy.linear_bound(self.results, workers) or 0.0
+        return (f"num_workers={workers} and fewer not measured: even {policy.SCALING_SLACK:g}x their most "
+                f"({bound:.1f} steps/s at the 0-worker loading rate per worker) stays below {target:.1f}, "
+                "the least the pick must reach")
 
     def _prefetch(self) -> None:
         candidate = self.cheapest_near_best()
@@ -390,8 +451,12 @@ class Search:
         why = (f"batches load unevenly with 0 workers (p95 {base0.wait.p95_ms:.0f} ms vs p50 {base0.wait.p50_ms:.0f} ms)"
                if spread else f"bursty waits at the pick (p95 {last.wait.p95_ms:.0f} ms vs p50 {last.wait.p50_ms:.0f} ms)")
         settings = self.settings_for(candidate[0], candidate[1] or None, in_order=False)
-        if self.try_config(settings, f"in_order=False: {why}") is None:
+        off = self.try_config(settings, f"in_order=False: {why}")
+        if off is None or not off.ok or not off.batches_per_s:
             return
+        if off.batches_per_s <= self.throughputs()[candidate] * (1 + self.tolerance()):
+            return  # no faster than in order: one run shows it cannot pay
+        # faster: the in-order twin again, beside it, so a change in the machine's load hits both alike
         self.try_config(self.settings_for(candidate[0], candidate[1] or None), "in_order=True again, beside it")
 
     def in_order_gain(self) -> tuple[float, float, int] | None:
@@ -406,14 +471,18 @@ class Search:
         return statistics.fmean(off), choice.rate, len(off)
 
     def _repeat_contenders(self) -> None:
-        """Measure the close contenders again, in turns, until the pick stops changing.
+        """Measure the close contenders again, in turns, until the pick stops changing, where the
+        machine's noise could have decided it.
 
         Contenders: the best, the pick, the next cheaper size if within 10 % of the best, and any size past
         the CPUs that measured faster but is not allowed on one run. A size far slower than the best
         needs no second run to lose, and a pick with no contender, or one already as fast as the
-        step allows, has nothing to be compared with: those settle at once. Each round measures
-        each contender once more; two rounds in a row with the same pick settle it."""
+        step allows, has nothing to be compared with: those settle at once. On a quiet machine (no
+        run saw other processes keep half a CPU busy) one window per size is trusted, and only the
+        sizes past the CPUs that need repeats as evidence are repeated. Each round measures each
+        contender once more; two rounds in a row with the same pick settle it."""
         previous = self.cheapest_near_best()
+        quiet = self.busy_cpus() < policy.CONTENDED_CPUS
         for round_ in range(2, MAX_ROUNDS + 1):
             table = self.fitting_throughputs()
             choice = self.choice()
@@ -427,10 +496,18 @@ class Search:
             if cheaper:
                 contenders.add(max(cheaper))
             # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
-            contenders |= {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
+            unproven = {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
+            contenders |= unproven
             if len(contenders) == 1:
+                self.settled_why = self.settled_why or "no other size came within 10 % of the pick"
                 return
             if self._at_step_ceiling(choice.rate, choice.tolerance):
+                self.settled_why = "the pick runs as fast as the step allows"
+                return
+            if quiet and not unproven:
+                self.settled_why = self.settled_why or (
+                    f"one window per size on a quiet machine (other processes kept at most {self.busy_cpus():.1f} "
+                    "CPUs busy in any run; on a busy one the close contenders are measured again in turns)")
                 return
             for key in sorted(contenders):
                 if len(self.measured(*key)) >= round_:
@@ -441,8 +518,13 @@ class Search:
             self._refine()  # a repeat can move the best, and with it the fewest workers that fast
             now = self.cheapest_near_best()
             if now == previous and all(len(self.measured(*k)) >= 2 for k in contenders if k in self.throughputs()):
+                self.settled_why = "the pick held across repeated runs in turns"
                 return
             previous = now
+
+    def busy_cpus(self) -> float:
+        """The most CPUs other processes kept busy during any run (0 when none was read)."""
+        return max((r.other_cpus for r in self.results if r.ok and r.other_cpus is not None), default=0.0)
 
     def _at_step_ceiling(self, rate: float, tolerance: float) -> bool:
         """The pick already runs within tolerance of what the training step allows: no loader
@@ -456,25 +538,37 @@ class Search:
                           f"{self.model.step_ms:.0f} ms step allows: no configuration can be faster, no repeats needed")
         return True
 
-    def persistence_clear(self, key: tuple[int, int]) -> bool | None:
-        """persistent_workers decided by the workers' start-up alone, before timing a restart.
-
-        Keeping workers saves at most their start-up (time to the first batch) and at least that
-        minus one batch's loading (which a persistent worker still does). When even the most is
-        below :data:`~loaderdoc.policy.PERSISTENT_PAYS_SHARE` of an epoch, or the least is twice
-        that, a restart run would not change the answer. None: too close to call, measure it."""
-        steps = self.limits.epoch_steps
+    def startup_saving(self, key: tuple[int, int]) -> tuple[float, float, float] | None:
+        """What persistent workers would save each epoch, from the start-up alone: (saving, time to
+        the first batch, one batch's loading), in seconds. A new epoch without persistent workers
+        forks them again and waits for a first batch; with them it still waits for that batch
+        (the workers load it then), so the saving is the start-up minus one batch's loading."""
         rows = self.measured(*key)
         first = [r.first_batch_s for r in rows if r.first_batch_s is not None]
         rate = policy.throughputs(rows).get(key)
-        if not steps or not first or not rate:
+        if not first or not rate:
             return None
-        load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=1.0 / rate)
-        epoch_s = steps / rate
-        most, least = min(first), max(0.0, min(first) - load_s)
-        if policy.restart_share(most, epoch_s) < policy.PERSISTENT_PAYS_SHARE:
+        zero = policy.zero_load_ms(self.results)  # without stage timings: the batch as the 0-worker run loaded it
+        fallback = zero[1] / 1000 if zero else 1.0 / rate
+        load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=fallback)
+        return max(0.0, min(first) - load_s), min(first), load_s
+
+    def persistence_clear(self, key: tuple[int, int]) -> bool | None:
+        """persistent_workers decided by the workers' start-up alone, before timing a restart.
+
+        The saving :meth:`startup_saving` estimates is weighed against the user's epoch; only
+        when it lies within :data:`~loaderdoc.policy.PERSISTENT_CLEAR_BAND` of
+        :data:`~loaderdoc.policy.PERSISTENT_PAYS_SHARE` either way would a timed restart (a run of
+        its own, forking the workers twice) be likely to change the answer. None: measure it."""
+        steps = self.limits.epoch_steps
+        saving = self.startup_saving(key)
+        rate = policy.throughputs(self.measured(*key)).get(key)
+        if not steps or saving is None or not rate:
+            return None
+        share = policy.restart_share(saving[0], steps / rate)
+        if share < policy.PERSISTENT_PAYS_SHARE / policy.PERSISTENT_CLEAR_BAND:
             return False
-        if policy.restart_share(least, epoch_s) >= 2 * policy.PERSISTENT_PAYS_SHARE:
+        if share >= policy.PERSISTENT_PAYS_SHARE * policy.PERSISTENT_CLEAR_BAND:
             return True
         return None
 

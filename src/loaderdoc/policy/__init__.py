@@ -34,8 +34,9 @@ MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larg
 NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
 SPIKY_LOAD_RATIO = 2.0  # batches whose load time p95 >= 2 x p50: a few slow samples hold batches back
 PERSISTENT_PAYS_SHARE = 0.01  # persistent_workers when restarting workers costs >= 1 % of an epoch
-PERSISTENT_CLEAR_BAND = 2.0  # the start-up's estimate of that cost decides unless within 2x of it
-#                              either way: then the probe times a real restart
+PERSISTENT_CLEAR_BAND = 1.5  # the start-up's estimate of that cost decides unless within 1.5x of it
+#                              either way: then the probe times a real restart (a run of its own that
+#                              forks the workers twice: 2-5 s, for a choice worth under 1.5 % of an epoch)
 BURSTY_RATIO = 3.0  # wait p95 >= 3 x p50 ...
 BURSTY_FLOOR_MS = 10.0  # ... and p95 >= the step (this when no step is known): stalls, not jitter
 # CPU

@@ -81,6 +81,14 @@ def build(case: Case):
     return dataset, collate
 
 
+def warm(dataset) -> None:
+    """Files in the page cache before each probe and the grid, so both measure the same (warm)
+    workload; what a cold first read costs is another workload (see docs/probe.md)."""
+    from benchmarks.torchvision_pipeline import read_all_files
+
+    read_all_files(dataset)
+
+
 def key_of(s) -> tuple[int, int, bool]:
     return s.num_workers, s.effective_prefetch_factor, s.in_order
 
@@ -117,6 +125,7 @@ def run_case(case: Case, condition: str, probes: int, rounds: int, window: float
     print(f"\n== {case.name} ({condition}): {case.label}", flush=True)
     reports = []
     for i in range(probes):
+        warm(dataset)
         report = probe(dataset, collate_fn=collate, batch_size=case.batch_size, step_ms=case.step_ms, name=case.name)
         rec = report.recommended
         reports.append(report)
@@ -129,6 +138,7 @@ def run_case(case: Case, condition: str, probes: int, rounds: int, window: float
     configs = grid_settings(case, picks)
     rows: dict[tuple, list] = {key_of(s): [] for s in configs}
     rng = random.Random(seed)
+    warm(dataset)
     started = time.monotonic()
     for round_ in range(rounds):
         order = list(configs)

@@ -256,6 +256,19 @@ def make_dataset() -> Any:
     return image_folder(generate_images(_cache_dir("LOADERDOC_BENCH_IMAGES", "bench-images-3000")))
 
 
+def read_all_files(dataset: Any) -> int:
+    """Read every image file of an ImageFolder once (into the page cache); returns the bytes read.
+
+    The probe and the grid must measure one workload: on this VM files read minutes ago can be
+    cold again, and a first read of a JPEG costs several ms of waiting on the disk, which turns
+    the CPU-bound pipeline into an I/O-bound one until the files are cached."""
+    total = 0
+    for path, _ in getattr(dataset, "samples", []):
+        with open(path, "rb") as f:
+            total += len(f.read())
+    return total
+
+
 def make_small_dataset() -> Any:
     """The same pipeline over 96 images in 4 classes (about 1 s to generate), for tests."""
     import_torchvision()

@@ -128,6 +128,18 @@ def test_persistent_workers_shorten_the_gap_between_epochs():
     assert fresh.epoch_restart_persistent_s < fresh.epoch_restart_s
 
 
+def test_a_restart_run_times_both_restarts_without_a_steady_window():
+    # the search's persistence run: the size's rate is known, only the restarts are timed
+    workload = LoadJob(probe_userdata.make(), step_ms=1.0)
+    plan = RunPlan(window_s=5.0, min_batches=3, loader_timeout_s=3.0, steady=False)
+    r = run_config(workload, loader(2, persistent_workers=False), plan)
+    assert r.ok, r.error
+    assert r.batches == 0 and r.warmup_batches == 0 and r.batches_per_s is None
+    assert r.epoch_restart_s > 0 and r.epoch_restart_persistent_s > 0
+    assert r.first_batch_s > 0 and r.worker_pss_bytes > 0
+    assert r.other_cpus is None  # over no window it would say nothing
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_dataset_raising_on_an_index_fails_that_configuration_with_its_traceback(workers):
     workload = LoadJob(probe_userdata.make_raising(), step_ms=1.0)

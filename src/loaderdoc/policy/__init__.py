@@ -252,8 +252,9 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
     if per_rank is None:
         return None
     results = list(results)
-    measured = _beyond_cpus_measured(results, per_rank)
-    return measured if measured is not None else _beyond_cpus_bound(results, per_rank)
+    # the bound first: far past what the CPU count could deliver says more than two sizes past it
+    bound = _beyond_cpus_bound(results, per_rank)
+    return bound if bound is not None else _beyond_cpus_measured(results, per_rank)
 
 
 def zero_load_ms(results: Iterable[ConfigResult]) -> tuple[ConfigResult, float] | None:

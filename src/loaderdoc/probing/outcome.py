@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
+from loaderdoc.probing import persistence
 from loaderdoc.probing.model import breakdown, by_workers, prediction
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction
 from loaderdoc.settings import LoaderSettings
@@ -177,12 +178,12 @@ def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons:
     if on and off:
         saving, what = max(0.0, min(off) - min(on)), f"the gap between epochs was {min(off):.2f} s without and {min(on):.2f} s with"
     else:
-        estimate = self.startup_saving(key)
+        estimate = persistence.startup_saving(self, key)
         if estimate is None:
             reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
             return True
         why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
-                   else "the start-up decides it" if self.persistence_clear(key) is not None
+                   else "the start-up decides it" if persistence.clear(self, key) is not None
                    else "within the budget")
         saving, first, load = estimate
         what = (f"starting the workers took {first:.2f} s to the first batch, {load:.2f} s of it loading that batch "

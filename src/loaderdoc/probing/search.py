@@ -9,19 +9,23 @@ Predict, then verify:
 2. **Predict** the throughput curve over ``num_workers`` from that run's stage timings
    (:mod:`.model`): waiting overlaps across workers, CPU work saturates at the CPU budget, the
    step (and taking batches from workers) caps everything; memory and ``/dev/shm`` cap the
-   workers through :mod:`loaderdoc.policy`. The model names the fewest workers at the top.
-3. **Measure around the prediction**: that size, a quarter above and a quarter below (one at
-   least). If the top one is still clearly the fastest, go up until it stops paying.
-4. If a size past the CPU budget is among them, measure as many workers as the CPUs allow.
-5. Narrow down (interpolate, then bisect) to the fewest workers within tolerance of the best
-   (to one worker, or an eighth of the pick past 16).
+   workers through :mod:`loaderdoc.policy`. The model names the fewest workers at the top. The
+   same run bounds every size (``policy.linear_bound``): sizes that cannot reach the target are
+   never measured, and one far past it beyond the CPUs needs no run at the CPU count.
+3. **Measure the prediction**, then climb while the top size is the fastest and short of the
+   ceiling, each step calibrated on the rate per worker the top size measured.
+4. If a size past the CPU budget is among them without evidence, measure as many workers as the
+   CPUs allow.
+5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest
+   workers within tolerance of the best (to one worker, or an eighth of the pick past 16).
 6. ``prefetch_factor=4`` if the waits are bursty; ``in_order=False`` if single batches take far
-   longer than others to load (torch >= 2.6), each against the pick measured again beside it.
-7. Measure the close contenders again, in turns, until the pick stops changing: a repeated,
-   interleaved comparison is what a busy machine's noise cannot fake. None when the pick has no
-   close contender or already runs as fast as the step allows.
-8. ``persistent_workers`` on/off at the pick, timing the restart between epochs, unless the
-   workers' start-up alone decides it against the user's epoch.
+   longer than others to load (torch >= 2.6), against the pick measured again beside it when it
+   looks faster.
+7. Where the machine is busy (noise could decide), measure the close contenders again, in turns,
+   until the pick stops changing: a repeated, interleaved comparison is what a busy machine's
+   noise cannot fake. On a quiet machine one window per size is trusted.
+8. ``persistent_workers`` from the workers' start-up against the user's epoch; a restart is timed
+   at the pick only when that estimate is too close to the line to call.
 9. ``pin_memory`` only with CUDA (without it pinning does nothing).
 
 The search stops early once the pick is confirmed ("settled"), and otherwise when the budget
@@ -41,13 +45,13 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
+from loaderdoc.probing import persistence, repeats
 from loaderdoc.probing.model import LoadModel, by_workers, model_from
 from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
 
 MAX_CONSECUTIVE_FAILURES = 3
-MAX_ROUNDS = 4  # contenders are measured at most this many times each
 
 # what limits a predicted rate, in words
 _LIMITS = {"workers": "workers' loading", "CPU": "CPU budget", "step": "training step",
@@ -471,120 +475,14 @@ class Search:
         return statistics.fmean(off), choice.rate, len(off)
 
     def _repeat_contenders(self) -> None:
-        """Measure the close contenders again, in turns, until the pick stops changing, where the
-        machine's noise could have decided it.
-
-        Contenders: the best, the pick, the next cheaper size if within 10 % of the best, and any size past
-        the CPUs that measured faster but is not allowed on one run. A size far slower than the best
-        needs no second run to lose, and a pick with no contender, or one already as fast as the
-        step allows, has nothing to be compared with: those settle at once. On a quiet machine (no
-        run saw other processes keep half a CPU busy) one window per size is trusted, and only the
-        sizes past the CPUs that need repeats as evidence are repeated. Each round measures each
-        contender once more; two rounds in a row with the same pick settle it."""
-        previous = self.cheapest_near_best()
-        quiet = self.busy_cpus() < policy.CONTENDED_CPUS
-        for round_ in range(2, MAX_ROUNDS + 1):
-            table = self.fitting_throughputs()
-            choice = self.choice()
-            if len(table) < 2 or choice is None or self._halted():
-                return
-            best, pick = choice.best_key, choice.key
-            contenders = {best, pick}
-            # the next cheaper size, if close: a second run may bring it within tolerance (the sizes
-            # between the pick and the best cost more than the pick whatever their repeats say)
-            cheaper = [k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < pick[0]]
-            if cheaper:
-                contenders.add(max(cheaper))
-            # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
-            unproven = {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
-            contenders |= unproven
-            if len(contenders) == 1:
-                self.settled_why = self.settled_why or "no other size came within 10 % of the pick"
-                return
-            if self._at_step_ceiling(choice.rate, choice.tolerance):
-                self.settled_why = "the pick runs as fast as the step allows"
-                return
-            if quiet and not unproven:
-                self.settled_why = self.settled_why or (
-                    f"one window per size on a quiet machine (other processes kept at most {self.busy_cpus():.1f} "
-                    "CPUs busy in any run; on a busy one the close contenders are measured again in turns)")
-                return
-            for key in sorted(contenders):
-                if len(self.measured(*key)) >= round_:
-                    continue
-                if self.try_config(self.settings_for(key[0], key[1] or None),
-                                   "repeat: contenders measured in turns") is None:
-                    return
-            self._refine()  # a repeat can move the best, and with it the fewest workers that fast
-            now = self.cheapest_near_best()
-            if now == previous and all(len(self.measured(*k)) >= 2 for k in contenders if k in self.throughputs()):
-                self.settled_why = "the pick held across repeated runs in turns"
-                return
-            previous = now
+        repeats.repeat_contenders(self)
 
     def busy_cpus(self) -> float:
         """The most CPUs other processes kept busy during any run (0 when none was read)."""
         return max((r.other_cpus for r in self.results if r.ok and r.other_cpus is not None), default=0.0)
 
-    def _at_step_ceiling(self, rate: float, tolerance: float) -> bool:
-        """The pick already runs within tolerance of what the training step allows: no loader
-        configuration can be faster, so repeating the contenders cannot change the answer."""
-        if self.model is None or self.model.step_ms <= 0:
-            return False
-        ceiling = self.model.step_per_s()
-        if rate < ceiling * (1 - tolerance):
-            return False
-        self.notes.append(f"the pick runs at {rate:.1f} steps/s, within {tolerance:.0%} of the {ceiling:.1f} the "
-                          f"{self.model.step_ms:.0f} ms step allows: no configuration can be faster, no repeats needed")
-        return True
-
-    def startup_saving(self, key: tuple[int, int]) -> tuple[float, float, float] | None:
-        """What persistent workers would save each epoch, from the start-up alone: (saving, time to
-        the first batch, one batch's loading), in seconds. A new epoch without persistent workers
-        forks them again and waits for a first batch; with them it still waits for that batch
-        (the workers load it then), so the saving is the start-up minus one batch's loading."""
-        rows = self.measured(*key)
-        first = [r.first_batch_s for r in rows if r.first_batch_s is not None]
-        rate = policy.throughputs(rows).get(key)
-        if not first or not rate:
-            return None
-        zero = policy.zero_load_ms(self.results)  # without stage timings: the batch as the 0-worker run loaded it
-        fallback = zero[1] / 1000 if zero else 1.0 / rate
-        load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=fallback)
-        return max(0.0, min(first) - load_s), min(first), load_s
-
-    def persistence_clear(self, key: tuple[int, int]) -> bool | None:
-        """persistent_workers decided by the workers' start-up alone, before timing a restart.
-
-        The saving :meth:`startup_saving` estimates is weighed against the user's epoch; only
-        when it lies within :data:`~loaderdoc.policy.PERSISTENT_CLEAR_BAND` of
-        :data:`~loaderdoc.policy.PERSISTENT_PAYS_SHARE` either way would a timed restart (a run of
-        its own, forking the workers twice) be likely to change the answer. None: measure it."""
-        steps = self.limits.epoch_steps
-        saving = self.startup_saving(key)
-        rate = policy.throughputs(self.measured(*key)).get(key)
-        if not steps or saving is None or not rate:
-            return None
-        share = policy.restart_share(saving[0], steps / rate)
-        if share < policy.PERSISTENT_PAYS_SHARE / policy.PERSISTENT_CLEAR_BAND:
-            return False
-        if share >= policy.PERSISTENT_PAYS_SHARE * policy.PERSISTENT_CLEAR_BAND:
-            return True
-        return None
-
     def _persistence(self) -> None:
-        candidate = self.cheapest_near_best()
-        if candidate is None or candidate[0] == 0:
-            return
-        workers, prefetch = candidate
-        settings = self.settings_for(workers, prefetch)
-        done = [r for r in self.results if r.ok and r.settings == settings and r.epoch_restart_s is not None]
-        # an IterableDataset's epoch ends when its stream does, not when the probe asks: no restart to time
-        if (not done and not self.limits.iterable and self.persistence_clear(candidate) is None
-                and self.try_config(settings, "epoch restart, persistent_workers off and on", restart=True) is None):
-            return
-        if self.limits.cuda:
-            self.try_config(self.settings_for(workers, prefetch, pin_memory=True), "pin_memory on (CUDA)")
+        persistence.measure(self)
 
     def _outcome(self) -> SearchOutcome:
         return outcome(self)

@@ -1,0 +1,81 @@
+"""Measuring close contenders again, in turns, where the machine's noise could decide the pick.
+
+A function of a :class:`~loaderdoc.probing.search.Search` (as :mod:`.outcome` is). Pure logic.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loaderdoc import policy
+
+if TYPE_CHECKING:
+    from loaderdoc.probing.search import Search
+
+MAX_ROUNDS = 4  # contenders are measured at most this many times each
+
+
+def repeat_contenders(self: Search) -> None:
+    """Measure the close contenders again, in turns, until the pick stops changing, where the
+    machine's noise could have decided it.
+
+    Contenders: the best, the pick, the next cheaper size if within 10 % of the best, and any size past
+    the CPUs that measured faster but is not allowed on one run. A size far slower than the best
+    needs no second run to lose, and a pick with no contender, or one already as fast as the
+    step allows, has nothing to be compared with: those settle at once. On a quiet machine (no
+    run saw other processes keep half a CPU busy) one window per size is trusted, and only the
+    sizes past the CPUs that need repeats as evidence are repeated. Each round measures each
+    contender once more; two rounds in a row with the same pick settle it."""
+    previous = self.cheapest_near_best()
+    quiet = self.busy_cpus() < policy.CONTENDED_CPUS
+    for round_ in range(2, MAX_ROUNDS + 1):
+        table = self.fitting_throughputs()
+        choice = self.choice()
+        if len(table) < 2 or choice is None or self._halted():
+            return
+        best, pick = choice.best_key, choice.key
+        contenders = {best, pick}
+        # the next cheaper size, if close: a second run may bring it within tolerance (the sizes
+        # between the pick and the best cost more than the pick whatever their repeats say)
+        cheaper = [k for k, v in table.items() if v >= table[best] * 0.9 and k[0] < pick[0]]
+        if cheaper:
+            contenders.add(max(cheaper))
+        # faster, but past the CPUs without evidence yet: repeats in turns are that evidence, or not
+        unproven = {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
+        contenders |= unproven
+        if len(contenders) == 1:
+            self.settled_why = self.settled_why or "no other size came within 10 % of the pick"
+            return
+        if at_step_ceiling(self, choice.rate, choice.tolerance):
+            self.settled_why = "the pick runs as fast as the step allows"
+            return
+        if quiet and not unproven:
+            self.settled_why = self.settled_why or (
+                f"one window per size on a quiet machine (other processes kept at most {self.busy_cpus():.1f} "
+                "CPUs busy in any run; on a busy one the close contenders are measured again in turns)")
+            return
+        for key in sorted(contenders):
+            if len(self.measured(*key)) >= round_:
+                continue
+            if self.try_config(self.settings_for(key[0], key[1] or None),
+                               "repeat: contenders measured in turns") is None:
+                return
+        self._refine()  # a repeat can move the best, and with it the fewest workers that fast
+        now = self.cheapest_near_best()
+        if now == previous and all(len(self.measured(*k)) >= 2 for k in contenders if k in self.throughputs()):
+            self.settled_why = "the pick held across repeated runs in turns"
+            return
+        previous = now
+
+
+def at_step_ceiling(self: Search, rate: float, tolerance: float) -> bool:
+    """The pick already runs within tolerance of what the training step allows: no loader
+    configuration can be faster, so repeating the contenders cannot change the answer."""
+    if self.model is None or self.model.step_ms <= 0:
+        return False
+    ceiling = self.model.step_per_s()
+    if rate < ceiling * (1 - tolerance):
+        return False
+    self.notes.append(f"the pick runs at {rate:.1f} steps/s, within {tolerance:.0%} of the {ceiling:.1f} the "
+                      f"{self.model.step_ms:.0f} ms step allows: no configuration can be faster, no repeats needed")
+    return True

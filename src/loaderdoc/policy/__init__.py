@@ -220,10 +220,12 @@ class BeyondCpus:
     def text(self, per_rank: float) -> str:
         a, b = self.fewer_workers, self.more.settings.num_workers
         if self.bound_workers is not None:
+            cpu = self.fewer.fetch_cpu_pct
+            why = ("the workers wait on I/O, not on the CPU" if cpu is None or cpu < 100 * CPU_IDLE_SHARE else
+                   f"with 0 workers {100 - cpu:.0f} % of loading was waiting, which overlaps across workers")
             return (f"{b} workers measured {self.more_rate:.1f} batches/s, {self.gain:.1f}x the most {a} could "
                     f"deliver ({self.fewer_rate:.1f}: {a} x the {zero_load_text(self.fewer)} a batch the training "
-                    f"process loaded in with 0 workers) on {cpus_text(per_rank)} per rank "
-                    "(measured: the workers wait on I/O, not on the CPU)")
+                    f"process loaded in with 0 workers) on {cpus_text(per_rank)} per rank (measured: {why})")
         if self.others:
             return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s ({self.gain:.2f}x) "
                     f"on {cpus_text(per_rank)} per rank while other processes kept {self.others:.1f} CPUs busy "
@@ -345,6 +347,18 @@ def _cpu_work(results: Iterable[ConfigResult]) -> bool:
     """A 0-worker fetch was mostly CPU time (:data:`CPU_BUSY_SHARE`)."""
     zero = [r.fetch_cpu_pct for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
     return bool(zero) and max(zero) > 100 * CPU_BUSY_SHARE
+
+
+def single_windows_trusted(busy_cpus: float, fetch_cpu_pct: float | None) -> bool:
+    """Whether one window per configuration is evidence enough, or close contenders must be
+    measured again in turns: other processes kept less than :data:`CONTENDED_CPUS` busy in every
+    run, or the loading waits (a 0-worker fetch under :data:`CPU_IDLE_SHARE` CPU time), so what
+    the others take of the CPUs barely moves its rate (repeated windows of I/O-bound and spiky
+    data beside a burnt core differed by a median 1-2 % here, as on a quiet machine; CPU-bound
+    data by 3-6 %, up to 18 %)."""
+    if busy_cpus < CONTENDED_CPUS:
+        return True
+    return fetch_cpu_pct is not None and fetch_cpu_pct < 100 * CPU_IDLE_SHARE
 
 
 def contended(other_cpus: float | None) -> float:

@@ -23,11 +23,13 @@ def repeat_contenders(self: Search) -> None:
     the CPUs that measured faster but is not allowed on one run. A size far slower than the best
     needs no second run to lose, and a pick with no contender, or one already as fast as the
     step allows, has nothing to be compared with: those settle at once. On a quiet machine (no
-    run saw other processes keep half a CPU busy) one window per size is trusted, and only the
-    sizes past the CPUs that need repeats as evidence are repeated. Each round measures each
+    run saw other processes keep half a CPU busy), or for loading that waits rather than computes,
+    one window per size is trusted (:func:`~loaderdoc.policy.single_windows_trusted`), and only
+    the sizes past the CPUs that need repeats as evidence are repeated. Each round measures each
     contender once more; two rounds in a row with the same pick settle it."""
     previous = self.cheapest_near_best()
-    quiet = self.busy_cpus() < policy.CONTENDED_CPUS
+    zero = next(iter(self.measured(0)), None)
+    trusted = policy.single_windows_trusted(self.busy_cpus(), zero.fetch_cpu_pct if zero else None)
     for round_ in range(2, MAX_ROUNDS + 1):
         table = self.fitting_throughputs()
         choice = self.choice()
@@ -49,10 +51,15 @@ def repeat_contenders(self: Search) -> None:
         if at_step_ceiling(self, choice.rate, choice.tolerance):
             self.settled_why = "the pick runs as fast as the step allows"
             return
-        if quiet and not unproven:
+        if trusted and not unproven:
+            busy = self.busy_cpus()
             self.settled_why = self.settled_why or (
-                f"one window per size on a quiet machine (other processes kept at most {self.busy_cpus():.1f} "
-                "CPUs busy in any run; on a busy one the close contenders are measured again in turns)")
+                f"one window per size on a quiet machine (other processes kept at most {busy:.1f} CPUs busy in any "
+                "run; on a busy one the close contenders are measured again in turns)"
+                if busy < policy.CONTENDED_CPUS else
+                f"one window per size: other processes kept up to {busy:.1f} CPUs busy, but the loading waits "
+                f"({zero.fetch_cpu_pct:.0f} % CPU time with 0 workers), so what they take of the CPUs barely moves "
+                "its rate")
             return
         for key in sorted(contenders):
             if len(self.measured(*key)) >= round_:

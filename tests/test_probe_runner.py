@@ -128,6 +128,30 @@ def test_persistent_workers_shorten_the_gap_between_epochs():
     assert fresh.epoch_restart_persistent_s < fresh.epoch_restart_s
 
 
+def test_reads_from_storage_are_counted_cold_and_not_warm(tmp_path):
+    # files dropped from the page cache: the 0-worker run reads them from storage; run again over
+    # the same indices (the sampler's seed is fixed), they come from the cache
+    from loaderdoc.probing.instrument import storage_read_bytes
+
+    paths = probe_userdata.write_files(tmp_path, 192, 64 * 1024)
+    probe_userdata.evict(paths[:1])
+    before = storage_read_bytes()
+    with open(paths[0], "rb") as fh:
+        fh.read()
+    if storage_read_bytes() == before:
+        pytest.skip(f"{tmp_path} is not on storage whose reads the kernel accounts (tmpfs?)")
+    probe_userdata.evict(paths)
+    workload = LoadJob(probe_userdata.Files(paths), step_ms=1.0)
+    # exactly 3 steady batches (no time window): both runs read the same 5 batches' files
+    plan = RunPlan(window_s=0.0, max_window_s=10.0, min_batches=3, loader_timeout_s=3.0, measure_restart=False)
+    cold = run_config(workload, loader(0, batch_size=8), plan)
+    warm = run_config(workload, loader(0, batch_size=8), plan)
+    assert cold.ok and warm.ok
+    assert cold.stages.dataset_read_bytes >= 64 * 1024  # about 8 files of 64 KiB a batch
+    assert cold.stages.batches == warm.stages.batches == 3
+    assert warm.stages.dataset_read_bytes < cold.stages.dataset_read_bytes / 4
+
+
 def test_a_restart_run_times_both_restarts_without_a_steady_window():
     # the search's persistence run: the size's rate is known, only the restarts are timed
     workload = LoadJob(probe_userdata.make(), step_ms=1.0)

@@ -10,7 +10,7 @@ import threading
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
-from loaderdoc.probing.result import WaitStats
+from loaderdoc.probing.result import StageTimes, WaitStats
 from loaderdoc.probing.search import Search, SearchLimits
 from loaderdoc.settings import LoaderSettings
 
@@ -521,3 +521,36 @@ def test_repeats_in_turns_only_where_other_processes_make_windows_noisy():
     assert _repeated(mixed)
     assert any("the pick held across repeated runs in turns" in r for r in out.reasons)
     assert "with 0 workers 50 % of loading was waiting, which overlaps across workers" in " ".join(out.reasons)
+
+
+def test_a_baseline_that_read_cold_files_is_measured_again():
+    # the first 0-worker run read 4 MiB a batch from storage and waited on it: the next runs load
+    # the same indices from the page cache, so the baseline the model is built on is measured again
+    model = Model(fetch_ms=140, cpu_share=0.9, step_ms=20)
+    cold_first = {"done": False}
+
+    def measure(settings, purpose, restart):
+        result = model(settings, purpose, restart)
+        if settings.num_workers == 0 and not cold_first["done"]:
+            cold_first["done"] = True
+            result.batches_per_s = 1.0 / (0.020 + 0.400)  # 400 ms a batch, most of it waiting on the disk
+            result.fetch_cpu_pct = 30.0
+            result.stages = StageTimes(batches=5, samples=160, dataset_ms=400.0, dataset_cpu_ms=120.0,
+                                       dataset_queued_ms=0.0, dataset_read_bytes=4 * MiB, collate_ms=0.0)
+        return result
+
+    s = Search(measure, LoaderSettings(batch_size=32, shuffle=True),
+               SearchLimits(budget_s=60, cpu_budget=2, epoch_steps=200_000), clock=model.clock)
+    out = s.run()
+    zero = [r for r in out.results if r.settings.num_workers == 0]
+    assert len(zero) == 2
+    assert zero[1].purpose == ("baseline again: the first one read 4 MiB a batch from storage (files not yet in "
+                               "the page cache)")
+    # the warm baseline (CPU work, 140 ms a batch) decides: as many workers as the CPUs, not a
+    # crowd to hide the cold reads
+    assert s.model.load_ms == 140.0
+    assert out.recommended.num_workers == 2
+    # a warm baseline is not measured twice
+    model = Model(fetch_ms=140, cpu_share=0.9, step_ms=20)
+    s, out = search(model, epoch_steps=200_000)
+    assert [c.num_workers for c in model.calls].count(0) == 1

@@ -129,3 +129,41 @@ class ShortStream(IterableDataset):
 
 def make_short_stream():
     return ShortStream()
+
+
+class Files(Dataset):
+    """Index -> the bytes of one file on disk, as a uint8 tensor: a dataset of real reads."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        with open(self.paths[i], "rb") as fh:
+            return torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8)[:1024].clone()
+
+
+def write_files(root, count: int, size: int) -> list[str]:
+    """``count`` files of ``size`` random bytes under ``root``, flushed to storage (so that the page
+    cache can drop them: dirty pages cannot be evicted)."""
+    paths = []
+    for k in range(count):
+        path = os.path.join(root, f"f{k:04d}.bin")
+        with open(path, "wb") as fh:
+            fh.write(os.urandom(size))
+            fh.flush()
+            os.fsync(fh.fileno())
+        paths.append(path)
+    return paths
+
+
+def evict(paths: list[str]) -> None:
+    """Drop the files from the page cache (POSIX_FADV_DONTNEED), so the next read goes to storage."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loaderdoc.units import MiB, cpus_text, fmt_cpus
+from loaderdoc.units import MiB, cpus_text, fmt_bytes, fmt_cpus
 
 if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
     from loaderdoc.probing.result import ConfigResult
@@ -47,6 +47,9 @@ CPU_BUSY_SHARE = 0.7  # a 0-worker fetch that is >= 70 % CPU time is CPU work: e
 CPU_IDLE_SHARE = 0.3  # < 30 % CPU time: the fetch waits on storage or the network
 CONTENDED_CPUS = 0.5  # other processes kept >= half a CPU busy beside the 0-worker run: the kernel
 #                       shares CPU time per runnable thread, so more workers win more of it
+COLD_READ_BYTES = 256 * 1024  # a 0-worker run that read >= 256 KiB a batch from storage (not the page
+COLD_WAIT_SHARE = 0.1  #         cache) and waited >= 10 % of its loading: cold files, which the probe's
+#                       next runs read again warm (they load the same indices); measured again once
 SCALING_SLACK = 1.3  # W workers deliver at most W times what the training process loaded alone with 0
 #                      workers (each worker does the same work, and hands its batch over besides); that
 #                      0-worker rate differed by up to ~20 % between probes of one workload here (cold
@@ -192,157 +195,6 @@ def workers_for_cpus(facts: MachineFacts) -> tuple[int, str]:
     return workers, reason
 
 
-@dataclass
-class BeyondCpus:
-    """Measured proof that more workers than CPUs pay: ``more`` workers (beyond the CPU budget)
-    against ``fewer`` (at or above the budget). Either one run each, at least
-    :data:`BEYOND_CPUS_PAYS` times as fast, or repeated runs where every run of ``more`` beat every
-    run of ``fewer`` and the means differ by more than the tolerance (the noise those repeats show)."""
-
-    fewer: ConfigResult
-    more: ConfigResult
-    fewer_rate: float = 0.0  # mean steps/s of the runs compared
-    more_rate: float = 0.0
-    repeated: bool = False  # decided on repeated runs, not on one window each
-    others: float = 0.0  # CPUs other processes kept busy (contention), when that explains the gain
-    # fewer_rate is not measured but the most as many workers as the CPUs could deliver: linear
-    # scaling of the 0-worker run's loading (``fewer`` is that run), see :func:`linear_bound`
-    bound_workers: int | None = None
-
-    @property
-    def gain(self) -> float:
-        return self.more_rate / (self.fewer_rate or 1.0)
-
-    @property
-    def fewer_workers(self) -> int:
-        return self.bound_workers if self.bound_workers is not None else self.fewer.settings.num_workers
-
-    def text(self, per_rank: float) -> str:
-        a, b = self.fewer_workers, self.more.settings.num_workers
-        if self.bound_workers is not None:
-            cpu = self.fewer.fetch_cpu_pct
-            why = ("the workers wait on I/O, not on the CPU" if cpu is None or cpu < 100 * CPU_IDLE_SHARE else
-                   f"with 0 workers {100 - cpu:.0f} % of loading was waiting, which overlaps across workers")
-            return (f"{b} workers measured {self.more_rate:.1f} batches/s, {self.gain:.1f}x the most {a} could "
-                    f"deliver ({self.fewer_rate:.1f}: {a} x the {zero_load_text(self.fewer)} a batch the training "
-                    f"process loaded in with 0 workers) on {cpus_text(per_rank)} per rank (measured: {why})")
-        if self.others:
-            return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s ({self.gain:.2f}x) "
-                    f"on {cpus_text(per_rank)} per rank while other processes kept {self.others:.1f} CPUs busy "
-                    "(measured: CPU time is shared per runnable thread, so more workers take more of it from those "
-                    "processes, which slow down; on a quiet machine this many workers would only contend)")
-        if self.repeated:
-            return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s "
-                    f"({self.gain:.2f}x) on {cpus_text(per_rank)} per rank, every repeated run faster "
-                    "(measured: the workers leave CPU time unused, e.g. waiting on I/O or on handing batches over)")
-        return (f"{a} -> {b} workers went {self.fewer_rate:.1f} -> {self.more_rate:.1f} batches/s "
-                f"({self.gain:.1f}x) on {cpus_text(per_rank)} per rank "
-                "(measured: the workers wait on I/O, not on the CPU)")
-
-
-def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None) -> BeyondCpus | None:
-    """Measurements showing that workers beyond the CPU budget are not oversubscribed.
-
-    Two measured worker counts a < b with a at or above the CPU limit and b beyond the budget.
-    Comparisons starting below the CPU limit prove nothing (two workers on two CPUs beat one for
-    CPU work too). Single runs must differ by 20 % (a window on a busy machine is noisy by ~10 %),
-    and a num_workers=0 run whose fetch was mostly CPU time vetoes them. Repeated runs decide on
-    their own: every run of b faster than every run of a, and the means further apart than the
-    tolerance. CPU-bound workers can leave a CPU idle now and then (handing a batch over, waiting
-    for the next indices): measurement outranks the rule that they cannot gain past the CPUs.
-    """
-    if per_rank is None:
-        return None
-    results = list(results)
-    # the bound first: far past what the CPU count could deliver says more than two sizes past it
-    bound = _beyond_cpus_bound(results, per_rank)
-    return bound if bound is not None else _beyond_cpus_measured(results, per_rank)
-
-
-def zero_load_ms(results: Iterable[ConfigResult]) -> tuple[ConfigResult, float] | None:
-    """The 0-worker run that loaded fastest, and its wall time to load one batch (samples and
-    collate, timed inside the training process; its mean wait when it has no stage timings)."""
-    best: tuple[ConfigResult, float] | None = None
-    for r in results:
-        if not (r.ok and r.settings.num_workers == 0):
-            continue
-        load = r.stages.load_ms if r.stages is not None and r.stages.load_ms else r.wait.mean_ms
-        if load and load > 0 and (best is None or load < best[1]):
-            best = (r, load)
-    return best
-
-
-def zero_load_text(result: ConfigResult) -> str:
-    load = zero_load_ms([result])
-    return f"{load[1]:.0f} ms" if load else "time"
-
-
-def linear_bound(results: Iterable[ConfigResult], workers: int) -> float | None:
-    """The most steps/s ``workers`` workers can deliver: each loads a batch no faster than the
-    training process did alone with 0 workers. None without a timed 0-worker run."""
-    load = zero_load_ms(results)
-    return None if load is None else workers * 1000.0 / load[1]
-
-
-def ruled_out_below(results: Iterable[ConfigResult], target: float, below: int) -> int:
-    """The most workers (fewer than ``below``) that cannot reach ``target`` steps/s even at
-    :data:`SCALING_SLACK` times their linear bound: no run needed to know they are too slow. 0: none."""
-    load = zero_load_ms(results)
-    if load is None or target <= 0:
-        return 0
-    per_worker = SCALING_SLACK * 1000.0 / load[1]
-    return max(0, min(below - 1, math.ceil(target / per_worker) - 1))
-
-
-def _beyond_cpus_bound(results: list[ConfigResult], per_rank: float) -> BeyondCpus | None:
-    """One run past the CPUs far faster than as many workers as the CPUs could possibly deliver:
-    evidence without measuring that many (the bound is linear scaling of the 0-worker loading).
-    CPU work is vetoed as for single runs: it cannot scale past the CPUs on a quiet machine."""
-    limit = cpu_limit(per_rank)
-    zero = zero_load_ms(results)
-    bound = linear_bound(results, limit)
-    if zero is None or bound is None:
-        return None
-    if _cpu_work(results) and not contention(results):
-        return None
-    runs = [r for r in results if r.ok and r.batches_per_s and r.settings.in_order
-            and r.settings.effective_prefetch_factor == DEFAULT_PREFETCH and oversubscribed(r.settings.num_workers, per_rank)]
-    if not runs:
-        return None
-    best = max(runs, key=lambda r: r.batches_per_s)
-    if best.batches_per_s < SCALING_SLACK * BEYOND_CPUS_PAYS * bound:
-        return None
-    return BeyondCpus(zero[0], best, bound, best.batches_per_s, others=contention(results), bound_workers=limit)
-
-
-def _beyond_cpus_measured(results: list[ConfigResult], per_rank: float) -> BeyondCpus | None:
-    groups: dict[int, list[ConfigResult]] = {}
-    for r in results:
-        if r.ok and r.batches_per_s and r.settings.in_order and r.settings.effective_prefetch_factor == DEFAULT_PREFETCH:
-            groups.setdefault(r.settings.num_workers, []).append(r)
-    tol = tolerance(results)
-    limit = cpu_limit(per_rank)
-    others = contention(results)
-    for b_n in sorted(groups, key=lambda n: -statistics.fmean(r.batches_per_s for r in groups[n])):
-        if not oversubscribed(b_n, per_rank):
-            continue
-        bs = groups[b_n]
-        for a_n in sorted(n for n in groups if limit <= n < b_n):
-            a_s = groups[a_n]
-            a_mean, b_mean = statistics.fmean(r.batches_per_s for r in a_s), statistics.fmean(r.batches_per_s for r in bs)
-            if len(a_s) >= 2 and len(bs) >= 2:
-                if min(r.batches_per_s for r in bs) > max(r.batches_per_s for r in a_s) and b_mean > a_mean * (1 + tol):
-                    return BeyondCpus(a_s[-1], bs[-1], a_mean, b_mean, repeated=True, others=others)
-                continue
-            if _cpu_work(results) and not others:
-                continue  # CPU work gains past the CPUs only by taking CPU time from other processes
-            for a in a_s:
-                for b in bs:
-                    if b.batches_per_s >= BEYOND_CPUS_PAYS * a.batches_per_s:
-                        return BeyondCpus(a, b, a.batches_per_s, b.batches_per_s, others=others)
-    return None
-
-
 def _cpu_work(results: Iterable[ConfigResult]) -> bool:
     """A 0-worker fetch was mostly CPU time (:data:`CPU_BUSY_SHARE`)."""
     zero = [r.fetch_cpu_pct for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
@@ -359,6 +211,17 @@ def single_windows_trusted(busy_cpus: float, fetch_cpu_pct: float | None) -> boo
     if busy_cpus < CONTENDED_CPUS:
         return True
     return fetch_cpu_pct is not None and fetch_cpu_pct < 100 * CPU_IDLE_SHARE
+
+
+def cold_read(result: ConfigResult | None) -> str | None:
+    """How much a run read from storage a batch, in words, when that made it wait (cold files:
+    :data:`COLD_READ_BYTES`, :data:`COLD_WAIT_SHARE`); None for a warm run."""
+    st = result.stages if result is not None and result.ok else None
+    if st is None or not st.dataset_read_bytes or not st.load_ms:
+        return None
+    if st.dataset_read_bytes < COLD_READ_BYTES or (st.dataset_wait_ms or 0.0) < COLD_WAIT_SHARE * st.load_ms:
+        return None
+    return fmt_bytes(int(st.dataset_read_bytes))
 
 
 def contended(other_cpus: float | None) -> float:
@@ -498,3 +361,14 @@ def choose(
     key = min(near, key=lambda k: (k[0], _memory_of(results, k), k[1]))
     return Choice(key=key, rate=allowed[key], best_key=best_key, best_rate=allowed[best_key], tolerance=tol,
                   excluded=excluded, beyond_cpus=beyond, per_rank=per_rank)
+
+
+# ---- more workers than CPUs: loaderdoc.policy.scaling (after everything it uses) --------------
+from loaderdoc.policy import scaling as _scaling  # noqa: E402
+
+BeyondCpus = _scaling.BeyondCpus
+beyond_cpus_evidence = _scaling.beyond_cpus_evidence
+linear_bound = _scaling.linear_bound
+ruled_out_below = _scaling.ruled_out_below
+zero_load_ms = _scaling.zero_load_ms
+zero_load_text = _scaling.zero_load_text

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-FIELDS = ("samples", "dataset_wall", "dataset_cpu", "dataset_queued", "batches", "collate_wall",
+FIELDS = ("samples", "dataset_wall", "dataset_cpu", "dataset_queued", "dataset_read", "batches", "collate_wall",
           "collate_cpu", "last_done")
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _SIZE = struct.calcsize("d")
@@ -39,6 +39,21 @@ def queued_seconds() -> float:
     """Time this thread spent runnable but waiting for a CPU, 0 without schedstat."""
     stat = _schedstat()
     return stat[1] if stat else 0.0
+
+
+def storage_read_bytes() -> int:
+    """Bytes this thread has had read from storage (page-cache misses: ``read_bytes`` in
+    /proc/thread-self/io); 0 where the kernel does not say. A read served from the page cache
+    counts nothing, so it tells a cold read (the disk, or a network filesystem's cache misses where
+    the filesystem accounts them) from a warm one."""
+    try:
+        with open("/proc/thread-self/io", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def busy_seconds() -> float:
@@ -109,11 +124,12 @@ def wrap_dataset(dataset: Any, tally: Tally) -> Any:
             # torch's fetcher hands a batch's indices at once to a dataset that has this method: one
             # timing per batch keeps the cost of timing negligible even for microsecond samples
             row = tally.row()
-            wall, cpu, queued = clock(), time.thread_time(), queued_seconds()
+            wall, cpu, queued, read = clock(), time.thread_time(), queued_seconds(), storage_read_bytes()
             batched = getattr(dataset, "__getitems__", None)
             samples = batched(indices) if batched else [dataset[i] for i in indices]
             tally.add(row, samples=len(indices), dataset_wall=clock() - wall,
-                      dataset_cpu=time.thread_time() - cpu, dataset_queued=queued_seconds() - queued)
+                      dataset_cpu=time.thread_time() - cpu, dataset_queued=queued_seconds() - queued,
+                      dataset_read=storage_read_bytes() - read)
             return samples
 
     return TimedIterable() if isinstance(dataset, IterableDataset) else TimedDataset()
@@ -147,6 +163,7 @@ class Window:
     dataset_s: float
     dataset_cpu_s: float
     dataset_queued_s: float
+    dataset_read_bytes: float
     collate_s: float
     collate_cpu_s: float
     produced_per_s: float | None  # None: a worker finished no batch in the window (too short to tell)
@@ -182,4 +199,5 @@ def window(before: list[dict[str, float]], after: list[dict[str, float]], rows: 
         rate += done / span
     return Window(batches=int(total("batches")), samples=int(total("samples")), dataset_s=total("dataset_wall"),
                   dataset_cpu_s=total("dataset_cpu"), dataset_queued_s=total("dataset_queued"),
+                  dataset_read_bytes=total("dataset_read"),
                   collate_s=total("collate_wall"), collate_cpu_s=total("collate_cpu"), produced_per_s=rate)

@@ -440,7 +440,8 @@ def _stages(before: list[dict[str, float]], after: list[dict[str, float]], rows:
         receive = _percentile(sorted(ready_waits), 0.25) * 1000
     return StageTimes(
         batches=w.batches, samples=w.samples, dataset_ms=w.dataset_s * per, dataset_cpu_ms=w.dataset_cpu_s * per,
-        dataset_queued_ms=w.dataset_queued_s * per, collate_ms=w.collate_s * per,
+        dataset_queued_ms=w.dataset_queued_s * per, dataset_read_bytes=w.dataset_read_bytes / w.batches,
+        collate_ms=w.collate_s * per,
         collate_cpu_ms=w.collate_cpu_s * per, receive_ms=receive,
         produced_per_s=w.produced_per_s if workers else None,
     )

@@ -174,8 +174,11 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
     if st.dataset_queued_ms:
         out.stages.append(StageCost("dataset (waiting for a CPU)", round(st.dataset_queued_ms, 3), None,
                                     "runnable, but other processes held the CPUs"))
+    read = st.dataset_read_bytes or 0.0
     out.stages.append(StageCost("dataset (waiting)", round(st.dataset_wait_ms or 0.0, 3), None,
-                                "storage, network, sleeps, locks: wall minus CPU time"))
+                                "storage, network, sleeps, locks: wall minus CPU time"
+                                + (f"; {fmt_bytes(int(read))} a batch read from storage, not the page cache"
+                                   if read >= 1 else "")))
     out.stages.append(StageCost("collate", round(st.collate_ms or 0.0, 3), None, where))
     loading = StageCost("loading, all stages", round(load, 3), rate(load, parallel),
                         f"{policy.workers_text(parallel)} in parallel" if workers else "one batch at a time")

@@ -35,6 +35,7 @@ class StageTimes:
     dataset_ms: float | None = None  # Dataset.__getitem__ for one batch's samples, wall time
     dataset_cpu_ms: float | None = None  # ... of which this thread's CPU time
     dataset_queued_ms: float | None = None  # ... waiting for a CPU (runnable but not running; schedstat)
+    dataset_read_bytes: float | None = None  # ... bytes read from storage, not the page cache (/proc io)
     collate_ms: float | None = None  # collate_fn, wall time
     collate_cpu_ms: float | None = None
     receive_ms: float | None = None  # training process: taking a batch that was ready (unpickle, map /dev/shm)

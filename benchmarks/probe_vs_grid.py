@@ -268,5 +268,14 @@ def _machine() -> dict:
             "load_at_end": os.getloadavg()}
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl+C, so the busy condition's burner is killed (``finally`` above)
+    rather than left spinning and making every later measurement a busy one."""
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 if __name__ == "__main__":
+    _exit_on_sigterm()
     sys.exit(main())

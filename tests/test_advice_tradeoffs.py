@@ -97,6 +97,20 @@ def test_persistent_workers_share_of_an_epoch():
     assert t.raising.startswith("saves 1.20 s per epoch (32% of a 2.5 s epoch)")
 
 
+def test_a_restart_timed_in_a_run_of_its_own_is_the_start_up():
+    # the probe times the restart in a run without a steady window (no rate): that measurement,
+    # not the first batch of the rate run, is what restarting the workers costs
+    import dataclasses
+
+    sc = get_scenario("laptop-short-epochs-restart")
+    rate_run = dataclasses.replace(sc.probe.results[0], first_batch_s=0.5, epoch_restart_s=None)
+    restart_run = dataclasses.replace(sc.probe.results[0], batches_per_s=None, samples_per_s=None, batches=0,
+                                      epoch_restart_s=1.2, epoch_restart_persistent_s=0.1)
+    probe = dataclasses.replace(sc.probe, results=[rate_run, restart_run])
+    t = by_knob(tradeoffs(sc.facts(), sc.settings, batch_bytes=sc.batch_bytes, probe=probe))["persistent_workers"]
+    assert t.raising.startswith("saves 1.20 s per epoch"), t.raising
+
+
 def test_worker_only_knobs_say_they_do_nothing_without_workers():
     items = by_knob(tradeoffs(load_machine("ci-2core"), LoaderSettings(num_workers=0)))
     assert items["prefetch_factor"].note and items["prefetch_factor"].rows == []

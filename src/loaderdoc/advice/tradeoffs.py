@@ -313,7 +313,9 @@ def _persistent(h: _Here) -> KnobTradeoff:
                             "no effect with num_workers=0", [], cols, [],
                             note="there are no workers to keep alive; num_workers is 0")
     same = [r for r in h.ok_results() if r.settings.num_workers == s.num_workers]
-    startups = [r.epoch_restart_s for r in same if not r.settings.persistent_workers and r.epoch_restart_s is not None]
+    # a run that only timed the epoch restart has no rate, but its restart is the measurement here
+    timed = [r for r in (h.probe.ok_results if h.probe else []) if r.settings.num_workers == s.num_workers]
+    startups = [r.epoch_restart_s for r in timed if not r.settings.persistent_workers and r.epoch_restart_s is not None]
     startups += [r.first_batch_s for r in same if r.first_batch_s is not None]
     startup = startups[0] if startups else None
     pss = next((r.worker_pss_bytes for r in same if r.worker_pss_bytes), None)

@@ -154,6 +154,10 @@ class _Progress:
 def _outcome_text(r: ConfigResult) -> str:
     if not r.ok:
         return f"{r.status}: {r.error}"
+    if r.batches_per_s is None and r.epoch_restart_s is not None:  # a run that only timed the restart
+        kept = (f", {r.epoch_restart_persistent_s:.2f} s with persistent workers"
+                if r.epoch_restart_persistent_s is not None else "")
+        return f"epoch restart {r.epoch_restart_s:.2f} s{kept}"
     return f"{r.batches_per_s or 0:.1f} steps/s, step starved {r.starvation_pct or 0:.0f}% of the time"
 
 

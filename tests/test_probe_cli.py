@@ -124,3 +124,15 @@ def test_ctrl_c_stops_cleanly_reports_what_was_measured_and_leaves_no_process():
     time.sleep(0.2)
     alive = [p for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left running: {alive}"
+
+
+def test_the_progress_line_of_a_run_that_only_timed_the_restart():
+    from loaderdoc.commands.probe import _outcome_text
+    from loaderdoc.probing.result import ConfigResult
+    from loaderdoc.settings import LoaderSettings
+
+    settings = LoaderSettings(batch_size=32, num_workers=2, prefetch_factor=2)
+    restart = ConfigResult(settings=settings, epoch_restart_s=0.68, epoch_restart_persistent_s=0.37)
+    assert _outcome_text(restart) == "epoch restart 0.68 s, 0.37 s with persistent workers"
+    steady = ConfigResult(settings=settings, batches_per_s=45.5, starvation_pct=3.2)
+    assert _outcome_text(steady) == "45.5 steps/s, step starved 3% of the time"

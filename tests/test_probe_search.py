@@ -10,7 +10,7 @@ import threading
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
-from loaderdoc.probing.result import StageTimes, WaitStats
+from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.probing.search import Search, SearchLimits
 from loaderdoc.settings import LoaderSettings
 
@@ -554,3 +554,20 @@ def test_a_baseline_that_read_cold_files_is_measured_again():
     model = Model(fetch_ms=140, cpu_share=0.9, step_ms=20)
     s, out = search(model, epoch_steps=200_000)
     assert [c.num_workers for c in model.calls].count(0) == 1
+
+
+def test_repeated_runs_past_the_cpus_must_clear_the_tolerance_by_their_noise():
+    # the large-sample workload on 2 CPUs: 3 workers 3.2 % faster than 2 in every repeat, but the
+    # repeats of 2 workers lie 3.2 % apart (noise 1.6 %): not evidence enough for a third worker
+    def run(workers, rate):
+        s = LoaderSettings(batch_size=4) if workers == 0 else LoaderSettings(batch_size=4, num_workers=workers,
+                                                                              prefetch_factor=2)
+        return ConfigResult(settings=s, batches_per_s=rate, fetch_cpu_pct=80.0 if workers == 0 else None)
+
+    close = [run(0, 6.3), run(2, 15.3), run(3, 16.0), run(2, 15.8), run(3, 16.1)]
+    assert policy.beyond_cpus_evidence(close, 2.0) is None
+    assert policy.choose(close, per_rank=2.0).workers == 2
+    clear = [run(0, 6.3), run(2, 15.3), run(3, 16.6), run(2, 15.8), run(3, 16.7)]
+    evidence = policy.beyond_cpus_evidence(clear, 2.0)
+    assert evidence is not None and evidence.repeated
+    assert policy.choose(clear, per_rank=2.0).workers == 3

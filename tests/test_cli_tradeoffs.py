@@ -67,6 +67,19 @@ def two_loaders(tmp_path) -> Path:
     return path
 
 
+def test_a_config_path_filling_the_title_line_still_fits(tmp_path):
+    # the title's path wraps onto a line of its own; the closing '==' rule must not push it past 80
+    k = 80 - 1 - len(str(tmp_path)) - len("/") - len(".py") - 1  # the path and its ')' take 79 columns
+    if k < 1:
+        pytest.skip(f"the temporary directory's path ({len(str(tmp_path))} characters) is too long for this case")
+    path = tmp_path / ("x" * k + ".py")
+    path.write_text(TWO_LOADERS)
+    proc = loaderdoc("tradeoffs", "--config", str(path), "--machine", "k8s-4cpu-quota", env=columns_env())
+    assert proc.returncode == EXIT_OK, proc.stderr
+    lines = fits(proc.stdout)
+    assert f"{path})" in lines
+
+
 def knob_blocks(lines: list[str]) -> dict[str, list[str]]:
     """Knob name -> its lines (up to the next knob or loader), for the first loader in ``lines``."""
     out: dict[str, list[str]] = {}

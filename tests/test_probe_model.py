@@ -99,7 +99,8 @@ def test_breakdown_names_the_bottleneck():
 
 
 def _row(batches, last):
-    return {"samples": 0.0, "dataset_wall": 0.0, "dataset_cpu": 0.0, "dataset_queued": 0.0, "batches": batches,
+    return {"samples": 0.0, "dataset_wall": 0.0, "dataset_cpu": 0.0, "dataset_queued": 0.0, "dataset_read": 0.0,
+            "batches": batches,
             "collate_wall": 0.0, "collate_cpu": 0.0, "last_done": last}
 
 

@@ -159,7 +159,9 @@ def _loader_title(entry: dict[str, Any], config: dict[str, Any] | None, width: i
     else:
         title = f"== {entry['settings_from']} "
     lines = wrap(title.rstrip(), width)
-    lines[-1] = lines[-1] + " " + "=" * max(2, width - len(lines[-1]) - 1)
+    fill = width - len(lines[-1]) - 1
+    if fill >= 2:  # the closing rule only where it fits: a long path can fill the title's last line
+        lines[-1] = lines[-1] + " " + "=" * fill
     kwargs = ", ".join(f"{k}={v!r}" for k, v in entry["settings"].items())
     lines += wrap(kwargs, width, "settings: ", " " * 10)
     if entry["batch_bytes"]:

@@ -156,6 +156,8 @@ def run_case(case: Case, condition: str, probes: int, rounds: int, window: float
             continue
         table[k] = {"steps_per_s": statistics.fmean(r.batches_per_s for r in ok),
                     "runs": [round(r.batches_per_s, 3) for r in ok],
+                    # each run's reading: how far PSS readings of one configuration spread
+                    "pss_runs_mib": [round((r.worker_pss_bytes or 0) / 2**20, 1) for r in ok],
                     "pss_mib": statistics.fmean((r.worker_pss_bytes or 0) for r in ok) / 2**20}
     measured = {k: v for k, v in table.items() if v}
     best_key = max(measured, key=lambda k: measured[k]["steps_per_s"])

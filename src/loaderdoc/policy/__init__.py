@@ -37,6 +37,8 @@ PERSISTENT_PAYS_SHARE = 0.01  # persistent_workers when restarting workers costs
 PERSISTENT_CLEAR_BAND = 1.5  # the start-up's estimate of that cost decides unless within 1.5x of it
 #                              either way: then the probe times a real restart (a run of its own that
 #                              forks the workers twice: 2-5 s, for a choice worth under 1.5 % of an epoch)
+PERSISTENT_CLOSE_FACTOR = 2.0  # within 2x of the line either way the reason says either setting is fine:
+#                               the start-up estimate's noise (two noisy times subtracted) could tip it
 BURSTY_RATIO = 3.0  # wait p95 >= 3 x p50 ...
 BURSTY_FLOOR_MS = 10.0  # ... and p95 >= the step (this when no step is known): stalls, not jitter
 # CPU

@@ -234,8 +234,9 @@ def measure_in_process(
         steps: list[float] = []
         ready_waits: list[float] = []  # waits for a batch that was already in the queue: the transfer
         fetch_cpu = 0.0
-        psutil.cpu_percent(None)
-        use_before = _cpu_use()
+        if plan.steady:  # the machine's CPU use over the window (walks the process tree): none without one
+            psutil.cpu_percent(None)
+            use_before = _cpu_use()
         before = tally.snapshot()
         steady_started = clock()
         while not epoch_over:

@@ -196,9 +196,9 @@ def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons:
         return True
     epoch_s = steps / rate
     share = policy.restart_share(saving, epoch_s)
-    # within 2x of the line either way the estimate's noise could tip it: say that either is fine
-    close = (f"; close to the {policy.PERSISTENT_PAYS_SHARE:.0%} line, so either setting gains or loses little"
-             if policy.PERSISTENT_PAYS_SHARE / 2 <= share < 2 * policy.PERSISTENT_PAYS_SHARE else "")
+    line, factor = policy.PERSISTENT_PAYS_SHARE, policy.PERSISTENT_CLOSE_FACTOR
+    close = (f"; close to the {line:.0%} line, so either setting gains or loses little"
+             if line / factor <= share < line * factor else "")
     if share >= policy.PERSISTENT_PAYS_SHARE:
         reasons.append(f"persistent_workers=True: {what}; that is {share:.1%} of a {steps}-step epoch "
                        f"({epoch_s:.0f} s at {rate:.1f} steps/s), saved every epoch{close}")

@@ -25,7 +25,9 @@ class Model:
         self.fail = fail or (lambda s: False)
         self.cost_s = cost_s
         self.batch_bytes = batch_bytes
-        self.spiky = spiky  # waits come in bursts: p95 five times the median
+        # waits come in bursts: p95 five times the median ("workers": only with workers, the
+        # 0-worker run's loads are even)
+        self.spiky = spiky
         self.others = others  # CPUs other processes keep busy: CPU time is shared per runnable thread
         self.now = 0.0
         self.calls: list[LoaderSettings] = []
@@ -56,11 +58,12 @@ class Model:
         rate = self.rate(s)
         step_s = self.step_ms / 1000
         wait_s = max(0.0, 1.0 / rate - step_s)
+        spiky = self.spiky is True or (self.spiky == "workers" and s.num_workers > 0)
         return ConfigResult(
             settings=s, batches=50, duration_s=self.cost_s, batches_per_s=rate, samples_per_s=rate * 32,
-            wait=WaitStats(p50_ms=wait_s * 1000 / (2 if self.spiky else 1),
-                           p95_ms=wait_s * 1000 * (2.5 if self.spiky else 1),
-                           max_ms=wait_s * 1000 * (4 if self.spiky else 1), mean_ms=wait_s * 1000),
+            wait=WaitStats(p50_ms=wait_s * 1000 / (2 if spiky else 1),
+                           p95_ms=wait_s * 1000 * (2.5 if spiky else 1),
+                           max_ms=wait_s * 1000 * (4 if spiky else 1), mean_ms=wait_s * 1000),
             starvation_pct=100 * wait_s * rate, step_ms_achieved=self.step_ms,
             first_batch_s=0.1 + 0.05 * s.num_workers,
             epoch_restart_s=(0.02 if s.persistent_workers else 0.1 + 0.05 * s.num_workers) if restart else None,

@@ -10,6 +10,7 @@ import threading
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
+from loaderdoc.probing.outcome import _choose_in_order
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.probing.search import Search, SearchLimits
 from loaderdoc.settings import LoaderSettings
@@ -311,6 +312,42 @@ def test_spiky_loading_tries_in_order_false_and_keeps_it_only_when_it_pays():
     assert out.recommended.in_order is False
     assert out.recommended.as_kwargs()["in_order"] is False
     assert any(r.startswith("in_order=False: ") and "(+15%)" in r for r in out.reasons)
+
+
+def test_bursty_waits_with_workers_alone_do_not_try_in_order_false():
+    # even loads with 0 workers, bursty waits at the pick (CPU sharing does that): no uneven
+    # batches for in_order=False to let overtake, so no run of it
+    model = Model(fetch_ms=320, cpu_share=0.5, spiky="workers")
+    s = Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2, in_order_supported=True),
+               clock=model.clock)
+    out = s.run()
+    assert out.recommended.num_workers >= 2
+    pick = s.measured(out.recommended.num_workers, out.recommended.prefetch_factor)[-1]
+    assert policy.bursty(pick.wait.p50_ms, pick.wait.p95_ms, 20.0)
+    assert all(c.in_order for c in model.calls) and out.recommended.in_order is True
+
+
+def test_in_order_false_must_beat_the_fastest_in_order_window_not_a_mean_a_repeat_lowered():
+    model = Model(fetch_ms=320, cpu_share=0.03, spiky=True)
+    s = Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2, in_order_supported=True),
+               clock=model.clock)
+
+    def run(workers, rate, in_order=True):
+        r = model(s.settings_for(workers, in_order=in_order), "test", False)
+        r.batches_per_s = rate
+        s.results.append(r)
+
+    run(0, 3.0)
+    run(8, 20.0)
+    run(8, 20.6, in_order=False)  # 3 % faster than the in-order run beside it: not more than the tolerance
+    run(8, 18.0)  # a later, slower window of the in-order twin lowers its mean to 19.0
+    reasons: list[str] = []
+    assert _choose_in_order(s, reasons) is True
+    assert reasons[0].startswith("in_order=True: in_order=False measured 20.6 steps/s (one run) vs up to 20.0")
+    run(8, 23.0, in_order=False)  # now it beats every in-order window by more than the tolerance
+    reasons = []
+    assert _choose_in_order(s, reasons) is False
+    assert reasons[0].startswith("in_order=False: 21.8 steps/s (mean of 2 runs) vs at most 20.0 in order (+9%)")
 
 
 def test_in_order_is_not_tried_where_torch_lacks_it_or_loading_is_even():

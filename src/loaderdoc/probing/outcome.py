@@ -155,12 +155,14 @@ def _choose_in_order(self: Search, reasons: list[str]) -> bool:
     if gain is None:
         return True
     off, on, runs = gain
+    mean = f"mean of {runs} runs" if runs > 1 else "one run"
     if off > on * (1 + self.tolerance()):
-        reasons.append(f"in_order=False: {off:.1f} steps/s vs {on:.1f} in order ({off / on - 1:+.0%}): a slow batch "
-                       "no longer holds back the ready ones (batch order then varies between runs)")
+        reasons.append(f"in_order=False: {off:.1f} steps/s ({mean}) vs at most {on:.1f} in order "
+                       f"({off / on - 1:+.0%}): a slow batch no longer holds back the ready ones (batch order then "
+                       "varies between runs)")
         return False
-    reasons.append(f"in_order=True: in_order=False measured {off:.1f} steps/s vs {on:.1f} in order, within "
-                   f"{self.tolerance():.0%}: keeping the reproducible order costs nothing here")
+    reasons.append(f"in_order=True: in_order=False measured {off:.1f} steps/s ({mean}) vs up to {on:.1f} in order, "
+                   f"not faster by more than {self.tolerance():.0%}: keeping the reproducible order costs nothing here")
     return True
 
 def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons: list[str]) -> bool:

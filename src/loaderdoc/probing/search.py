@@ -18,9 +18,9 @@ Predict, then verify:
    CPUs allow.
 5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest
    workers within tolerance of the best (to one worker, or an eighth of the pick past 16).
-6. ``prefetch_factor=4`` if the waits are bursty; ``in_order=False`` if single batches take far
-   longer than others to load (torch >= 2.6), against the pick measured again beside it when it
-   looks faster.
+6. ``prefetch_factor=4`` if the waits are bursty; ``in_order=False`` if single batches took far
+   longer than others to load with 0 workers (torch >= 2.6), against the pick measured again
+   beside it when it looks faster.
 7. Where the machine is busy (noise could decide), measure the close contenders again, in turns,
    until the pick stops changing: a repeated, interleaved comparison is what a busy machine's
    noise cannot fake. On a quiet machine one window per size is trusted.
@@ -448,19 +448,18 @@ class Search:
         self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
 
     def _in_order(self, base0: ConfigResult | None) -> None:
-        """``in_order=False`` where a few batches take far longer to load than the rest: a slow
-        batch then no longer holds back the ready ones behind it. Measured beside the pick (in
-        turns), recommended only when it is faster by more than the tolerance."""
+        """``in_order=False`` where batches take very unequal times to load (the 0-worker run's
+        waits, each one batch's load): a slow batch then no longer holds back the ready ones behind
+        it. Measured beside the pick (in turns), recommended only when it is faster by more than
+        the tolerance. Bursty waits *with* workers are no trigger: beside other processes they come
+        from the CPUs being shared (large samples beside a burnt core: p95 4x p50 at the pick, even
+        loads with 0 workers), and keeping batches in order costs nothing there."""
         candidate = self.cheapest_near_best()
         if candidate is None or candidate[0] < 2 or self._halted() or not self.limits.in_order_supported:
             return
-        last = self.measured(*candidate)[-1]
-        spread = base0 is not None and base0.ok and policy.spiky_loading(base0.wait.p50_ms, base0.wait.p95_ms)
-        stalls = policy.bursty(last.wait.p50_ms, last.wait.p95_ms, last.step_ms_achieved)
-        if not (spread or stalls):
+        if base0 is None or not base0.ok or not policy.spiky_loading(base0.wait.p50_ms, base0.wait.p95_ms):
             return
-        why = (f"batches load unevenly with 0 workers (p95 {base0.wait.p95_ms:.0f} ms vs p50 {base0.wait.p50_ms:.0f} ms)"
-               if spread else f"bursty waits at the pick (p95 {last.wait.p95_ms:.0f} ms vs p50 {last.wait.p50_ms:.0f} ms)")
+        why = f"batches load unevenly with 0 workers (p95 {base0.wait.p95_ms:.0f} ms vs p50 {base0.wait.p50_ms:.0f} ms)"
         settings = self.settings_for(candidate[0], candidate[1] or None, in_order=False)
         off = self.try_config(settings, f"in_order=False: {why}")
         if off is None or not off.ok or not off.batches_per_s:
@@ -471,7 +470,9 @@ class Search:
         self.try_config(self.settings_for(candidate[0], candidate[1] or None), "in_order=True again, beside it")
 
     def in_order_gain(self) -> tuple[float, float, int] | None:
-        """(in_order=False, in_order=True) mean steps/s at the pick and runs of each, when both were measured."""
+        """(in_order=False mean, in_order=True fastest window) steps/s at the pick and the runs of
+        the first, when both were measured. Against the fastest in-order window, not the mean: a
+        later repeat that lowers the in-order mean is no evidence for the other setting."""
         choice = self.choice()
         if choice is None:
             return None
@@ -479,7 +480,8 @@ class Search:
                and policy.stream_key(r.settings) == choice.key]
         if not off:
             return None
-        return statistics.fmean(off), choice.rate, len(off)
+        on = max(r.batches_per_s for r in self.measured(*choice.key))
+        return statistics.fmean(off), on, len(off)
 
     def _repeat_contenders(self) -> None:
         repeats.repeat_contenders(self)

@@ -10,6 +10,7 @@ import threading
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
+from loaderdoc.probing import repeats
 from loaderdoc.probing.outcome import _choose_in_order
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.probing.search import Search, SearchLimits
@@ -608,3 +609,23 @@ def test_repeated_runs_past_the_cpus_must_clear_the_tolerance_by_their_noise():
     evidence = policy.beyond_cpus_evidence(clear, 2.0)
     assert evidence is not None and evidence.repeated
     assert policy.choose(clear, per_rank=2.0).workers == 3
+
+
+def test_a_pick_that_is_the_fastest_measured_settles_without_repeats_and_says_why():
+    # busy CPU-bound data, so repeats would be due; but the pick is the fastest measured and the
+    # only size within 10 % of it has more workers, slower: no repeat can make that one the pick
+    model = Model(fetch_ms=100, cpu_share=0.8, others=1.0)
+    s = Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+
+    def run(workers, rate):
+        r = model(s.settings_for(workers), "test", False)
+        r.batches_per_s = rate
+        s.results.append(r)
+
+    for workers, rate in ((0, 6.4), (4, 13.8), (2, 11.4), (3, 14.2)):
+        run(workers, rate)
+    assert s.choice().key == s.choice().best_key == (3, 2)
+    calls = len(model.calls)
+    repeats.repeat_contenders(s)
+    assert len(model.calls) == calls
+    assert s.settled_why == "the pick is the fastest measured and no size with fewer workers came within 10 % of it"

@@ -46,7 +46,9 @@ def repeat_contenders(self: Search) -> None:
         unproven = {k for k, v in table.items() if k in choice.excluded and v > choice.best_rate * (1 + choice.tolerance)}
         contenders |= unproven
         if len(contenders) == 1:
-            self.settled_why = self.settled_why or "no other size came within 10 % of the pick"
+            # the pick is the fastest measured: a slower, larger size cannot take its place
+            self.settled_why = self.settled_why or ("the pick is the fastest measured and no size with fewer "
+                                                    "workers came within 10 % of it")
             return
         if at_step_ceiling(self, choice.rate, choice.tolerance):
             self.settled_why = "the pick runs as fast as the step allows"

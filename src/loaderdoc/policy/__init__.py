@@ -297,11 +297,6 @@ def tolerance(results: Iterable[ConfigResult]) -> float:
     return max(TOLERANCE, noise(results))
 
 
-def _memory_of(results: Iterable[ConfigResult], key: Key) -> int:
-    rows = [r for r in results if r.ok and stream_key(r.settings) == key]
-    return max(((r.worker_pss_bytes or 0) + (r.shm_peak_bytes or 0) for r in rows), default=0)
-
-
 @dataclass
 class Choice:
     """The configuration to recommend among those measured, and the numbers behind it."""
@@ -335,7 +330,11 @@ def choose(
 
     Allowed means: it fits /dev/shm and the memory budget (:func:`misfit`), and it has no more
     workers than CPUs unless a measurement shows more pay (:func:`beyond_cpus_evidence`).
-    Cheapest means the fewest workers, then the least memory, then the shallowest prefetch.
+    Cheapest means the fewest workers, then the shallowest prefetch: with as many workers, a
+    deeper queue holds more batches, so its memory can only be larger. Not the measured memory:
+    a worker-memory reading is the peak of samples in one run, and readings of one configuration
+    differed by up to 55 % (large samples, 279 vs 432 MiB), so between prefetch depths it
+    picked the slower, deeper queue on noise.
     None when nothing allowed was measured.
     """
     room = room or Room()
@@ -360,7 +359,7 @@ def choose(
     tol = tolerance(results)
     best_key = max(allowed, key=allowed.get)
     near = [k for k, v in allowed.items() if v >= allowed[best_key] * (1 - tol)]
-    key = min(near, key=lambda k: (k[0], _memory_of(results, k), k[1]))
+    key = min(near)  # (workers, prefetch)
     return Choice(key=key, rate=allowed[key], best_key=best_key, best_rate=allowed[best_key], tolerance=tol,
                   excluded=excluded, beyond_cpus=beyond, per_rank=per_rank)
 

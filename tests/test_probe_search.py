@@ -646,3 +646,41 @@ def test_between_prefetch_depths_the_shallower_queue_wins_not_a_lower_memory_rea
     assert choice.tolerance > 0.08  # 6 workers' repeats set it: both depths are within it
     assert (6, 2) in choice.excluded  # past the CPUs, not 20 % faster
     assert choice.key == (2, 2)
+
+
+def _measured_as(model: Model, rates: dict[int, float], starved: dict[int, float]):
+    """``model``'s runs, with the steps/s and the step's waiting share given per worker count."""
+    def measure(s, purpose, restart):
+        r = model(s, purpose, restart)
+        if r.ok and s.num_workers in rates:
+            r.batches_per_s, r.starvation_pct = rates[s.num_workers], starved[s.num_workers]
+        return r
+    return measure
+
+
+def test_the_climb_stops_where_the_step_barely_waits():
+    # the slow consumer beside a busy core: 1 worker at 6.42 steps/s, 3.6 % under what the 150 ms
+    # step allows (the loop costs something too), with the step waiting 2.8 % of the time: no
+    # loader can make it 3 % faster, so no bigger size is measured
+    model = Model(fetch_ms=140, step_ms=150, cpu_share=0.9)
+    measure = _measured_as(model, {1: 6.42, 2: 6.45, 3: 6.37}, {1: 2.8, 2: 3.0, 3: 3.8})
+    s = Search(measure, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    assert [c.num_workers for c in model.calls][:2] == [0, 1]
+    assert max(c.num_workers for c in model.calls) == 1
+    assert out.recommended.num_workers == 1
+    assert any(r.startswith("num_workers=1: the step waited only 2.8 % of the time") for r in out.reasons)
+
+
+def test_the_climb_stops_where_a_step_up_gains_less_than_the_tolerance():
+    # in-memory tensors beside a busy core: the 0-worker step waits 6.7 %, so workers are tried;
+    # 1 worker 41.0, 2 workers 41.2 steps/s: levelled off, so 3, 4 and 5 are not measured
+    model = Model(fetch_ms=1.5, step_ms=20, cpu_share=0.9)
+    rates = {1: 41.0, 2: 41.2, 3: 41.4, 4: 41.6, 5: 41.0}
+    measure = _measured_as(model, rates, {n: 17.0 for n in rates})
+    s = Search(measure, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    assert s.results[0].starvation_pct >= policy.NOT_STARVED_PCT and s.stopped == "settled"
+    assert max(c.num_workers for c in model.calls) == 2
+    assert out.recommended.num_workers == 0
+    assert any(r.startswith("num_workers=2 ran at 41.2 steps/s, +0.5% on num_workers=1: within 3%") for r in out.reasons)

@@ -12,8 +12,9 @@ Predict, then verify:
    workers through :mod:`loaderdoc.policy`. The model names the fewest workers at the top. The
    same run bounds every size (``policy.linear_bound``): sizes that cannot reach the target are
    never measured, and one far past it beyond the CPUs needs no run at the CPU count.
-3. **Measure the prediction**, then climb while the top size is the fastest and short of the
-   ceiling, each step calibrated on the rate per worker the top size measured.
+3. **Measure the prediction**, then climb while the top size is the fastest (by more than the
+   tolerance), short of the ceiling and still waited for, each step calibrated on the rate per
+   worker the top size measured.
 4. If a size past the CPU budget is among them without evidence, measure as many workers as the
    CPUs allow.
 5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
-from loaderdoc.probing import persistence, repeats
+from loaderdoc.probing import in_order, persistence, repeats
 from loaderdoc.probing.model import LoadModel, by_workers, model_from
 from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
@@ -289,8 +290,9 @@ class Search:
 
         Each step up is calibrated on what the top size measured: at its rate per worker (real
         curves bend below the model's straight line), how many workers reach the ceiling the step
-        or the CPUs set. No climb once the top is within tolerance of that ceiling, a bigger size
-        measured no faster, or the next size is within an eighth of the top."""
+        or the CPUs set. No climb once the top is within tolerance of that ceiling, the step
+        barely waited at the top, a bigger size measured no faster or faster by less than the
+        tolerance, or the next size is within an eighth of the top."""
         w = self.predicted
         if self._shared_cpu_work and w > policy.cpu_limit(self.limits.cpu_budget):
             # beside other processes the curve only flattens towards the CPUs: nothing above the
@@ -317,6 +319,8 @@ class Search:
             if self._near_ceiling(table[top]):
                 self.notes.append(self._ceiling_text(top, table[top]))
                 return
+            if self._barely_waits(top) or self._levelled_off(table, top):
+                return
             nxt = self._calibrated_size(top, table[top])
             if nxt <= top + top // 8:
                 return  # an eighth more workers of many is not worth a run
@@ -325,6 +329,32 @@ class Search:
                               f"measuring {nxt}, about the fewest at that rate per worker to reach the ceiling")
             if self.try_config(self.settings_for(nxt), "verify: more workers may still pay") is None:
                 return
+
+    def _barely_waits(self, top: int) -> bool:
+        """The step waited so little at ``top`` workers that removing every wait would not make it
+        faster by the tolerance: the measured form of the step's ceiling (the model's misses the
+        loop's own cost, e.g. 6.42 steps/s against 6.66 for a 150 ms step, with 2.8 % waiting)."""
+        rows = self.measured(top)
+        starved = statistics.fmean(r.starvation_pct or 0.0 for r in rows) if rows else 100.0
+        if starved >= 100.0 or 1.0 / (1.0 - starved / 100.0) - 1.0 >= self.tolerance():
+            return False
+        self.notes.append(f"num_workers={top}: the step waited only {starved:.1f} % of the time, so no loader can make "
+                          f"it more than {self.tolerance():.0%} faster; no bigger size measured")
+        return True
+
+    def _levelled_off(self, table: dict[int, float], top: int) -> bool:
+        """The last step up gained less than the tolerance over the next smaller size (with
+        workers): the curve has levelled off, and gaps that small are noise to the policy."""
+        below = [n for n in table if 0 < n < top]
+        if not below:
+            return False
+        prev = max(below)
+        if table[top] >= table[prev] * (1 + self.tolerance()):
+            return False
+        self.notes.append(f"num_workers={top} ran at {table[top]:.1f} steps/s, {table[top] / table[prev] - 1:+.1%} on "
+                          f"num_workers={prev}: within {self.tolerance():.0%}, the curve has levelled off; no bigger "
+                          "size measured")
+        return True
 
     def _ceiling(self) -> float | None:
         """The rate no loader configuration can pass: the step's (measured), or the CPUs' for CPU work."""
@@ -448,40 +478,10 @@ class Search:
         self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
 
     def _in_order(self, base0: ConfigResult | None) -> None:
-        """``in_order=False`` where batches take very unequal times to load (the 0-worker run's
-        waits, each one batch's load): a slow batch then no longer holds back the ready ones behind
-        it. Measured beside the pick (in turns), recommended only when it is faster by more than
-        the tolerance. Bursty waits *with* workers are no trigger: beside other processes they come
-        from the CPUs being shared (large samples beside a burnt core: p95 4x p50 at the pick, even
-        loads with 0 workers), and keeping batches in order costs nothing there."""
-        candidate = self.cheapest_near_best()
-        if candidate is None or candidate[0] < 2 or self._halted() or not self.limits.in_order_supported:
-            return
-        if base0 is None or not base0.ok or not policy.spiky_loading(base0.wait.p50_ms, base0.wait.p95_ms):
-            return
-        why = f"batches load unevenly with 0 workers (p95 {base0.wait.p95_ms:.0f} ms vs p50 {base0.wait.p50_ms:.0f} ms)"
-        settings = self.settings_for(candidate[0], candidate[1] or None, in_order=False)
-        off = self.try_config(settings, f"in_order=False: {why}")
-        if off is None or not off.ok or not off.batches_per_s:
-            return
-        if off.batches_per_s <= self.throughputs()[candidate] * (1 + self.tolerance()):
-            return  # no faster than in order: one run shows it cannot pay
-        # faster: the in-order twin again, beside it, so a change in the machine's load hits both alike
-        self.try_config(self.settings_for(candidate[0], candidate[1] or None), "in_order=True again, beside it")
+        in_order.measure(self, base0)
 
     def in_order_gain(self) -> tuple[float, float, int] | None:
-        """(in_order=False mean, in_order=True fastest window) steps/s at the pick and the runs of
-        the first, when both were measured. Against the fastest in-order window, not the mean: a
-        later repeat that lowers the in-order mean is no evidence for the other setting."""
-        choice = self.choice()
-        if choice is None:
-            return None
-        off = [r.batches_per_s for r in self.results if r.ok and r.batches_per_s and not r.settings.in_order
-               and policy.stream_key(r.settings) == choice.key]
-        if not off:
-            return None
-        on = max(r.batches_per_s for r in self.measured(*choice.key))
-        return statistics.fmean(off), on, len(off)
+        return in_order.gain(self)
 
     def _repeat_contenders(self) -> None:
         repeats.repeat_contenders(self)

@@ -47,3 +47,15 @@ def test_an_interrupt_during_a_cleanup_is_raised_after_it():
         for i in range(10_000):  # the handler runs between bytecodes: long before this ends
             steps.append(i)
     assert len(steps) == 10_000  # the cleanup ran to its end
+
+
+def test_an_ignored_interrupt_stays_ignored_during_a_cleanup():
+    # started with SIGINT ignored (a background job of a shell without job control, nohup'd
+    # scripts): Ctrl+C means nothing to the process, inside a cleanup as outside it
+    saved = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_deferred():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, saved)

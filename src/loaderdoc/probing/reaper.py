@@ -140,7 +140,10 @@ def interrupts_deferred() -> Iterator[None]:
         yield
         return
     arrived: list[int] = []
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # a signal the process was started ignoring (a background job's SIGINT) stays ignored: catching
+    # it here would honour a Ctrl+C only when it happened to arrive during a cleanup
+    saved = {sig: handler for sig in (signal.SIGINT, signal.SIGTERM)
+             if (handler := signal.getsignal(sig)) is not signal.SIG_IGN}
     for sig in saved:
         signal.signal(sig, lambda signum, frame: arrived.append(signum))
     try:

@@ -21,8 +21,8 @@ For every workload and condition (``quiet``; ``busy``: another process burns one
 A pick passes when it reaches >= 97 % of the grid's best mean, the probe took <= 10 % of the grid's
 wall time, and its workers' PSS is no more than that of the leanest configuration within 3 % of
 the best, allowing for the spread of PSS readings at the pick's worker count measured in the grid
-(:func:`pss_spread`; a PSS reading is one moment's, and same-worker configurations differed by
-5.5 %).
+(:func:`pss_spread`; a PSS reading is the peak of one run's samples, and two readings of one
+configuration differed by up to 88 %: large samples, 3 workers, 416 vs 784 MiB).
 
 Writes ``benchmarks/results/probe_vs_grid-<timestamp>.json`` after each workload (a run cut short
 keeps what it measured) and prints a Markdown table (``--table-from FILE`` reprints one).
@@ -185,8 +185,8 @@ def run_case(case: Case, condition: str, probes: int, rounds: int, window: float
 def pss_spread(table: dict[tuple, dict], workers: int) -> float:
     """How far PSS readings of configurations with ``workers`` workers spread, relative to the
     lowest: every run's reading where kept (``pss_runs_mib``), else each configuration's mean.
-    Worker memory is read as PSS at one moment, and same-worker configurations differed by 5.5 %
-    here: a pick within that of the leanest is not shown to hold more."""
+    A worker-memory reading is the peak of one run's samples (readings of one configuration
+    differed by up to 88 %): a pick within that spread of the leanest is not shown to hold more."""
     readings = [x for k, v in table.items() if k[0] == workers
                 for x in (v.get("pss_runs_mib") or [v["pss_mib"]])]
     low = min(readings, default=0.0)

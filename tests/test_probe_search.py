@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
@@ -159,6 +160,32 @@ def test_spiky_waits_try_a_deeper_prefetch_queue():
     out = s.run()
     assert any(c.prefetch_factor == 4 for c in model.calls)
     assert out.recommended.prefetch_factor == 4
+
+
+@pytest.mark.parametrize("uneven_loads", [False, True])
+def test_a_starved_pick_tries_a_deeper_queue_only_where_batches_load_unevenly(uneven_loads):
+    # CPU-bound decode (90 % CPU) on 2 CPUs against a 20 ms step: the step waits most of the time
+    # at any worker count, and with workers the waits come in bursts. Loads that were even with 0
+    # workers mean the workers finish together: a deeper queue runs dry like the default one (the
+    # benchmark's grids: prefetch 4 at 0.5-1.13x the default's rate). Uneven loads: a slow batch
+    # holds ready ones back, where a deeper queue lets the other workers go on; measured.
+    model = Model(fetch_ms=320, cpu_share=0.9, spiky=True if uneven_loads else "workers")
+    s = Search(model, LoaderSettings(batch_size=32), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    pick = s.measured(out.recommended.num_workers, out.recommended.prefetch_factor)[-1]
+    assert policy.bursty(pick.wait.p50_ms, pick.wait.p95_ms, 20.0) and pick.starvation_pct >= policy.QUEUE_DRY_PCT
+    tried = any(c.prefetch_factor == 4 for c in model.calls)
+    assert tried is uneven_loads
+    text = "\n".join(out.reasons)
+    assert ("a deeper prefetch queue would run dry too; not tried" in text) is not uneven_loads, text
+
+
+def test_queue_runs_dry_needs_a_starved_step_and_even_loads_both_known():
+    assert policy.queue_runs_dry(45.0, 160.0, 180.0)  # torchvision beside a busy core: 45 % waiting, even
+    assert not policy.queue_runs_dry(45.0, 10.0, 60.0)  # uneven: a slow batch holds the others' queues full
+    assert not policy.queue_runs_dry(10.0, 160.0, 180.0)  # fed on average: bursts a buffer can absorb
+    assert not policy.queue_runs_dry(45.0, None, None)  # 0-worker loads unknown
+    assert not policy.queue_runs_dry(None, 160.0, 180.0)
 
 
 def test_every_choice_carries_evidence():

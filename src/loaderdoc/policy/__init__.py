@@ -33,6 +33,8 @@ TOLERANCE = 0.03  # "as fast as the best": within 3 % of its steps/s (a cheaper 
 MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larger gaps are real
 NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
 SPIKY_LOAD_RATIO = 2.0  # batches whose load time p95 >= 2 x p50: a few slow samples hold batches back
+QUEUE_DRY_PCT = 20.0  # the step waits >= 20 % on average: the workers produce below its rate, their
+#                       prefetch queue is empty most of the time and a deeper one would run dry too
 PERSISTENT_PAYS_SHARE = 0.01  # persistent_workers when restarting workers costs >= 1 % of an epoch
 PERSISTENT_CLEAR_BAND = 1.5  # the start-up's estimate of that cost decides unless within 1.5x of it
 #                              either way: then the probe times a real restart (a run of its own that
@@ -268,6 +270,17 @@ def bursty(p50_ms: float | None, p95_ms: float | None, step_ms: float | None) ->
 def spiky_loading(p50_ms: float | None, p95_ms: float | None) -> bool:
     """Batches that take very unequal times to load (with 0 workers each wait is one batch's load)."""
     return bool(p50_ms and p95_ms and p95_ms >= SPIKY_LOAD_RATIO * p50_ms)
+
+
+def queue_runs_dry(starvation_pct: float | None, zero_p50_ms: float | None, zero_p95_ms: float | None) -> bool:
+    """A deeper prefetch queue cannot feed the step faster: it waited >= :data:`QUEUE_DRY_PCT`
+    on average (the workers produce below its rate, so batches are taken as soon as they are
+    ready), and batches loaded evenly with 0 workers (``zero_*``: no slow batch holds ready ones
+    back while the other workers' queues fill up). Bursty waits then come from workers finishing
+    their batches together. Unknown 0-worker loads: it might help."""
+    if starvation_pct is None or starvation_pct < QUEUE_DRY_PCT or not zero_p50_ms or zero_p95_ms is None:
+        return False
+    return not spiky_loading(zero_p50_ms, zero_p95_ms)
 
 
 def _rates(results: Iterable[ConfigResult]) -> dict[Key, list[float]]:

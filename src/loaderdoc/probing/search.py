@@ -19,7 +19,8 @@ Predict, then verify:
    CPUs allow.
 5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest
    workers within tolerance of the best (to one worker, or an eighth of the pick past 16).
-6. ``prefetch_factor=4`` if the waits are bursty; ``in_order=False`` if single batches took far
+6. ``prefetch_factor=4`` if the waits are bursty, unless the step is starved on average and
+   batches load evenly (a deeper queue would run dry too); ``in_order=False`` if single batches took far
    longer than others to load with 0 workers (torch >= 2.6), against the pick measured again
    beside it when it looks faster.
 7. Where the machine is busy (noise could decide), measure the close contenders again, in turns,
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
-from loaderdoc.probing import in_order, persistence, repeats
+from loaderdoc.probing import in_order, persistence, prefetch, repeats
 from loaderdoc.probing.model import LoadModel, by_workers, model_from
 from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
@@ -457,25 +458,7 @@ class Search:
                 "the least the pick must reach")
 
     def _prefetch(self) -> None:
-        candidate = self.cheapest_near_best()
-        if candidate is None or candidate[0] == 0 or self._halted():
-            return
-        rows = self.measured(*candidate)
-        last = rows[-1]
-        starved = (last.starvation_pct or 0) >= NOT_STARVED_PCT
-        p50, p95 = last.wait.p50_ms or 0.0, last.wait.p95_ms or 0.0
-        bursty = policy.bursty(p50, p95, last.step_ms_achieved)
-        if not bursty:
-            # a deeper queue smooths bursts; it cannot raise the average rate the workers produce at
-            if starved:
-                self.notes.append(f"{policy.key_text(policy.stream_key(last.settings))}: waits are steady (p95 {p95:.0f} ms, p50 {p50:.0f} ms), "
-                                  "so a deeper prefetch queue would not feed the step faster; not tried")
-            return
-        if candidate[0] > self.shm_cap_workers(last.batch_bytes, prefetch=4):
-            self.notes.append("prefetch_factor=4 would not fit in /dev/shm; not tried")
-            return
-        why = f"bursty waits: p95 {p95:.0f} ms vs p50 {p50:.0f} ms"
-        self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
+        prefetch.measure(self)
 
     def _in_order(self, base0: ConfigResult | None) -> None:
         in_order.measure(self, base0)

@@ -142,7 +142,7 @@ def _transform_bound(i: Inputs) -> Finding | None:
 @rule("spiky-batches", WARNING, "Batch wait times spike (p95 far above the median)", "probe",
       f"wait p95 >= {BURSTY_RATIO:g} x p50 and p95 >= the step time (so 1 in 20 steps loses at least a "
       f"whole step; {policy.BURSTY_FLOOR_MS:g} ms when no step is simulated) while the step waits < "
-      f"{STARVED_WARN_PCT:g}% on average: occasional stalls a buffer can absorb, not a throughput shortfall; "
+      f"{policy.QUEUE_DRY_PCT:g}% on average: occasional stalls a buffer can absorb, not a throughput shortfall; "
       "a deeper prefetch is proposed only where it fits /dev/shm and the probe did not already measure it")
 def _spiky(i: Inputs) -> Finding | None:
     if i.probe is None:
@@ -154,7 +154,7 @@ def _spiky(i: Inputs) -> Finding | None:
     p50, p95 = r.wait.p50_ms, r.wait.p95_ms
     if not policy.bursty(p50, p95, step):
         return None
-    if r.starvation_pct is not None and r.starvation_pct >= STARVED_WARN_PCT:
+    if r.starvation_pct is not None and r.starvation_pct >= policy.QUEUE_DRY_PCT:
         # starved on average: workers deliver in bursts and the median wait is short, but the real
         # problem is throughput (data-starved / transform-bound); a deeper buffer would just run dry
         return None

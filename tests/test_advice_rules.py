@@ -600,3 +600,43 @@ def test_measurements_at_another_batch_size_do_not_judge_these_settings():
     assert evaluate(facts, s.replace(batch_size=64), probe=probe) == []
     assert evaluate(facts, s.replace(batch_size=64, pin_memory=False), probe=probe) == []
     assert "pin-memory-off-slow-copy" in ids(evaluate(facts, s.replace(pin_memory=False), probe=probe))
+
+
+def _growth_probe(*runs):
+    from loaderdoc.probing.result import MemoryGrowth
+
+    results = [ConfigResult(settings=LoaderSettings(batch_size=4, num_workers=w, prefetch_factor=2), batches_per_s=10,
+                            starvation_pct=30, worker_memory_growth=MemoryGrowth(
+                                first_bytes=int(a * MiB), last_bytes=int(b * MiB), seconds=2.0,
+                                heap_grown_bytes=None if heap is None else int(heap * MiB)))
+               for w, a, b, heap in runs]
+    return ProbeReport(workload=WorkloadInfo(batch_size=4, step_ms=20, sample_bytes=8 * MiB), results=results)
+
+
+def _growing_finding(settings, probe):
+    return [f for f in evaluate(load_machine("ci-2core"), settings, probe=probe) if f.rule_id == "worker-memory-growing"]
+
+
+def test_growing_worker_memory_held_by_the_heap_points_at_the_malloc_threshold():
+    probe = _growth_probe((2, 245, 477, 350))
+    (f,) = _growing_finding(LoaderSettings(batch_size=4, num_workers=2, prefetch_factor=2), probe)
+    assert "245 MiB -> 477 MiB in 2.0 s" in f.evidence[0] and "malloc heap" in f.evidence[-1]
+    assert "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072" in f.fix and f.settings_change == {}
+
+
+def test_growing_worker_memory_the_heap_does_not_hold_is_called_live_memory():
+    probe = _growth_probe((2, 245, 477, 20))
+    (f,) = _growing_finding(LoaderSettings(batch_size=4, num_workers=2, prefetch_factor=2), probe)
+    assert "cache in the dataset" in f.cause and "GLIBC_TUNABLES" not in f.fix
+
+
+@pytest.mark.parametrize("first,last", [(400, 480), (100, 150)])  # 1.2x; +50 MiB
+def test_worker_memory_that_rose_a_little_is_settled(first, last):
+    probe = _growth_probe((2, first, last, 0))
+    assert not _growing_finding(LoaderSettings(batch_size=4, num_workers=2, prefetch_factor=2), probe)
+
+
+def test_growth_elsewhere_says_nothing_about_the_users_settings_measured_settled():
+    probe = _growth_probe((2, 245, 477, 350), (3, 400, 410, 0))
+    assert not _growing_finding(LoaderSettings(batch_size=4, num_workers=3, prefetch_factor=2), probe)
+    assert _growing_finding(None, probe)  # no settings: what the probe saw is said

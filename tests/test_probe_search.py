@@ -711,3 +711,23 @@ def test_the_climb_stops_where_a_step_up_gains_less_than_the_tolerance():
     assert max(c.num_workers for c in model.calls) == 2
     assert out.recommended.num_workers == 0
     assert any(r.startswith("num_workers=2 ran at 41.2 steps/s, +0.5% on num_workers=1: within 3%") for r in out.reasons)
+
+
+def test_a_long_epoch_keeps_no_workers_alive_and_says_their_memory_was_still_growing():
+    from loaderdoc.probing.result import MemoryGrowth
+
+    model = Model(fetch_ms=320, cpu_share=0.03)
+    original = model.__call__
+
+    def call(s, purpose, restart):
+        r = original(s, purpose, restart)
+        if s.num_workers:  # the workers' heaps grew through the window (large samples, glibc)
+            r.worker_memory_growth = MemoryGrowth(first_bytes=200 * MiB, last_bytes=480 * MiB, seconds=1.5)
+        return r
+
+    s = Search(call, LoaderSettings(batch_size=32, shuffle=True),
+               SearchLimits(budget_s=30, cpu_budget=2, epoch_steps=200_000), clock=model.clock)
+    out = s.run()
+    assert out.recommended.persistent_workers is False
+    assert any(r.startswith("persistent_workers=False") and "(PSS, or more: it was still growing) alive" in r
+               for r in out.reasons), out.reasons

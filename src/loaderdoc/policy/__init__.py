@@ -66,9 +66,13 @@ SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: worker
 RAM_SAFE_SHARE = 0.8  # workers' PSS plus batches in flight may use 80 % of the memory budget
 #                       (available RAM capped by the cgroup); above 100 % the OOM killer acts
 DEFAULT_PREFETCH = 2  # torch's default prefetch_factor
-# A real run, measured by `loaderdoc watch`
+HEAP_HELD_SHARE = 0.5  # malloc heap the workers grew after the fork >= half their memory: malloc holds it
+MALLOC_MMAP_THRESHOLD = 128 * 1024  # glibc's starting mmap threshold, set as fixed: never raised, so
+#                                     buffers above it are mmapped and given back on free
+# A real run, measured by `loaderdoc watch` (the growth ratio and floor also judge a probe's window)
 WATCH_MIN_BATCHES = 20  # steady batches (after each epoch's first) before a loader's wait is judged
-WORKER_GROWTH_RATIO = 1.25  # workers' PSS peak in the last epoch >= 1.25 x the first epoch's ...
+WORKER_GROWTH_RATIO = 1.25  # workers' PSS peak in the last epoch (or at the end of a probe's steady
+#                             window) >= 1.25 x the first epoch's (the window's start) ...
 WORKER_GROWTH_MIN_BYTES = 64 * MiB  # ... and >= 64 MiB above it ...
 WORKER_GROWTH_EPOCHS = 3  # ... over >= 3 epochs, never falling back: copy-on-read (reference counts
 #                           written into Python objects copy the pages they live on) grows as the
@@ -270,6 +274,18 @@ def bursty(p50_ms: float | None, p95_ms: float | None, step_ms: float | None) ->
 def spiky_loading(p50_ms: float | None, p95_ms: float | None) -> bool:
     """Batches that take very unequal times to load (with 0 workers each wait is one batch's load)."""
     return bool(p50_ms and p95_ms and p95_ms >= SPIKY_LOAD_RATIO * p50_ms)
+
+
+def memory_growing(first_bytes: int, last_bytes: int) -> bool:
+    """Workers' memory that rose to >= :data:`WORKER_GROWTH_RATIO` x where it was and
+    >= :data:`WORKER_GROWTH_MIN_BYTES` above it: not settled, a longer run holds more."""
+    return last_bytes >= WORKER_GROWTH_RATIO * first_bytes and last_bytes - first_bytes >= WORKER_GROWTH_MIN_BYTES
+
+
+def heap_held(heap_grown_bytes: int | None, workers_bytes: int) -> bool:
+    """Most of the workers' memory is malloc heap they grew after the fork (not pages of the
+    training process copied on write, not /dev/shm)."""
+    return heap_grown_bytes is not None and workers_bytes > 0 and heap_grown_bytes >= HEAP_HELD_SHARE * workers_bytes
 
 
 def queue_runs_dry(starvation_pct: float | None, zero_p50_ms: float | None, zero_p95_ms: float | None) -> bool:

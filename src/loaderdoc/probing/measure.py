@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from loaderdoc.probing.instrument import busy_seconds
+from loaderdoc.probing.monitor import Monitor
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.shm import shm_used_bytes
@@ -113,66 +113,6 @@ class _StoppableSampler:
                 yield index
 
 
-class _Monitor(threading.Thread):
-    """Samples /dev/shm use and the workers' memory while a configuration runs."""
-
-    def __init__(self, shm_baseline: int | None, interval_s: float = 0.05, memory_every: int = 5) -> None:
-        super().__init__(daemon=True, name="loaderdoc-monitor")
-        self.shm_baseline = shm_baseline
-        self.interval_s = interval_s
-        self.memory_every = memory_every
-        self.shm_peak: int | None = None
-        self.pss: int | None = None
-        self.uss: int | None = None
-        self.rss: int | None = None
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        tick = 0
-        while not self._halt.is_set():
-            self.sample_shm()
-            if tick % self.memory_every == 0:
-                self.sample_memory()
-            tick += 1
-            self._halt.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=2.0)
-        self.sample_shm()
-        self.sample_memory()
-
-    def sample_shm(self) -> None:
-        used = shm_used_bytes()
-        if used is None or self.shm_baseline is None:
-            return
-        above = max(0, used - self.shm_baseline)
-        self.shm_peak = above if self.shm_peak is None else max(self.shm_peak, above)
-
-    def sample_memory(self) -> None:
-        import psutil
-
-        pss = uss = rss = 0
-        complete = True
-        for child in psutil.Process().children(recursive=True):
-            try:
-                info = child.memory_full_info()
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                continue
-            except psutil.AccessDenied:
-                complete = False
-                continue
-            pss += getattr(info, "pss", 0)
-            uss += info.uss
-            rss += info.rss
-        if not complete:
-            return
-        # the peak of the sums: workers hold the most while their prefetch queues are full
-        self.pss = pss if self.pss is None else max(self.pss, pss)
-        self.uss = uss if self.uss is None else max(self.uss, uss)
-        self.rss = rss if self.rss is None else max(self.rss, rss)
-
-
 def _percentile(sorted_values: list[float], q: float) -> float:
     if len(sorted_values) == 1:
         return sorted_values[0]
@@ -220,7 +160,7 @@ def measure_in_process(
     result.batch_bytes = batch_nbytes(batch)
     result.h2d_pinned_ms, result.h2d_pageable_ms = consumer.h2d_times_ms(batch)
     consumer.step(batch)
-    monitor = _Monitor(shm_baseline)
+    monitor = Monitor(shm_baseline)
     monitor.start()
     epoch_over = False
     ready = _ready_batches(iterator)
@@ -265,6 +205,9 @@ def measure_in_process(
             steps.append(clock() - got)
         steady = clock() - steady_started
         after = tally.snapshot()
+        if settings.num_workers and plan.steady:
+            # while the workers are alive: their memory through the window, their heaps now
+            result.worker_memory_growth = monitor.growth(steady_started, steady_started + steady)
         if plan.steady:  # over no window these say nothing
             result.cpu_util_pct = psutil.cpu_percent(None)
             result.other_cpus = _other_cpus(use_before, _cpu_use(), steady)

@@ -64,6 +64,23 @@ class StageTimes:
 
 
 @dataclass
+class MemoryGrowth:
+    """The workers' summed PSS at the first and last memory samples of the steady window: a
+    reading that climbs through the window has not settled, and a long run holds more."""
+
+    first_bytes: int = 0
+    last_bytes: int = 0
+    seconds: float = 0.0  # between the two samples
+    # malloc heap (``[heap]``) the workers grew beyond the training process's after the fork, at
+    # the end of the window: memory malloc holds for them (live, or freed and kept)
+    heap_grown_bytes: int | None = None
+
+    @property
+    def per_s(self) -> float:
+        return (self.last_bytes - self.first_bytes) / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
 class ConfigResult:
     settings: LoaderSettings = field(default_factory=LoaderSettings)
     status: str = "ok"  # "ok" | "failed" | "timeout" | "cancelled"
@@ -83,6 +100,7 @@ class ConfigResult:
     worker_pss_bytes: int | None = None  # summed PSS of the workers (honest shared-page split)
     worker_uss_bytes: int | None = None  # summed USS: memory only the workers hold
     worker_rss_bytes: int | None = None  # summed RSS, for comparison (double-counts)
+    worker_memory_growth: MemoryGrowth | None = None  # the workers' PSS through the steady window
     shm_peak_bytes: int | None = None  # /dev/shm high-water mark above the baseline
     cpu_util_pct: float | None = None  # whole-machine CPU use while measuring
     # CPUs (of those this process may use) other processes kept busy in the window: with no

@@ -14,6 +14,7 @@ from loaderdoc.advice.rules import cpu  # noqa: F401
 from loaderdoc.advice.rules import shm  # noqa: F401
 from loaderdoc.advice.rules import gpu  # noqa: F401
 from loaderdoc.advice.rules import throughput  # noqa: F401
+from loaderdoc.advice.rules import memory  # noqa: F401
 from loaderdoc.advice.rules import files  # noqa: F401
 from loaderdoc.advice.rules import crashes  # noqa: F401
 from loaderdoc.advice.rules import training  # noqa: F401

@@ -137,7 +137,7 @@ def _watch_memory_growing(i: Inputs) -> Finding | None:
     values = [v for _, v in peaks]
     first, last = values[0], values[-1]
     rising = all(b >= a for a, b in pairwise(values))
-    if not rising or last < policy.WORKER_GROWTH_RATIO * first or last - first < policy.WORKER_GROWTH_MIN_BYTES:
+    if not rising or not policy.memory_growing(first, last):
         return None
     shown = ", ".join(fmt_bytes(v) for v in values[:6]) + (" ..." if len(values) > 6 else "")
     evidence = [f"workers' PSS peak per epoch: {shown} ({last / first:.2f}x over {len(values)} epochs)"]

@@ -1,0 +1,70 @@
+"""Worker memory that had not settled when the probe measured it."""
+
+from __future__ import annotations
+
+from loaderdoc import policy
+from loaderdoc.advice.findings import WARNING, Finding
+from loaderdoc.advice.rules.registry import Inputs, describe, found, rule
+from loaderdoc.probing.result import ConfigResult
+from loaderdoc.units import fmt_bytes
+
+_TUNABLE = f"GLIBC_TUNABLES=glibc.malloc.mmap_threshold={policy.MALLOC_MMAP_THRESHOLD}"
+
+
+def _growing(r: ConfigResult) -> bool:
+    g = r.worker_memory_growth
+    return r.ok and g is not None and policy.memory_growing(g.first_bytes, g.last_bytes)
+
+
+@rule("worker-memory-growing", WARNING, "Worker memory was still growing when the probe measured it", "probe",
+      f"measured by the probe: the workers' summed PSS rose through a steady window to >= "
+      f"{policy.WORKER_GROWTH_RATIO:g} x its first reading and >= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} "
+      f"above it (loaderdoc.policy.memory_growing); malloc is named when the heap the workers grew after the "
+      f"fork is >= {policy.HEAP_HELD_SHARE:.0%} of their memory (policy.heap_held)")
+def _worker_memory_growing(i: Inputs) -> Finding | None:
+    if i.probe is None:
+        return None
+    growing = [r for r in i.probe.results if _growing(r)]
+    if not growing:
+        return None
+    subject = i.subject
+    mine = [r for r in growing if i.settings is not None and policy.same_stream(r.settings, i.settings)]
+    picked = [r for r in growing if i.probe.recommended is not None
+              and policy.same_stream(r.settings, i.probe.recommended)]
+    if i.settings is not None and subject is not None and not mine:
+        return None  # the user's own settings were measured, and their workers' memory settled
+    r = (mine or picked or sorted(growing, key=lambda x: x.worker_memory_growth.per_s))[-1]
+    g = r.worker_memory_growth
+    evidence = [f"{describe(r.settings)}: workers' PSS {fmt_bytes(g.first_bytes)} -> {fmt_bytes(g.last_bytes)} in "
+                f"{g.seconds:.1f} s of the steady window (+{fmt_bytes(g.per_s)}/s), still rising when it ended"]
+    others = len({policy.stream_key(x.settings) for x in growing}) - 1
+    if others:
+        evidence.append(f"{others} more configuration{'s' * (others > 1)} measured grew the same way")
+    sample = i.probe.workload.sample_bytes
+    if sample:
+        evidence.append(f"one sample: {fmt_bytes(sample)}")
+    held = policy.heap_held(g.heap_grown_bytes, g.last_bytes)
+    if held:
+        evidence.append(f"{fmt_bytes(g.heap_grown_bytes)} of it is malloc heap the workers grew after they were "
+                        "forked ([heap] in /proc/<pid>/maps)")
+        cause = ("glibc's malloc keeps freed memory for reuse. An allocation above its mmap threshold (128 KiB "
+                 "at first) gets pages of its own, given back on free; but each such free raises the threshold to "
+                 "that size, so from then on sample-sized buffers come from the heap, which is only given back "
+                 "from its top. Each worker's heap grows batch after batch until fragmentation settles, which can "
+                 "take many times a sample's size per worker. The probe's memory figures are a floor, and so are "
+                 "the memory fits computed from them.")
+        fix = (f"Start training with {_TUNABLE} in its environment (MALLOC_MMAP_THRESHOLD_="
+               f"{policy.MALLOC_MMAP_THRESHOLD} on older glibc): a fixed threshold is never raised, so sample "
+               f"buffers are mapped and given back (mapping each afresh costs some speed). Measure both: "
+               f"`{_TUNABLE} loaderdoc probe ...` (the probe's workers inherit it). If the workers' memory still "
+               "grows with it, the memory is live: a cache or a leak in the dataset.")
+    else:
+        cause = ("Something in the workers holds more memory with every batch: a cache in the dataset, a leak, or "
+                 "copy-on-read (reading the dataset's Python objects writes their reference counts, which copies "
+                 "the pages they live on into each worker). The probe's memory figures are a floor.")
+        fix = ("Keep the dataset's index in numpy arrays (or Arrow, or a memory-mapped file) instead of lists and "
+               "dicts of Python objects; bound any cache; watch a real run (`loaderdoc watch`) to see where the "
+               "memory settles.")
+    return found(WARNING, f"Worker memory was still growing when the probe measured it "
+                          f"(+{fmt_bytes(g.per_s)}/s with {policy.workers_text(r.settings.num_workers)})",
+                 evidence, cause, fix)

@@ -1,0 +1,131 @@
+"""What a running configuration holds: ``/dev/shm`` use and the workers' memory, sampled by a
+thread of the measuring process while it measures.
+
+Besides the peaks (what the fit checks need), the workers' memory is kept as a series, so a
+reading that was still climbing at the end of the steady window is told from one that had
+settled: with glibc, 3 workers that free large sample buffers (8 MiB slices, batch 4) grew
+their malloc heaps by about 270 MiB/s together on this project's 2-core machine, to 3.3 GiB in
+11 s; a 2 s window read a quarter of that (``benchmarks/worker_heap.py``). :class:`~loaderdoc.probing.result.MemoryGrowth`
+carries what the window saw, and how much of the workers' memory is malloc heap they grew after
+the fork (the ``[heap]`` mapping, from ``/proc/<pid>/maps``).
+
+Used inside the measuring process only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+
+from loaderdoc.probing.result import MemoryGrowth
+from loaderdoc.system.shm import shm_used_bytes
+
+
+def heap_bytes(pid: int | str = "self") -> int | None:
+    """Size of a process's malloc heap (the ``[heap]`` mappings that brk grows: in a forked
+    process the part grown after the fork is a mapping of its own), from ``/proc/<pid>/maps``;
+    None where it cannot be read (not Linux, the process is gone)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as fh:
+            for line in fh:
+                if line.rstrip().endswith(b"[heap]"):
+                    start, end = line.split(None, 1)[0].split(b"-")
+                    total += int(end, 16) - int(start, 16)
+    except (OSError, ValueError):
+        return None
+    return total
+
+
+class Monitor(threading.Thread):
+    """Samples /dev/shm use and the workers' memory while a configuration runs."""
+
+    def __init__(self, shm_baseline: int | None, interval_s: float = 0.05, memory_every: int = 5) -> None:
+        super().__init__(daemon=True, name="loaderdoc-monitor")
+        self.shm_baseline = shm_baseline
+        self.interval_s = interval_s
+        self.memory_every = memory_every
+        self.shm_peak: int | None = None
+        self.pss: int | None = None
+        self.uss: int | None = None
+        self.rss: int | None = None
+        self.pss_series: list[tuple[float, int]] = []  # (perf_counter, the workers' summed PSS)
+        self._halt = threading.Event()
+        self._lock = threading.Lock()  # the series is read while the thread may still append
+
+    def run(self) -> None:
+        tick = 0
+        while not self._halt.is_set():
+            self.sample_shm()
+            if tick % self.memory_every == 0:
+                self.sample_memory()
+            tick += 1
+            self._halt.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=2.0)
+        self.sample_shm()
+        self.sample_memory()
+
+    def sample_shm(self) -> None:
+        used = shm_used_bytes()
+        if used is None or self.shm_baseline is None:
+            return
+        above = max(0, used - self.shm_baseline)
+        self.shm_peak = above if self.shm_peak is None else max(self.shm_peak, above)
+
+    def sample_memory(self) -> None:
+        import psutil
+
+        pss = uss = rss = 0
+        complete = True
+        for child in psutil.Process().children(recursive=True):
+            try:
+                info = child.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+            except psutil.AccessDenied:
+                complete = False
+                continue
+            pss += getattr(info, "pss", 0)
+            uss += info.uss
+            rss += info.rss
+        if not complete:
+            return
+        with self._lock:
+            self.pss_series.append((time.perf_counter(), pss))
+        # the peak of the sums: workers hold the most while their prefetch queues are full
+        self.pss = pss if self.pss is None else max(self.pss, pss)
+        self.uss = uss if self.uss is None else max(self.uss, uss)
+        self.rss = rss if self.rss is None else max(self.rss, rss)
+
+    def growth(self, started: float, ended: float) -> MemoryGrowth | None:
+        """The workers' memory over the steady window ``started``..``ended`` (perf_counter), with
+        the malloc heap they grew beyond the measuring process's; None with fewer than two samples
+        in it, or samples spanning less than half of it (too short to tell a trend)."""
+        with self._lock:
+            inside = [(t, v) for t, v in self.pss_series if started <= t <= ended and v > 0]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (ended - started):
+            return None
+        return MemoryGrowth(first_bytes=inside[0][1], last_bytes=inside[-1][1],
+                            seconds=round(inside[-1][0] - inside[0][0], 3), heap_grown_bytes=_heap_grown())
+
+
+def _heap_grown() -> int | None:
+    """Malloc heap the workers (children of this process) grew after they were forked: each one's
+    ``[heap]`` beyond this process's (a fork starts with a copy of it)."""
+    import psutil
+
+    own = heap_bytes()
+    if own is None:
+        return None
+    grown = 0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            size = heap_bytes(child.pid)
+            if size is not None and child.ppid() == os.getpid():
+                grown += max(0, size - own)
+    return grown

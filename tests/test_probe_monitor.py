@@ -1,0 +1,93 @@
+"""The memory monitor: the workers' memory through the steady window, and the malloc heap they grew."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from loaderdoc.probing import measure
+from loaderdoc.probing.monitor import Monitor, _heap_grown, heap_bytes
+from loaderdoc.probing.result import MemoryGrowth
+from loaderdoc.units import MiB
+
+linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/<pid>/maps")
+
+
+def _monitor(series):
+    m = Monitor(shm_baseline=None)
+    m.pss_series = [(t, int(v * MiB)) for t, v in series]
+    return m
+
+
+def test_growth_reads_the_first_and_last_samples_inside_the_window(monkeypatch):
+    monkeypatch.setattr("loaderdoc.probing.monitor._heap_grown", lambda: 300 * MiB)
+    # before the window (warm-up) and after it (the final sample at stop) are left out
+    m = _monitor([(9.0, 100), (10.1, 200), (10.6, 260), (11.0, 320), (11.9, 400), (12.5, 900)])
+    g = m.growth(10.0, 12.0)
+    assert (g.first_bytes, g.last_bytes, g.seconds) == (200 * MiB, 400 * MiB, 1.8)
+    assert g.heap_grown_bytes == 300 * MiB
+    assert g.per_s == pytest.approx(200 * MiB / 1.8)
+
+
+@pytest.mark.parametrize("series", [
+    [(10.5, 200)],  # one sample: no trend
+    [(10.1, 200), (10.6, 300)],  # 0.5 s of samples in a 2 s window: too little of it to tell
+    [(10.1, 0), (11.9, 300)],  # a sample that read no worker (they had not started)
+])
+def test_growth_needs_two_samples_spanning_half_the_window(series):
+    assert _monitor(series).growth(10.0, 12.0) is None
+
+
+@linux_proc
+def test_heap_bytes_reads_this_process_heap():
+    assert heap_bytes() > 0
+    assert heap_bytes(2**31) is None  # no such process
+
+
+def _grow_heap_and_wait(ready, done):
+    # 64 KiB blocks sit below glibc's mmap threshold: malloc takes them from the heap (brk)
+    blocks = [bytearray(64 * 1024) for _ in range(2048)]  # 128 MiB
+    ready.set()
+    done.wait(30)
+    del blocks
+
+
+@linux_proc
+def test_heap_grown_counts_what_a_forked_child_added_to_its_heap():
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_grow_heap_and_wait, args=(ready, done))
+    child.start()
+    try:
+        assert ready.wait(30)
+        grown = _heap_grown()
+    finally:
+        done.set()
+        child.join(30)
+    assert grown >= 100 * MiB
+
+
+def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):
+    # the wiring: whatever the monitor saw over the steady window lands on the result
+    seen = []
+
+    def growth(self, started, ended):
+        seen.append((started, ended))
+        return MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0, heap_grown_bytes=0)
+
+    monkeypatch.setattr(Monitor, "growth", growth)
+    from loaderdoc.probing.api import build_workload
+    from loaderdoc.settings import LoaderSettings
+
+    dataset, collate, *_ = build_workload(preset="tensor")
+    job = measure.LoadJob(dataset=dataset, collate_fn=collate, step_ms=1.0)
+    plan = measure.RunPlan(window_s=0.2, measure_restart=False)
+    with_workers = measure.measure_in_process(job, LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2), plan)
+    without = measure.measure_in_process(job, LoaderSettings(batch_size=32), plan)
+    assert with_workers.worker_memory_growth == MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0,
+                                                             heap_grown_bytes=0)
+    assert without.worker_memory_growth is None and len(seen) == 1
+    started, ended = seen[0]
+    assert ended > started

@@ -100,7 +100,33 @@ def test_workers_memory_is_attributed_to_the_epochs_running_at_the_sample(monkey
     done, live = recorder.loaders[0].epochs
     assert done.workers_pss_max is None  # no sample fell in it
     assert live.workers_pss_max == sample["workers_pss_bytes"]
+    # this process as its own "worker": no heap grown beyond itself, read from /proc/<pid>/maps
+    assert sample["workers_heap_grown_bytes"] == 0 and live.workers_heap_grown == 0
     assert sample["loaders"] == {"1": [5, done.wait_s + live.wait_s, done.step_s + live.step_s]}
+
+
+def _grow_heap(ready, done):
+    blocks = [bytearray(64 * 1024) for _ in range(2048)]  # 128 MiB below the mmap threshold: heap
+    ready.set()
+    done.wait(30)
+    del blocks
+
+
+def test_heap_a_worker_grew_after_the_fork_is_read_from_its_maps():
+    import multiprocessing
+
+    assert sampler.heap_bytes() > 0 and sampler.heap_bytes(2**22 + 12345) is None
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_grow_heap, args=(ready, done))
+    child.start()
+    try:
+        assert ready.wait(30)
+        grown = sampler.heap_bytes(child.pid) - sampler.heap_bytes()
+    finally:
+        done.set()
+        child.join(30)
+    assert grown >= 100 * 1024 * 1024
 
 
 def test_a_gone_child_is_not_a_worker():

@@ -127,6 +127,21 @@ def test_worker_memory_growing_epoch_after_epoch_is_copy_on_read():
     assert "numpy" in f["fix"] and "Copy-on-read" in f["cause"]
 
 
+def test_worker_memory_the_workers_malloc_heap_holds_is_not_called_copy_on_read():
+    # large samples at glibc's defaults: the heap the workers grew after the fork holds most of it
+    run = growing([600, 700, 800, 900])
+    for n, e in enumerate(run["loaders"][0]["epochs"]):
+        e["workers_heap_grown_bytes"] = int((400 + 100 * n) * MiB)
+    f = finding(report_of(run), "watch-worker-memory-growing")
+    assert "700 MiB of the last epoch's peak is malloc heap" in " ".join(f["evidence"])
+    assert "mmap threshold" in f["cause"] and "Copy-on-read" not in f["cause"]
+    assert "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072" in f["fix"]
+    # a little heap beside growing pages is still copy-on-read
+    for e in run["loaders"][0]["epochs"]:
+        e["workers_heap_grown_bytes"] = 50 * MiB
+    assert "Copy-on-read" in finding(report_of(run), "watch-worker-memory-growing")["cause"]
+
+
 @pytest.mark.parametrize("pss", [
     [600, 610, 605, 612],  # flat
     [600, 900],  # two epochs: warming up, not a trend

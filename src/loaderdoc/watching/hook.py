@@ -77,7 +77,7 @@ class EpochRecord:
     """One ``iter(loader)``: counters updated in place by the iterator, read at write time."""
 
     __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
-                 "finished", "closed", "samples", "stride", "workers_pss_max", "gpu_idle_s",
+                 "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
                  "gpu_waits_timed", "gpu_pending")
 
     def __init__(self, index: int, started: float) -> None:
@@ -96,6 +96,7 @@ class EpochRecord:
         self.samples: list[float] = []
         self.stride = 1
         self.workers_pss_max: int | None = None  # set by the sampler thread only
+        self.workers_heap_grown: int | None = None  # ... with the malloc heap they had grown then
         self.gpu_idle_s: float | None = None  # None: this epoch's waits were not GPU-timed
         self.gpu_waits_timed = 0
         self.gpu_pending = 0  # GPU-timed waits whose events had not completed yet
@@ -118,6 +119,7 @@ class EpochRecord:
             "start_s": self.started - t0,
             "end_s": self.last - t0 if self.finished or self.closed else None,
             "workers_pss_max_bytes": self.workers_pss_max,
+            "workers_heap_grown_bytes": self.workers_heap_grown,
             "gpu_idle_s": self.gpu_idle_s,
             "gpu_waits_timed": self.gpu_waits_timed,
             "gpu_waits_unresolved": self.gpu_pending,

@@ -128,7 +128,8 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
                            wait_s=e.get("wait_s", 0.0), step_s=e.get("step_s", 0.0),
                            steps_timed=e.get("steps_timed", 0), first_batch_s=e.get("first_batch_s"),
                            wall_s=_wall(e), finished=bool(e.get("finished")) or e.get("end_s") is not None,
-                           workers_pss_max_bytes=e.get("workers_pss_max_bytes"), gpu_idle_s=e.get("gpu_idle_s"))
+                           workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
+                           workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"))
               for n, e in enumerate(entry["epochs"])]
     longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})
     workers = s.get("num_workers")

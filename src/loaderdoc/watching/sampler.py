@@ -58,6 +58,24 @@ def pss_bytes(pid: int | str = "self") -> int | None:
         return None
 
 
+def heap_bytes(pid: int | str = "self") -> int | None:
+    """Size of a process's malloc heap: its ``[heap]`` mappings (a forked process's heap grown
+    after the fork is a mapping of its own), near the start of ``/proc/<pid>/maps`` (the heap
+    follows the executable, below the libraries); None where unreadable."""
+    raw = _read(f"/proc/{pid}/maps", 1 << 15)
+    if raw is None:
+        return None
+    total = 0
+    for line in raw.split(b"\n"):
+        if line.endswith(b"[heap]"):
+            try:
+                start, end = line.split(None, 1)[0].split(b"-")
+                total += int(end, 16) - int(start, 16)
+            except ValueError:
+                return None
+    return total
+
+
 def shm_usage(path: str = "/dev/shm") -> tuple[int | None, int | None]:
     """(used, total) bytes of the shared-memory filesystem workers pass batches through."""
     try:
@@ -202,6 +220,10 @@ class Sampler:
         workers = self._children.workers()
         known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
         workers_pss = sum(known)
+        # malloc heap the workers grew beyond this process's (each starts with a copy of it)
+        own_heap = heap_bytes()
+        heaps = [h for h in (heap_bytes(pid) for pid in workers) if h is not None]
+        heap_grown = sum(max(0, h - own_heap) for h in heaps) if own_heap is not None and heaps else None
         used, total = shm_usage()
         if used is not None and (self.shm_peak is None or used > self.shm_peak):
             self.shm_peak = used
@@ -211,10 +233,10 @@ class Sampler:
             epochs = list(lrec.epochs)
             loaders[str(lrec.number)] = [sum(e.steps for e in epochs), sum(e.wait_s for e in epochs),
                                          sum(e.step_s for e in epochs)]
-            _attribute(epochs, workers_pss, prev)
+            _attribute(epochs, workers_pss, prev, heap_grown)
         self.samples.append({"t_s": t - rec.t0, "main_pss_bytes": pss_bytes("self"), "workers": len(known),
-                             "workers_pss_bytes": workers_pss, "shm_used_bytes": used, "shm_total_bytes": total,
-                             "loaders": loaders})
+                             "workers_pss_bytes": workers_pss, "workers_heap_grown_bytes": heap_grown,
+                             "shm_used_bytes": used, "shm_total_bytes": total, "loaders": loaders})
         if len(self.samples) >= self.cap:
             del self.samples[1::2]
             self.base *= 2
@@ -236,10 +258,11 @@ class Sampler:
             with_warning(f"sampling stopped: {exc!r}")
 
 
-def _attribute(epochs: list, workers_pss: int, since: float) -> None:
+def _attribute(epochs: list, workers_pss: int, since: float, heap_grown: int | None = None) -> None:
     """The workers' memory counts for every epoch running at this sample: the latest one unless it
     ended, and an older one still unfinished that returned a batch since the previous tick (two
-    iterators of one loader alive at once). An epoch no sample fell in keeps None."""
+    iterators of one loader alive at once). An epoch no sample fell in keeps None. The heap the
+    workers grew is kept as read at the epoch's PSS peak."""
     for i, e in enumerate(reversed(epochs)):
         if e.finished:
             if i:
@@ -247,6 +270,7 @@ def _attribute(epochs: list, workers_pss: int, since: float) -> None:
             continue
         if (i == 0 or e.last >= since) and (e.workers_pss_max is None or workers_pss > e.workers_pss_max):
             e.workers_pss_max = workers_pss
+            e.workers_heap_grown = heap_grown
         elif i:
             break
 

@@ -11,6 +11,21 @@ from loaderdoc.units import fmt_bytes
 _TUNABLE = f"GLIBC_TUNABLES=glibc.malloc.mmap_threshold={policy.MALLOC_MMAP_THRESHOLD}"
 
 
+MALLOC_CAUSE = ("glibc's malloc keeps freed memory for reuse. An allocation above its mmap threshold (128 KiB at "
+                "first) gets pages of its own, given back on free; but each such free raises the threshold to that "
+                "size, so from then on sample-sized buffers come from the heap, which is only given back from its "
+                "top. Each worker's heap grows batch after batch until fragmentation settles, which can take many "
+                "times a sample's size per worker.")
+
+
+def malloc_fix(measure: str) -> str:
+    """The fix for memory malloc holds in the workers, and how to ``measure`` it."""
+    return (f"Start training with {_TUNABLE} in its environment (MALLOC_MMAP_THRESHOLD_={policy.MALLOC_MMAP_THRESHOLD} "
+            "on older glibc): a fixed threshold is never raised, so sample buffers are mapped and given back "
+            f"(mapping each afresh costs some speed). Measure both: {measure}. If the workers' memory still grows "
+            "with it, the memory is live: a cache or a leak in the dataset.")
+
+
 def _growing(r: ConfigResult) -> bool:
     g = r.worker_memory_growth
     return r.ok and g is not None and policy.memory_growing(g.first_bytes, g.last_bytes)
@@ -47,17 +62,8 @@ def _worker_memory_growing(i: Inputs) -> Finding | None:
     if held:
         evidence.append(f"{fmt_bytes(g.heap_grown_bytes)} of it is malloc heap the workers grew after they were "
                         "forked ([heap] in /proc/<pid>/maps)")
-        cause = ("glibc's malloc keeps freed memory for reuse. An allocation above its mmap threshold (128 KiB "
-                 "at first) gets pages of its own, given back on free; but each such free raises the threshold to "
-                 "that size, so from then on sample-sized buffers come from the heap, which is only given back "
-                 "from its top. Each worker's heap grows batch after batch until fragmentation settles, which can "
-                 "take many times a sample's size per worker. The probe's memory figures are a floor, and so are "
-                 "the memory fits computed from them.")
-        fix = (f"Start training with {_TUNABLE} in its environment (MALLOC_MMAP_THRESHOLD_="
-               f"{policy.MALLOC_MMAP_THRESHOLD} on older glibc): a fixed threshold is never raised, so sample "
-               f"buffers are mapped and given back (mapping each afresh costs some speed). Measure both: "
-               f"`{_TUNABLE} loaderdoc probe ...` (the probe's workers inherit it). If the workers' memory still "
-               "grows with it, the memory is live: a cache or a leak in the dataset.")
+        cause = MALLOC_CAUSE + " The probe's memory figures are a floor, and so are the memory fits computed from them."
+        fix = malloc_fix(f"`{_TUNABLE} loaderdoc probe ...` (the probe's workers inherit it)")
     else:
         cause = ("Something in the workers holds more memory with every batch: a cache in the dataset, a leak, or "
                  "copy-on-read (reading the dataset's Python objects writes their reference counts, which copies "

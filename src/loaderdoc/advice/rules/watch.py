@@ -12,6 +12,7 @@ from itertools import pairwise
 
 from loaderdoc import policy
 from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
+from loaderdoc.advice.rules.memory import MALLOC_CAUSE, malloc_fix
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
 from loaderdoc.advice.stragglers import find_stragglers
 from loaderdoc.advice.watched import WatchEvidence
@@ -126,7 +127,8 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
 @rule("watch-worker-memory-growing", WARNING, "Worker memory grows epoch after epoch (measured)", "watch",
       f"measured in the run: the workers' summed PSS peak rises over >= {policy.WORKER_GROWTH_EPOCHS} epochs, "
       f"never falling, to >= {policy.WORKER_GROWTH_RATIO:g} x the first epoch's and "
-      f">= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} above it (loaderdoc.policy.WORKER_GROWTH_*)")
+      f">= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} above it (loaderdoc.policy.WORKER_GROWTH_*); malloc is "
+      f"named when the heap the workers grew after the fork is >= {policy.HEAP_HELD_SHARE:.0%} of the last peak")
 def _watch_memory_growing(i: Inputs) -> Finding | None:
     w = i.watch
     if w is None or w.workers == 0:
@@ -144,15 +146,23 @@ def _watch_memory_growing(i: Inputs) -> Finding | None:
     budget = i.facts.memory.budget
     if budget:
         evidence.append(f"the last epoch's peak is {last / budget:.0%} of the {fmt_bytes(budget)} memory budget")
+    heap = next((e.workers_heap_grown_bytes for e in reversed(w.epochs) if e.workers_pss_max_bytes), None)
+    if policy.heap_held(heap, last):
+        # not the dataset's pages: heap the workers' own allocations grew (and malloc kept)
+        evidence.append(f"{fmt_bytes(heap)} of the last epoch's peak is malloc heap the workers grew after they "
+                        "were forked ([heap] in /proc/<pid>/maps)")
+        cause, fix = MALLOC_CAUSE, malloc_fix("`loaderdoc watch` the run again with it")
+    else:
+        cause = ("Copy-on-read: each worker is a fork of the training process; reading a Python object (a list or "
+                 "dict of samples, paths, annotations) writes its reference count, which copies the page it lives "
+                 "on into the worker. As the workers touch more of the dataset every epoch, each ends up with its "
+                 "own copy.")
+        fix = ("Hold the dataset's index in numpy arrays (or Arrow / a memory-mapped file) instead of lists and "
+               "dicts of Python objects: arrays are a few objects, so reading them copies nothing.")
     return found(
         WARNING,
         f"{w.name}: worker memory grew from {fmt_bytes(first)} to {fmt_bytes(last)} over {len(values)} epochs",
-        evidence,
-        "Copy-on-read: each worker is a fork of the training process; reading a Python object (a list or dict "
-        "of samples, paths, annotations) writes its reference count, which copies the page it lives on into "
-        "the worker. As the workers touch more of the dataset every epoch, each ends up with its own copy.",
-        "Hold the dataset's index in numpy arrays (or Arrow / a memory-mapped file) instead of lists and dicts "
-        "of Python objects: arrays are a few objects, so reading them copies nothing.",
+        evidence, cause, fix,
     )
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 
 import pytest
+from support.heap import child_with_grown_heap
 
 from loaderdoc.probing import measure
 from loaderdoc.probing.monitor import Monitor, _heap_grown, heap_bytes
@@ -46,26 +46,10 @@ def test_heap_bytes_reads_this_process_heap():
     assert heap_bytes(2**31) is None  # no such process
 
 
-def _grow_heap_and_wait(ready, done):
-    # 64 KiB blocks sit below glibc's mmap threshold: malloc takes them from the heap (brk)
-    blocks = [bytearray(64 * 1024) for _ in range(2048)]  # 128 MiB
-    ready.set()
-    done.wait(30)
-    del blocks
-
-
 @linux_proc
 def test_heap_grown_counts_what_a_forked_child_added_to_its_heap():
-    ctx = multiprocessing.get_context("fork")
-    ready, done = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=_grow_heap_and_wait, args=(ready, done))
-    child.start()
-    try:
-        assert ready.wait(30)
+    with child_with_grown_heap():
         grown = _heap_grown()
-    finally:
-        done.set()
-        child.join(30)
     assert grown >= 100 * MiB
 
 

@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+from support.heap import child_with_grown_heap
 
 from loaderdoc.watching import gpuidle, hook, sampler
 from loaderdoc.watching.api import watch
@@ -105,27 +106,10 @@ def test_workers_memory_is_attributed_to_the_epochs_running_at_the_sample(monkey
     assert sample["loaders"] == {"1": [5, done.wait_s + live.wait_s, done.step_s + live.step_s]}
 
 
-def _grow_heap(ready, done):
-    blocks = [bytearray(64 * 1024) for _ in range(2048)]  # 128 MiB below the mmap threshold: heap
-    ready.set()
-    done.wait(30)
-    del blocks
-
-
 def test_heap_a_worker_grew_after_the_fork_is_read_from_its_maps():
-    import multiprocessing
-
     assert sampler.heap_bytes() > 0 and sampler.heap_bytes(2**22 + 12345) is None
-    ctx = multiprocessing.get_context("fork")
-    ready, done = ctx.Event(), ctx.Event()
-    child = ctx.Process(target=_grow_heap, args=(ready, done))
-    child.start()
-    try:
-        assert ready.wait(30)
-        grown = sampler.heap_bytes(child.pid) - sampler.heap_bytes()
-    finally:
-        done.set()
-        child.join(30)
+    with child_with_grown_heap() as pid:
+        grown = sampler.heap_bytes(pid) - sampler.heap_bytes()
     assert grown >= 100 * 1024 * 1024
 
 

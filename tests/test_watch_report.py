@@ -142,6 +142,29 @@ def test_worker_memory_the_workers_malloc_heap_holds_is_not_called_copy_on_read(
     assert "Copy-on-read" in finding(report_of(run), "watch-worker-memory-growing")["cause"]
 
 
+FIXTURES = Path(__file__).parent / "fixtures" / "watch"
+
+
+def _judged_again(name: str) -> list:
+    """A recorded `loaderdoc watch --report` judged by today's rules (its loaders, on no machine)."""
+    from loaderdoc.advice.rules import evaluate
+    from loaderdoc.system.facts import MachineFacts
+    from loaderdoc.watching.report import evidence_of
+
+    report = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    return [f for entry in report["loaders"]
+            for f in evaluate(MachineFacts(), None, watch=evidence_of(entry, None))]
+
+
+def test_a_recorded_run_on_large_samples_names_malloc_and_the_fixed_threshold_silences_it():
+    # real runs (this project's 2-CPU VM): 3 persistent workers, 8 MiB slices, batch 4, 5 epochs,
+    # under `loaderdoc watch --report`, at glibc's defaults and with GLIBC_TUNABLES set
+    grown = [f for f in _judged_again("large-heap-growth.json") if f.rule_id == "watch-worker-memory-growing"]
+    assert len(grown) == 1 and "mmap threshold" in grown[0].cause
+    assert "malloc heap the workers grew" in " ".join(grown[0].evidence)
+    assert "watch-worker-memory-growing" not in {f.rule_id for f in _judged_again("large-mmap-threshold.json")}
+
+
 @pytest.mark.parametrize("pss", [
     [600, 610, 605, 612],  # flat
     [600, 900],  # two epochs: warming up, not a trend

@@ -314,3 +314,26 @@ def test_the_fixtures_are_current_reports():
         doc = json.loads((FIXTURES / f"{name}.json").read_text())
         assert doc["schema"] == "loaderdoc.probe/2" and doc["breakdown"] and doc["prediction"]
         assert all(r["stages"] is not None for r in doc["results"])
+
+
+def _recorded(name: str):
+    from support.scenarios import RECORDED_DIR
+
+    from loaderdoc.probing.result import ProbeReport
+
+    return ProbeReport.from_dict(json.loads((RECORDED_DIR / name).read_text(encoding="utf-8"))["probe"])
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_worker_memory_still_rising_is_marked_beside_its_figure(width):
+    from loaderdoc.commands.probe_text import measured_lines
+
+    # a real probe of 8 MiB slices at glibc's defaults: three of four runs with workers grew
+    lines = measured_lines(_recorded("real-large-heap-growth.json"), width)
+    text = "\n".join(lines)
+    assert "+ after PSS: still rising when the window ended" in re.sub(r"\s+", " ", text)
+    assert sum(bool(re.search(r"\s\d+\+(\s|$)", line)) for line in lines) == 3
+    assert all(len(line) <= width for line in lines)
+    # the same workload with glibc's mmap threshold fixed: nothing rose, nothing marked
+    settled = "\n".join(measured_lines(_recorded("real-large-mmap-threshold.json"), width))
+    assert "still rising" not in settled and not re.search(r"\d\+", settled)

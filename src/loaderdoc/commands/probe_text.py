@@ -119,6 +119,20 @@ def _ok_only(fn: Any) -> Any:
     return lambda r: fn(r) if r.ok else "-"
 
 
+GROWING = "+"  # after a PSS figure: the workers' memory was still rising at the end of the window
+
+
+def _growing(r: ConfigResult) -> bool:
+    from loaderdoc.policy import memory_growing
+
+    g = r.worker_memory_growth
+    return g is not None and memory_growing(g.first_bytes, g.last_bytes)
+
+
+def _pss(r: ConfigResult) -> str:
+    return mib(r.worker_pss_bytes) + (GROWING if r.worker_pss_bytes is not None and _growing(r) else "")
+
+
 def _wait(r: ConfigResult) -> str:
     if r.wait.p50_ms is None and r.wait.p95_ms is None:
         return "-"
@@ -144,7 +158,7 @@ OPTIONAL = [  # measurements a narrow terminal may go without (the JSON has them
     Column("starved", ("", "starved %"), _ok_only(lambda r: num(r.starvation_pct, ".0f"))),
     Column("wait", ("wait ms", "p50/p95"), _ok_only(_wait)),
     Column("first", ("first", "batch s"), _ok_only(lambda r: num(r.first_batch_s, ".2f"))),
-    Column("pss", ("PSS", "MiB"), _ok_only(lambda r: mib(r.worker_pss_bytes))),
+    Column("pss", ("PSS", "MiB"), _ok_only(_pss)),
 ]
 DROP_ORDER = ["first", "pss", "wait", "starved"]  # the first goes first
 
@@ -200,8 +214,13 @@ def measured_lines(report: ProbeReport, width: int) -> list[str]:
         head1, head2 = head1 + [""], head2 + [WHY]
         rows = [row + [w] for row, w in zip(rows, why, strict=True)]
     title = "Measured, in the order tried"
+    keys = []
     if MARK in marks:
-        title += " (* the recommended workers and prefetch)"
+        keys.append(f"{MARK.strip()} the recommended workers and prefetch")
+    if any(c.key == "pss" for c in columns) and any(r.ok and _growing(r) for r in report.results):
+        keys.append(f"{GROWING} after PSS: still rising when the window ended")
+    if keys:
+        title += f" ({'; '.join(keys)})"
     if why is None:
         title += "; why each was tried: --json"
     # the second header line goes in as a row; the numbers' columns align right, "why tried" left

@@ -640,3 +640,16 @@ def test_growth_elsewhere_says_nothing_about_the_users_settings_measured_settled
     probe = _growth_probe((2, 245, 477, 350), (3, 400, 410, 0))
     assert not _growing_finding(LoaderSettings(batch_size=4, num_workers=3, prefetch_factor=2), probe)
     assert _growing_finding(None, probe)  # no settings: what the probe saw is said
+
+
+@pytest.mark.parametrize("batch_mib,growing", [(8, True), (32, False)])
+def test_a_rise_one_batch_a_worker_could_explain_is_not_growth(batch_mib, growing):
+    from loaderdoc import policy
+    from loaderdoc.probing.result import MemoryGrowth
+
+    # 300 -> 390 MiB (1.3x, +90 MiB) with 3 workers: each may hold the batch it builds in /dev/shm,
+    # counted in its PSS; 3 x 32 MiB could be that swing, 3 x 8 MiB could not
+    r = ConfigResult(settings=LoaderSettings(batch_size=4, num_workers=3, prefetch_factor=2), batches_per_s=10,
+                     batch_bytes=batch_mib * MiB,
+                     worker_memory_growth=MemoryGrowth(first_bytes=300 * MiB, last_bytes=390 * MiB, seconds=2.0))
+    assert policy.still_growing(r) is growing

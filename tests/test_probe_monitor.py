@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from support.heap import child_with_grown_heap
+from support.heap import child_with_growing_heap
 
 from loaderdoc.probing import measure
-from loaderdoc.probing.monitor import Monitor, _heap_grown, heap_bytes
+from loaderdoc.probing.monitor import Monitor, heap_bytes
 from loaderdoc.probing.result import MemoryGrowth
 from loaderdoc.units import MiB
 
@@ -22,7 +22,7 @@ def _monitor(series):
 
 
 def test_growth_reads_the_first_and_last_samples_inside_the_window(monkeypatch):
-    monkeypatch.setattr("loaderdoc.probing.monitor._heap_grown", lambda: 300 * MiB)
+    monkeypatch.setattr(Monitor, "heap_grown", lambda self: 300 * MiB)
     # before the window (warm-up) and after it (the final sample at stop) are left out
     m = _monitor([(9.0, 100), (10.1, 200), (10.6, 260), (11.0, 320), (11.9, 400), (12.5, 900)])
     g = m.growth(10.0, 12.0)
@@ -47,10 +47,15 @@ def test_heap_bytes_reads_this_process_heap():
 
 
 @linux_proc
-def test_heap_grown_counts_what_a_forked_child_added_to_its_heap():
-    with child_with_grown_heap():
-        grown = _heap_grown()
-    assert grown >= 100 * MiB
+def test_heap_grown_counts_what_a_forked_child_added_to_its_heap_since_first_sampled():
+    monitor = Monitor(shm_baseline=None)
+    with child_with_growing_heap() as (pid, grow):
+        monitor.sample_memory()  # first sight of the child: its heap before it grew
+        assert pid in monitor._heap_first
+        grown_by_child = grow()
+        grown = monitor.heap_grown()
+    assert grown_by_child >= 128 * MiB
+    assert grown >= grown_by_child - 16 * MiB
 
 
 def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):

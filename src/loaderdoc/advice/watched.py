@@ -34,7 +34,7 @@ class WatchedEpoch:
     # for StopIteration)
     finished: bool = False
     workers_pss_max_bytes: int | None = None  # the workers' summed PSS, peak while it ran
-    workers_heap_grown_bytes: int | None = None  # malloc heap they had grown beyond the training process's then
+    workers_heap_grown_bytes: int | None = None  # malloc heap they had grown by then (since forked or first seen)
     gpu_idle_s: float | None = None  # CUDA-event GPU idle during its waits; None without CUDA
 
 

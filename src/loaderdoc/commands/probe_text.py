@@ -123,10 +123,9 @@ GROWING = "+"  # after a PSS figure: the workers' memory was still rising at the
 
 
 def _growing(r: ConfigResult) -> bool:
-    from loaderdoc.policy import memory_growing
+    from loaderdoc.policy import still_growing
 
-    g = r.worker_memory_growth
-    return g is not None and memory_growing(g.first_bytes, g.last_bytes)
+    return still_growing(r)
 
 
 def _pss(r: ConfigResult) -> str:

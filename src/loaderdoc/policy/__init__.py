@@ -34,7 +34,7 @@ MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larg
 NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
 SPIKY_LOAD_RATIO = 2.0  # batches whose load time p95 >= 2 x p50: a few slow samples hold batches back
 QUEUE_DRY_PCT = 20.0  # the step waits >= 20 % on average: the workers produce below its rate, their
-#                       prefetch queue is empty most of the time and a deeper one would run dry too
+#                       prefetch queue is empty most of the time and a deeper one mostly runs dry too
 PERSISTENT_PAYS_SHARE = 0.01  # persistent_workers when restarting workers costs >= 1 % of an epoch
 PERSISTENT_CLEAR_BAND = 1.5  # the start-up's estimate of that cost decides unless within 1.5x of it
 #                              either way: then the probe times a real restart (a run of its own that
@@ -276,15 +276,27 @@ def spiky_loading(p50_ms: float | None, p95_ms: float | None) -> bool:
     return bool(p50_ms and p95_ms and p95_ms >= SPIKY_LOAD_RATIO * p50_ms)
 
 
-def memory_growing(first_bytes: int, last_bytes: int) -> bool:
+def memory_growing(first_bytes: int, last_bytes: int, swing_bytes: int = 0) -> bool:
     """Workers' memory that rose to >= :data:`WORKER_GROWTH_RATIO` x where it was and
-    >= :data:`WORKER_GROWTH_MIN_BYTES` above it: not settled, a longer run holds more."""
-    return last_bytes >= WORKER_GROWTH_RATIO * first_bytes and last_bytes - first_bytes >= WORKER_GROWTH_MIN_BYTES
+    >= :data:`WORKER_GROWTH_MIN_BYTES` above it (and above ``swing_bytes``, what it may move by
+    without growing): not settled, a longer run holds more."""
+    return (last_bytes >= WORKER_GROWTH_RATIO * first_bytes
+            and last_bytes - first_bytes >= max(WORKER_GROWTH_MIN_BYTES, swing_bytes))
+
+
+def still_growing(result: ConfigResult) -> bool:
+    """A measured configuration whose workers' memory rose through its steady window by more
+    than the batches they may hold while building them (one a worker: in /dev/shm, counted in
+    their PSS while it is theirs) could account for."""
+    g = result.worker_memory_growth
+    if not result.ok or g is None:
+        return False
+    return memory_growing(g.first_bytes, g.last_bytes, result.settings.num_workers * (result.batch_bytes or 0))
 
 
 def heap_held(heap_grown_bytes: int | None, workers_bytes: int) -> bool:
-    """Most of the workers' memory is malloc heap they grew after the fork (not pages of the
-    training process copied on write, not /dev/shm)."""
+    """Most of the workers' memory is malloc heap they grew (not pages of the training process
+    copied on write, not /dev/shm)."""
     return heap_grown_bytes is not None and workers_bytes > 0 and heap_grown_bytes >= HEAP_HELD_SHARE * workers_bytes
 
 

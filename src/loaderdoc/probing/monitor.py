@@ -6,16 +6,14 @@ reading that was still climbing at the end of the steady window is told from one
 settled: with glibc, 3 workers that free large sample buffers (8 MiB slices, batch 4) grew
 their malloc heaps by about 270 MiB/s together on this project's 2-core machine, to 3.3 GiB in
 11 s; a 2 s window read a quarter of that (``benchmarks/worker_heap.py``). :class:`~loaderdoc.probing.result.MemoryGrowth`
-carries what the window saw, and how much of the workers' memory is malloc heap they grew after
-the fork (the ``[heap]`` mapping, from ``/proc/<pid>/maps``).
+carries what the window saw, and how much malloc heap the workers grew (the ``[heap]`` mappings,
+from ``/proc/<pid>/maps``).
 
 Used inside the measuring process only.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
 
@@ -52,6 +50,7 @@ class Monitor(threading.Thread):
         self.uss: int | None = None
         self.rss: int | None = None
         self.pss_series: list[tuple[float, int]] = []  # (perf_counter, the workers' summed PSS)
+        self._heap_first: dict[int, int] = {}  # each worker's malloc heap when first sampled
         self._halt = threading.Event()
         self._lock = threading.Lock()  # the series is read while the thread may still append
 
@@ -93,6 +92,10 @@ class Monitor(threading.Thread):
             pss += getattr(info, "pss", 0)
             uss += info.uss
             rss += info.rss
+            if child.pid not in self._heap_first:
+                heap = heap_bytes(child.pid)
+                if heap is not None:
+                    self._heap_first[child.pid] = heap
         if not complete:
             return
         with self._lock:
@@ -111,21 +114,23 @@ class Monitor(threading.Thread):
         if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (ended - started):
             return None
         return MemoryGrowth(first_bytes=inside[0][1], last_bytes=inside[-1][1],
-                            seconds=round(inside[-1][0] - inside[0][0], 3), heap_grown_bytes=_heap_grown())
+                            seconds=round(inside[-1][0] - inside[0][0], 3), heap_grown_bytes=self.heap_grown())
 
+    def heap_grown(self) -> int | None:
+        """Malloc heap the workers (this process's descendants) grew: each one's ``[heap]`` now
+        beyond the smaller of this process's (a forked worker starts with a copy of it) and its own
+        when first sampled (a spawned or forkserver worker starts afresh). None where no heap
+        could be read."""
+        import psutil
 
-def _heap_grown() -> int | None:
-    """Malloc heap the workers (children of this process) grew after they were forked: each one's
-    ``[heap]`` beyond this process's (a fork starts with a copy of it)."""
-    import psutil
-
-    own = heap_bytes()
-    if own is None:
-        return None
-    grown = 0
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
+        own = heap_bytes()
+        grown, read = 0, False
+        for child in psutil.Process().children(recursive=True):
             size = heap_bytes(child.pid)
-            if size is not None and child.ppid() == os.getpid():
-                grown += max(0, size - own)
-    return grown
+            if size is None:
+                continue
+            first = self._heap_first.get(child.pid, size)
+            base = first if own is None else min(own, first)
+            grown += max(0, size - base)
+            read = True
+        return grown if read else None

@@ -177,9 +177,7 @@ def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons:
     on += [r.epoch_restart_persistent_s for r in rows if r.epoch_restart_persistent_s is not None]
     off = [r.epoch_restart_s for r in rows if not r.settings.persistent_workers]
     pss = max((r.worker_pss_bytes or 0 for r in self.measured(*key)), default=0)
-    growing = (", or more: it was still growing" if any(
-        g is not None and policy.memory_growing(g.first_bytes, g.last_bytes)
-        for g in (r.worker_memory_growth for r in self.measured(*key))) else "")
+    growing = ", or more: it was still growing" if any(policy.still_growing(r) for r in self.measured(*key)) else ""
     if on and off:
         saving, what = max(0.0, min(off) - min(on)), f"the gap between epochs was {min(off):.2f} s without and {min(on):.2f} s with"
     else:

@@ -71,8 +71,9 @@ class MemoryGrowth:
     first_bytes: int = 0
     last_bytes: int = 0
     seconds: float = 0.0  # between the two samples
-    # malloc heap (``[heap]``) the workers grew beyond the training process's after the fork, at
-    # the end of the window: memory malloc holds for them (live, or freed and kept)
+    # malloc heap (``[heap]``) the workers grew, at the end of the window: each one's beyond the
+    # smaller of the training process's (a fork starts with a copy) and its own when first sampled
+    # (a spawned worker starts afresh): memory malloc holds for them (live, or freed and kept)
     heap_grown_bytes: int | None = None
 
     @property

@@ -20,7 +20,7 @@ Predict, then verify:
 5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest
    workers within tolerance of the best (to one worker, or an eighth of the pick past 16).
 6. ``prefetch_factor=4`` if the waits are bursty, unless the step is starved on average and
-   batches load evenly (a deeper queue would run dry too); ``in_order=False`` if single batches took far
+   batches load evenly (a deeper queue mostly runs dry too); ``in_order=False`` if single batches took far
    longer than others to load with 0 workers (torch >= 2.6), against the pick measured again
    beside it when it looks faster.
 7. Where the machine is busy (noise could decide), measure the close contenders again, in turns,
@@ -224,7 +224,7 @@ class Search:
             self._verify()
             self._cpu_reference()
             self._refine()
-            self._prefetch()
+            self._prefetch(base0)
             self._in_order(base0)
             self._repeat_contenders()
             if not self.stopped:
@@ -457,8 +457,8 @@ class Search:
                 f"({bound:.1f} steps/s at the 0-worker loading rate per worker) stays below {target:.1f}, "
                 "the least the pick must reach")
 
-    def _prefetch(self) -> None:
-        prefetch.measure(self)
+    def _prefetch(self, base0: ConfigResult | None) -> None:
+        prefetch.measure(self, base0)
 
     def _in_order(self, base0: ConfigResult | None) -> None:
         in_order.measure(self, base0)

@@ -58,15 +58,35 @@ def pss_bytes(pid: int | str = "self") -> int | None:
         return None
 
 
+MAPS_CAP = 1 << 22  # read at most 4 MiB of a maps file looking for the heap (it sits near the top)
+
+
 def heap_bytes(pid: int | str = "self") -> int | None:
     """Size of a process's malloc heap: its ``[heap]`` mappings (a forked process's heap grown
-    after the fork is a mapping of its own), near the start of ``/proc/<pid>/maps`` (the heap
-    follows the executable, below the libraries); None where unreadable."""
-    raw = _read(f"/proc/{pid}/maps", 1 << 15)
-    if raw is None:
+    after the fork is a mapping of its own), from ``/proc/<pid>/maps``, read until the line after
+    the heap (a read of /proc returns a page at a time); None where unreadable or cut short."""
+    try:
+        fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY)
+    except OSError:
         return None
+    data = b""
+    try:
+        while len(data) < MAPS_CAP:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            last = data.rfind(b"[heap]\n")
+            if last >= 0 and data.find(b"\n", last + 7) >= 0:
+                break  # a whole line after the last heap mapping read: the heap's mappings are adjacent
+        else:
+            return None  # cut short before the heap was seen through
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     total = 0
-    for line in raw.split(b"\n"):
+    for line in data.split(b"\n"):
         if line.endswith(b"[heap]"):
             try:
                 start, end = line.split(None, 1)[0].split(b"-")
@@ -188,6 +208,7 @@ class Sampler:
         self.ticks = 0
         self.busy_s = 0.0  # time spent in tick(), writes excluded: the sampler's own cost
         self._children = Children()
+        self._heap_first: dict[int, int] = {}  # each worker's malloc heap when first seen
         self._prev = None  # perf_counter of the previous tick
         self._written = clock()
         self._stop = threading.Event()
@@ -220,10 +241,7 @@ class Sampler:
         workers = self._children.workers()
         known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
         workers_pss = sum(known)
-        # malloc heap the workers grew beyond this process's (each starts with a copy of it)
-        own_heap = heap_bytes()
-        heaps = [h for h in (heap_bytes(pid) for pid in workers) if h is not None]
-        heap_grown = sum(max(0, h - own_heap) for h in heaps) if own_heap is not None and heaps else None
+        heap_grown = self._heap_grown(workers)
         used, total = shm_usage()
         if used is not None and (self.shm_peak is None or used > self.shm_peak):
             self.shm_peak = used
@@ -245,6 +263,23 @@ class Sampler:
         cost = clock() - t
         self.busy_s += cost
         self.period = max(self.base, cost / self.max_busy)
+
+    def _heap_grown(self, workers: list[int]) -> int | None:
+        """Malloc heap the workers grew: each one's ``[heap]`` beyond the smaller of this process's
+        (a forked worker starts with a copy of it) and its own when first seen (a spawned one
+        starts afresh); None where none could be read."""
+        own = heap_bytes()
+        grown, read = 0, False
+        for pid in workers:
+            size = heap_bytes(pid)
+            if size is None:
+                continue
+            first = self._heap_first.setdefault(pid, size)
+            grown += max(0, size - (first if own is None else min(own, first)))
+            read = True
+        for gone in set(self._heap_first) - set(workers):
+            del self._heap_first[gone]
+        return grown if read else None
 
     def _step(self) -> None:
         try:

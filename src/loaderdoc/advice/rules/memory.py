@@ -5,7 +5,6 @@ from __future__ import annotations
 from loaderdoc import policy
 from loaderdoc.advice.findings import WARNING, Finding
 from loaderdoc.advice.rules.registry import Inputs, describe, found, rule
-from loaderdoc.probing.result import ConfigResult
 from loaderdoc.units import fmt_bytes
 
 _TUNABLE = f"GLIBC_TUNABLES=glibc.malloc.mmap_threshold={policy.MALLOC_MMAP_THRESHOLD}"
@@ -26,20 +25,15 @@ def malloc_fix(measure: str) -> str:
             "with it, the memory is live: a cache or a leak in the dataset.")
 
 
-def _growing(r: ConfigResult) -> bool:
-    g = r.worker_memory_growth
-    return r.ok and g is not None and policy.memory_growing(g.first_bytes, g.last_bytes)
-
-
 @rule("worker-memory-growing", WARNING, "Worker memory was still growing when the probe measured it", "probe",
       f"measured by the probe: the workers' summed PSS rose through a steady window to >= "
       f"{policy.WORKER_GROWTH_RATIO:g} x its first reading and >= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} "
-      f"above it (loaderdoc.policy.memory_growing); malloc is named when the heap the workers grew after the "
-      f"fork is >= {policy.HEAP_HELD_SHARE:.0%} of their memory (policy.heap_held)")
+      f"above it, and above one batch a worker (loaderdoc.policy.still_growing); malloc is named when the heap "
+      f"the workers grew is >= {policy.HEAP_HELD_SHARE:.0%} of their memory (policy.heap_held)")
 def _worker_memory_growing(i: Inputs) -> Finding | None:
     if i.probe is None:
         return None
-    growing = [r for r in i.probe.results if _growing(r)]
+    growing = [r for r in i.probe.results if policy.still_growing(r)]
     if not growing:
         return None
     subject = i.subject
@@ -60,8 +54,8 @@ def _worker_memory_growing(i: Inputs) -> Finding | None:
         evidence.append(f"one sample: {fmt_bytes(sample)}")
     held = policy.heap_held(g.heap_grown_bytes, g.last_bytes)
     if held:
-        evidence.append(f"{fmt_bytes(g.heap_grown_bytes)} of it is malloc heap the workers grew after they were "
-                        "forked ([heap] in /proc/<pid>/maps)")
+        evidence.append(f"the workers' malloc heaps ([heap] in /proc/<pid>/maps) had grown by "
+                        f"{fmt_bytes(g.heap_grown_bytes)} by then")
         cause = MALLOC_CAUSE + " The probe's memory figures are a floor, and so are the memory fits computed from them."
         fix = malloc_fix(f"`{_TUNABLE} loaderdoc probe ...` (the probe's workers inherit it)")
     else:

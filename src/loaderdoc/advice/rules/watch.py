@@ -128,7 +128,7 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
       f"measured in the run: the workers' summed PSS peak rises over >= {policy.WORKER_GROWTH_EPOCHS} epochs, "
       f"never falling, to >= {policy.WORKER_GROWTH_RATIO:g} x the first epoch's and "
       f">= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} above it (loaderdoc.policy.WORKER_GROWTH_*); malloc is "
-      f"named when the heap the workers grew after the fork is >= {policy.HEAP_HELD_SHARE:.0%} of the last peak")
+      f"named when the heap the workers grew is >= {policy.HEAP_HELD_SHARE:.0%} of the last peak")
 def _watch_memory_growing(i: Inputs) -> Finding | None:
     w = i.watch
     if w is None or w.workers == 0:
@@ -149,8 +149,8 @@ def _watch_memory_growing(i: Inputs) -> Finding | None:
     heap = next((e.workers_heap_grown_bytes for e in reversed(w.epochs) if e.workers_pss_max_bytes), None)
     if policy.heap_held(heap, last):
         # not the dataset's pages: heap the workers' own allocations grew (and malloc kept)
-        evidence.append(f"{fmt_bytes(heap)} of the last epoch's peak is malloc heap the workers grew after they "
-                        "were forked ([heap] in /proc/<pid>/maps)")
+        evidence.append(f"at the last epoch's peak the workers' malloc heaps ([heap] in /proc/<pid>/maps) had "
+                        f"grown by {fmt_bytes(heap)}")
         cause, fix = MALLOC_CAUSE, malloc_fix("`loaderdoc watch` the run again with it")
     else:
         cause = ("Copy-on-read: each worker is a fork of the training process; reading a Python object (a list or "

@@ -653,3 +653,20 @@ def test_a_rise_one_batch_a_worker_could_explain_is_not_growth(batch_mib, growin
                      batch_bytes=batch_mib * MiB,
                      worker_memory_growth=MemoryGrowth(first_bytes=300 * MiB, last_bytes=390 * MiB, seconds=2.0))
     assert policy.still_growing(r) is growing
+
+
+def test_ram_pressure_calls_a_still_rising_reading_a_floor():
+    from loaderdoc.probing.result import MemoryGrowth
+
+    facts = load_machine("ci-2core")
+    budget = facts.memory.budget
+    s = LoaderSettings(batch_size=4, num_workers=2, prefetch_factor=2)
+    r = ConfigResult(settings=s, batches_per_s=10, starvation_pct=30, worker_pss_bytes=int(0.9 * budget),
+                     worker_memory_growth=MemoryGrowth(first_bytes=int(0.5 * budget), last_bytes=int(0.9 * budget),
+                                                       seconds=2.0))
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=4, step_ms=20), results=[r])
+    (f,) = [f for f in evaluate(facts, s, probe=probe) if f.rule_id == "ram-pressure"]
+    assert any("still rising" in e and "a floor" in e for e in f.evidence)
+    r.worker_memory_growth = None
+    (f,) = [f for f in evaluate(facts, s, probe=probe) if f.rule_id == "ram-pressure"]
+    assert not any("still rising" in e for e in f.evidence)

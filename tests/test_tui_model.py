@@ -205,3 +205,19 @@ def test_choosing_a_preset_takes_its_batch_and_step_unless_the_user_gave_them():
     mine = ProbeRequest(batch_size=48, batch_size_given=True, step_ms=7.0, step_ms_given=True)
     mine.choose_preset("large-image")
     assert (mine.preset, mine.batch_size, mine.step_ms) == ("large-image", 48, 7.0)
+
+
+def test_a_worker_memory_figure_still_rising_is_marked_and_keyed():
+    import json
+
+    from support.scenarios import RECORDED_DIR
+
+    # a real probe of 8 MiB slices at glibc's defaults: three of four runs with workers grew
+    raw = json.loads((RECORDED_DIR / "real-large-heap-growth.json").read_text(encoding="utf-8"))
+    report = ProbeReport.from_dict(raw["probe"])
+    cells = [model.result_row(r)[9] for r in report.results]
+    assert sum(c.endswith(model.RISING) for c in cells) == 3
+    assert any(line.startswith(f"{model.RISING} after worker PSS") for line in model.report_summary(report))
+    settled = ProbeReport.from_dict(json.loads((RECORDED_DIR / "real-large-mmap-threshold.json").read_text())["probe"])
+    assert not any(model.RISING in model.result_row(r)[9] for r in settled.results)
+    assert not any(model.RISING in line for line in model.report_summary(settled))

@@ -31,8 +31,10 @@ def recommend(
     probe: ProbeReport | None = None,
 ) -> Recommendation:
     """Recommend DataLoader settings for this machine, for batches of ``batch_size`` samples of
-    ``sample_bytes`` each. With a probe report, its measured choice is the starting point and
-    only the memory limits are enforced on top."""
+    ``sample_bytes`` each. With a probe report, its measured choice is the starting point (the
+    workers, prefetch depth, ``persistent_workers`` and ``in_order``, and ``pin_memory`` where it
+    ran on the same kind of device) and only the memory limits and the CPU budget are enforced on
+    top: a rule of thumb never replaces what the probe measured."""
     reasons: dict[str, str] = {}
     if probe is not None and probe.recommended is not None:
         base = probe.recommended
@@ -81,14 +83,31 @@ def recommend(
 
     usable = facts.usable_gpus
     pin = usable > 0
-    if pin:
+    base_pick = probe.recommended if source == "probe" and probe is not None else None
+    measured_pin = base_pick is not None and probe.device.startswith("cuda") == pin
+    if measured_pin:
+        # the probe weighed pinning on this kind of device (pinned against pageable copies with CUDA)
+        pin = base_pick.pin_memory
+        reasons["pin_memory"] = _probe_reason(probe, "pin_memory") or f"{str(pin).lower()}: chosen by the probe"
+    elif pin:
         reasons["pin_memory"] = f"true: {usable} usable CUDA GPU(s); pinned pages copy to the GPU faster and asynchronously"
     elif facts.gpu.count and not usable:
         reasons["pin_memory"] = "false: GPUs are present but this torch build has no CUDA, so pinning only costs RAM"
     else:
         reasons["pin_memory"] = f"false: no usable GPU ({_gpu_absence(facts)}); pinning does nothing without one"
 
-    if workers > 0:
+    persistent = workers > 0
+    if workers > 0 and base_pick is not None and base_pick.num_workers > 0:
+        # measured: the workers' start-up against the epoch (a rule of thumb does not outrank it)
+        persistent = base_pick.persistent_workers
+        reasons["persistent_workers"] = (_probe_reason(probe, "persistent_workers")
+                                         or f"{str(persistent).lower()}: chosen by the probe")
+        reasons.setdefault(
+            "prefetch_factor",
+            f"{prefetch}: torch's default depth"
+            + ("" if batch_bytes else " (not sized against /dev/shm: pass --batch-size and --sample-shape)"),
+        )
+    elif workers > 0:
         reasons["persistent_workers"] = "true: keeps the workers between epochs instead of paying start-up again"
         reasons.setdefault(
             "prefetch_factor",
@@ -112,8 +131,10 @@ def recommend(
         shuffle=not iterable,
         num_workers=workers,
         pin_memory=pin,
-        persistent_workers=workers > 0,
+        persistent_workers=persistent,
         prefetch_factor=prefetch if workers > 0 else None,
+        # measured: the probe recommends in_order=False only where it paid (and torch takes it)
+        in_order=base_pick.in_order if base_pick is not None and workers > 0 else True,
     ).validate()
     return Recommendation(settings=settings, reasons=reasons, batch_bytes=batch_bytes, source=source)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import SettingsError
+from loaderdoc.policy import still_growing
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
@@ -232,6 +233,9 @@ RESULT_COLUMNS = ("workers", "prefetch", "persist", "pin", "batches/s", "samples
                   "wait p95", "1st batch", "worker PSS", "status")
 
 
+RISING = "↑"  # after a worker PSS figure: still rising when its steady window ended
+
+
 def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
@@ -249,7 +253,7 @@ def result_row(r: ConfigResult) -> tuple[str, ...]:
         "-" if r.starvation_pct is None else f"{r.starvation_pct:.0f}%",
         "-" if r.wait.p95_ms is None else f"{r.wait.p95_ms:.1f} ms",
         "-" if r.first_batch_s is None else f"{r.first_batch_s:.2f} s",
-        "-" if r.worker_pss_bytes is None else fmt_bytes(r.worker_pss_bytes),
+        "-" if r.worker_pss_bytes is None else fmt_bytes(r.worker_pss_bytes) + (f" {RISING}" if still_growing(r) else ""),
         status,
     )
 
@@ -299,6 +303,8 @@ def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
     if best is not None:
         lines.append(f"best measured: {best.batches_per_s:.1f} batches/s with num_workers={best.settings.num_workers}"
                      + (f", {best.starvation_pct:.0f}% starved" if best.starvation_pct is not None else ""))
+    if any(still_growing(r) for r in report.results):
+        lines.append(f"{RISING} after worker PSS: still rising when its window ended, a floor (see Diagnoses)")
     if not complete:
         lines.append("cancelled: the search did not finish, so the recommendation was not changed")
     elif report.recommended is not None:

@@ -309,6 +309,9 @@ def _ram_pressure(i: Inputs) -> Finding | None:
     mem = i.facts.memory
     evidence = [f"workers' PSS with {workers_text(s.num_workers)}: {fmt_bytes(one_rank)} ({how})"
                 + (f" x {i.ranks} ranks = {fmt_bytes(workers_bytes)}" if i.ranks > 1 else "")]
+    if any(policy.still_growing(r) for r in i.probe.results):
+        evidence.append("the workers' memory was still rising when the probe measured it (worker-memory-growing): "
+                        "these figures are a floor")
     if inflight:
         evidence.append(f"batches in flight: {fmt_bytes(inflight)}")
     line = f"memory budget: {fmt_bytes(budget)} (available {fmt_bytes(mem.available.get())}"

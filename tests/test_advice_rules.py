@@ -608,7 +608,7 @@ def _growth_probe(*runs):
     results = [ConfigResult(settings=LoaderSettings(batch_size=4, num_workers=w, prefetch_factor=2), batches_per_s=10,
                             starvation_pct=30, worker_memory_growth=MemoryGrowth(
                                 first_bytes=int(a * MiB), last_bytes=int(b * MiB), seconds=2.0,
-                                heap_grown_bytes=None if heap is None else int(heap * MiB)))
+                                heap_rise_bytes=None if heap is None else int(heap * MiB)))
                for w, a, b, heap in runs]
     return ProbeReport(workload=WorkloadInfo(batch_size=4, step_ms=20, sample_bytes=8 * MiB), results=results)
 

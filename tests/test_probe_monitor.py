@@ -17,7 +17,7 @@ linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="n
 
 def _monitor(series):
     m = Monitor(shm_baseline=None)
-    m.pss_series = [(t, int(v * MiB)) for t, v in series]
+    m.pss_series = [(t, int(v * MiB), int(v * MiB) // 2) for t, v in series]
     return m
 
 
@@ -27,7 +27,7 @@ def test_growth_reads_the_first_and_last_samples_inside_the_window(monkeypatch):
     m = _monitor([(9.0, 100), (10.1, 200), (10.6, 260), (11.0, 320), (11.9, 400), (12.5, 900)])
     g = m.growth(10.0, 12.0)
     assert (g.first_bytes, g.last_bytes, g.seconds) == (200 * MiB, 400 * MiB, 1.8)
-    assert g.heap_grown_bytes == 300 * MiB
+    assert g.heap_rise_bytes == 100 * MiB and g.heap_grown_bytes == 300 * MiB
     assert g.per_s == pytest.approx(200 * MiB / 1.8)
 
 
@@ -64,7 +64,7 @@ def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):
 
     def growth(self, started, ended):
         seen.append((started, ended))
-        return MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0, heap_grown_bytes=0)
+        return MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0, heap_rise_bytes=0, heap_grown_bytes=0)
 
     monkeypatch.setattr(Monitor, "growth", growth)
     from loaderdoc.probing.api import build_workload
@@ -76,7 +76,7 @@ def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):
     with_workers = measure.measure_in_process(job, LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2), plan)
     without = measure.measure_in_process(job, LoaderSettings(batch_size=32), plan)
     assert with_workers.worker_memory_growth == MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0,
-                                                             heap_grown_bytes=0)
+                                                             heap_rise_bytes=0, heap_grown_bytes=0)
     assert without.worker_memory_growth is None and len(seen) == 1
     started, ended = seen[0]
     assert ended > started

@@ -133,7 +133,7 @@ def test_worker_memory_the_workers_malloc_heap_holds_is_not_called_copy_on_read(
     for n, e in enumerate(run["loaders"][0]["epochs"]):
         e["workers_heap_grown_bytes"] = int((400 + 100 * n) * MiB)
     f = finding(report_of(run), "watch-worker-memory-growing")
-    assert "malloc heaps ([heap] in /proc/<pid>/maps) had grown by 700 MiB" in " ".join(f["evidence"])
+    assert "malloc heaps ([heap] in /proc/<pid>/maps) grew by 300 MiB, to 700 MiB" in " ".join(f["evidence"])
     assert "mmap threshold" in f["cause"] and "Copy-on-read" not in f["cause"]
     assert "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072" in f["fix"]
     # a little heap beside growing pages is still copy-on-read
@@ -161,7 +161,7 @@ def test_a_recorded_run_on_large_samples_names_malloc_and_the_fixed_threshold_si
     # under `loaderdoc watch --report`, at glibc's defaults and with GLIBC_TUNABLES set
     grown = [f for f in _judged_again("large-heap-growth.json") if f.rule_id == "watch-worker-memory-growing"]
     assert len(grown) == 1 and "mmap threshold" in grown[0].cause
-    assert "malloc heaps ([heap] in /proc/<pid>/maps) had grown by" in " ".join(grown[0].evidence)
+    assert "malloc heaps ([heap] in /proc/<pid>/maps) grew by" in " ".join(grown[0].evidence)
     assert "watch-worker-memory-growing" not in {f.rule_id for f in _judged_again("large-mmap-threshold.json")}
 
 

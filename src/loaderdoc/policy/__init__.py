@@ -66,7 +66,7 @@ SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: worker
 RAM_SAFE_SHARE = 0.8  # workers' PSS plus batches in flight may use 80 % of the memory budget
 #                       (available RAM capped by the cgroup); above 100 % the OOM killer acts
 DEFAULT_PREFETCH = 2  # torch's default prefetch_factor
-HEAP_HELD_SHARE = 0.5  # malloc heap the workers grew after the fork >= half their memory: malloc holds it
+HEAP_HELD_SHARE = 0.5  # the workers' heaps grew by >= half as much as their memory did: malloc holds it
 MALLOC_MMAP_THRESHOLD = 128 * 1024  # glibc's starting mmap threshold, set as fixed: never raised, so
 #                                     buffers above it are mmapped and given back on free
 # A real run, measured by `loaderdoc watch` (the growth ratio and floor also judge a probe's window)
@@ -294,10 +294,11 @@ def still_growing(result: ConfigResult) -> bool:
     return memory_growing(g.first_bytes, g.last_bytes, result.settings.num_workers * (result.batch_bytes or 0))
 
 
-def heap_held(heap_grown_bytes: int | None, workers_bytes: int) -> bool:
-    """Most of the workers' memory is malloc heap they grew (not pages of the training process
-    copied on write, not /dev/shm)."""
-    return heap_grown_bytes is not None and workers_bytes > 0 and heap_grown_bytes >= HEAP_HELD_SHARE * workers_bytes
+def heap_held(heap_rise_bytes: int | None, memory_rise_bytes: int) -> bool:
+    """Most of the workers' memory growth is their malloc heaps growing over the same stretch (not
+    pages of the training process copied on write, not /dev/shm)."""
+    return (heap_rise_bytes is not None and memory_rise_bytes > 0
+            and heap_rise_bytes >= HEAP_HELD_SHARE * memory_rise_bytes)
 
 
 def queue_runs_dry(starvation_pct: float | None, zero_p50_ms: float | None, zero_p95_ms: float | None) -> bool:

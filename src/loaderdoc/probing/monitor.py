@@ -49,7 +49,8 @@ class Monitor(threading.Thread):
         self.pss: int | None = None
         self.uss: int | None = None
         self.rss: int | None = None
-        self.pss_series: list[tuple[float, int]] = []  # (perf_counter, the workers' summed PSS)
+        # (perf_counter, the workers' summed PSS, their summed malloc heaps or None where unread)
+        self.pss_series: list[tuple[float, int, int | None]] = []
         self._heap_first: dict[int, int] = {}  # each worker's malloc heap when first sampled
         self._halt = threading.Event()
         self._lock = threading.Lock()  # the series is read while the thread may still append
@@ -79,8 +80,8 @@ class Monitor(threading.Thread):
     def sample_memory(self) -> None:
         import psutil
 
-        pss = uss = rss = 0
-        complete = True
+        pss = uss = rss = heaps = 0
+        complete = heaps_read = True
         for child in psutil.Process().children(recursive=True):
             try:
                 info = child.memory_full_info()
@@ -92,14 +93,16 @@ class Monitor(threading.Thread):
             pss += getattr(info, "pss", 0)
             uss += info.uss
             rss += info.rss
-            if child.pid not in self._heap_first:
-                heap = heap_bytes(child.pid)
-                if heap is not None:
-                    self._heap_first[child.pid] = heap
+            heap = heap_bytes(child.pid)
+            if heap is None:
+                heaps_read = False
+            else:
+                heaps += heap
+                self._heap_first.setdefault(child.pid, heap)
         if not complete:
             return
         with self._lock:
-            self.pss_series.append((time.perf_counter(), pss))
+            self.pss_series.append((time.perf_counter(), pss, heaps if heaps_read else None))
         # the peak of the sums: workers hold the most while their prefetch queues are full
         self.pss = pss if self.pss is None else max(self.pss, pss)
         self.uss = uss if self.uss is None else max(self.uss, uss)
@@ -107,14 +110,16 @@ class Monitor(threading.Thread):
 
     def growth(self, started: float, ended: float) -> MemoryGrowth | None:
         """The workers' memory over the steady window ``started``..``ended`` (perf_counter), with
-        the malloc heap they grew beyond the measuring process's; None with fewer than two samples
+        how much their malloc heaps grew between the same two samples and in all; None with fewer than two samples
         in it, or samples spanning less than half of it (too short to tell a trend)."""
         with self._lock:
-            inside = [(t, v) for t, v in self.pss_series if started <= t <= ended and v > 0]
+            inside = [row for row in self.pss_series if started <= row[0] <= ended and row[1] > 0]
         if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (ended - started):
             return None
-        return MemoryGrowth(first_bytes=inside[0][1], last_bytes=inside[-1][1],
-                            seconds=round(inside[-1][0] - inside[0][0], 3), heap_grown_bytes=self.heap_grown())
+        (t0, first, heap0), (t1, last, heap1) = inside[0], inside[-1]
+        return MemoryGrowth(first_bytes=first, last_bytes=last, seconds=round(t1 - t0, 3),
+                            heap_rise_bytes=None if heap0 is None or heap1 is None else heap1 - heap0,
+                            heap_grown_bytes=self.heap_grown())
 
     def heap_grown(self) -> int | None:
         """Malloc heap the workers (this process's descendants) grew: each one's ``[heap]`` now

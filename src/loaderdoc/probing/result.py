@@ -71,6 +71,7 @@ class MemoryGrowth:
     first_bytes: int = 0
     last_bytes: int = 0
     seconds: float = 0.0  # between the two samples
+    heap_rise_bytes: int | None = None  # the workers' malloc heaps ([heap]) grew by this between them
     # malloc heap (``[heap]``) the workers grew, at the end of the window: each one's beyond the
     # smaller of the training process's (a fork starts with a copy) and its own when first sampled
     # (a spawned worker starts afresh): memory malloc holds for them (live, or freed and kept)

@@ -28,8 +28,8 @@ def malloc_fix(measure: str) -> str:
 @rule("worker-memory-growing", WARNING, "Worker memory was still growing when the probe measured it", "probe",
       f"measured by the probe: the workers' summed PSS rose through a steady window to >= "
       f"{policy.WORKER_GROWTH_RATIO:g} x its first reading and >= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} "
-      f"above it, and above one batch a worker (loaderdoc.policy.still_growing); malloc is named when the heap "
-      f"the workers grew is >= {policy.HEAP_HELD_SHARE:.0%} of their memory (policy.heap_held)")
+      f"above it, and above one batch a worker (loaderdoc.policy.still_growing); malloc is named when the "
+      f"workers' heaps grew by >= {policy.HEAP_HELD_SHARE:.0%} of that rise in the same window (policy.heap_held)")
 def _worker_memory_growing(i: Inputs) -> Finding | None:
     if i.probe is None:
         return None
@@ -52,10 +52,11 @@ def _worker_memory_growing(i: Inputs) -> Finding | None:
     sample = i.probe.workload.sample_bytes
     if sample:
         evidence.append(f"one sample: {fmt_bytes(sample)}")
-    held = policy.heap_held(g.heap_grown_bytes, g.last_bytes)
+    held = policy.heap_held(g.heap_rise_bytes, g.last_bytes - g.first_bytes)
     if held:
-        evidence.append(f"the workers' malloc heaps ([heap] in /proc/<pid>/maps) had grown by "
-                        f"{fmt_bytes(g.heap_grown_bytes)} by then")
+        evidence.append(f"in the same {g.seconds:.1f} s the workers' malloc heaps ([heap] in /proc/<pid>/maps) "
+                        f"grew by {fmt_bytes(g.heap_rise_bytes)}"
+                        + (f", {fmt_bytes(g.heap_grown_bytes)} since they started" if g.heap_grown_bytes else ""))
         cause = MALLOC_CAUSE + " The probe's memory figures are a floor, and so are the memory fits computed from them."
         fix = malloc_fix(f"`{_TUNABLE} loaderdoc probe ...` (the probe's workers inherit it)")
     else:

@@ -128,7 +128,7 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
       f"measured in the run: the workers' summed PSS peak rises over >= {policy.WORKER_GROWTH_EPOCHS} epochs, "
       f"never falling, to >= {policy.WORKER_GROWTH_RATIO:g} x the first epoch's and "
       f">= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} above it (loaderdoc.policy.WORKER_GROWTH_*); malloc is "
-      f"named when the heap the workers grew is >= {policy.HEAP_HELD_SHARE:.0%} of the last peak")
+      f"named when the workers' heaps grew by >= {policy.HEAP_HELD_SHARE:.0%} of that rise over the same epochs")
 def _watch_memory_growing(i: Inputs) -> Finding | None:
     w = i.watch
     if w is None or w.workers == 0:
@@ -146,11 +146,13 @@ def _watch_memory_growing(i: Inputs) -> Finding | None:
     budget = i.facts.memory.budget
     if budget:
         evidence.append(f"the last epoch's peak is {last / budget:.0%} of the {fmt_bytes(budget)} memory budget")
-    heap = next((e.workers_heap_grown_bytes for e in reversed(w.epochs) if e.workers_pss_max_bytes), None)
-    if policy.heap_held(heap, last):
+    heaps = [e.workers_heap_grown_bytes for e in w.epochs
+             if e.workers_pss_max_bytes and e.workers_heap_grown_bytes is not None]
+    heap_rise = heaps[-1] - heaps[0] if len(heaps) >= 2 else None
+    if policy.heap_held(heap_rise, last - first):
         # not the dataset's pages: heap the workers' own allocations grew (and malloc kept)
-        evidence.append(f"at the last epoch's peak the workers' malloc heaps ([heap] in /proc/<pid>/maps) had "
-                        f"grown by {fmt_bytes(heap)}")
+        evidence.append(f"over the same epochs the workers' malloc heaps ([heap] in /proc/<pid>/maps) grew by "
+                        f"{fmt_bytes(heap_rise)}, to {fmt_bytes(heaps[-1])} since they started")
         cause, fix = MALLOC_CAUSE, malloc_fix("`loaderdoc watch` the run again with it")
     else:
         cause = ("Copy-on-read: each worker is a fork of the training process; reading a Python object (a list or "

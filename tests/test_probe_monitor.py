@@ -8,6 +8,7 @@ import pytest
 from support.heap import child_with_growing_heap
 
 from loaderdoc.probing import measure
+from loaderdoc.probing.instrument import malloc_state, malloc_window
 from loaderdoc.probing.monitor import Monitor, heap_bytes
 from loaderdoc.probing.result import MemoryGrowth
 from loaderdoc.units import MiB
@@ -75,8 +76,35 @@ def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):
     plan = measure.RunPlan(window_s=0.2, measure_restart=False)
     with_workers = measure.measure_in_process(job, LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2), plan)
     without = measure.measure_in_process(job, LoaderSettings(batch_size=32), plan)
-    assert with_workers.worker_memory_growth == MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0,
-                                                             heap_rise_bytes=0, heap_grown_bytes=0)
+    g = with_workers.worker_memory_growth
+    assert (g.first_bytes, g.last_bytes, g.seconds, g.heap_grown_bytes) == (1, 2, 1.0, 0)
+    if malloc_state() is not None:
+        # glibc: malloc's own count, read in the worker after each batch, replaces the [heap] rise
+        assert g.malloc_arena_bytes > 0 and 0 <= g.malloc_free_bytes <= g.malloc_arena_bytes
+        assert g.heap_rise_bytes is not None
+    else:
+        assert g.malloc_arena_bytes is None and g.heap_rise_bytes == 0
     assert without.worker_memory_growth is None and len(seen) == 1
     started, ended = seen[0]
     assert ended > started
+
+
+def test_malloc_window_sums_the_workers_readings_and_needs_one_from_each():
+    def rows(*pairs):
+        return [{"malloc_arena": 0.0, "malloc_free": 0.0}] + [{"malloc_arena": a * MiB, "malloc_free": f * MiB}
+                                                              for a, f in pairs]
+
+    before, after = rows((100, 10), (120, 20)), rows((300, 200), (260, 150))
+    assert malloc_window(before, after, range(1, 3)) == (340 * MiB, 560 * MiB, 350 * MiB)
+    assert malloc_window(rows((0, 0), (120, 20)), after, range(1, 3)) is None  # a worker had no batch yet
+
+
+def test_malloc_state_is_this_process_arenas_where_glibc_has_mallinfo2():
+    state = malloc_state()
+    if state is None:
+        pytest.skip("no glibc mallinfo2 here")
+    arena, free = state
+    keep = [bytearray(64 * 1024) for _ in range(64)]  # 4 MiB from an arena (below the mmap threshold)
+    arena_after, free_after = malloc_state()
+    assert (arena_after - free_after) - (arena - free) >= 4 * MiB  # in use: the arenas less what is free
+    del keep

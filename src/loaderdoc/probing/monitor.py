@@ -7,7 +7,9 @@ settled: with glibc, 3 workers that free large sample buffers (8 MiB slices, bat
 their malloc heaps by about 270 MiB/s together on this project's 2-core machine, to 3.3 GiB in
 11 s; a 2 s window read a quarter of that (``benchmarks/worker_heap.py``). :class:`~loaderdoc.probing.result.MemoryGrowth`
 carries what the window saw, and how much malloc heap the workers grew (the ``[heap]`` mappings,
-from ``/proc/<pid>/maps``).
+from ``/proc/<pid>/maps``; :mod:`.measure` replaces the rise with malloc's own count of every
+arena, ``mallinfo2()`` read in each worker by :mod:`.instrument`, where glibc has it: a thread's
+arena is not ``[heap]``, and a probe started from a thread, as the app's is, allocates in one).
 
 Used inside the measuring process only.
 """

@@ -71,7 +71,11 @@ class MemoryGrowth:
     first_bytes: int = 0
     last_bytes: int = 0
     seconds: float = 0.0  # between the two samples
-    heap_rise_bytes: int | None = None  # the workers' malloc heaps ([heap]) grew by this between them
+    # the workers' malloc arenas grew by this in the window (mallinfo2 in each worker, every arena;
+    # without it their [heap] mappings between the two samples)
+    heap_rise_bytes: int | None = None
+    malloc_arena_bytes: int | None = None  # the workers' malloc arenas at the window's end (mallinfo2) ...
+    malloc_free_bytes: int | None = None  # ... of which free: kept by malloc for reuse, not given back
     # malloc heap (``[heap]``) the workers grew, at the end of the window: each one's beyond the
     # smaller of the training process's (a fork starts with a copy) and its own when first sampled
     # (a spawned worker starts afresh): memory malloc holds for them (live, or freed and kept)

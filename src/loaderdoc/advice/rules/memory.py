@@ -53,10 +53,16 @@ def _worker_memory_growing(i: Inputs) -> Finding | None:
     if sample:
         evidence.append(f"one sample: {fmt_bytes(sample)}")
     held = policy.heap_held(g.heap_rise_bytes, g.last_bytes - g.first_bytes)
-    if held:
+    if held and g.malloc_arena_bytes is not None:
+        evidence.append(f"in the same {g.seconds:.1f} s malloc's arenas in the workers grew by "
+                        f"{fmt_bytes(g.heap_rise_bytes)} (mallinfo2 in each worker); at the window's end they held "
+                        f"{fmt_bytes(g.malloc_arena_bytes)}, {fmt_bytes(g.malloc_free_bytes or 0)} of it free: kept "
+                        "for reuse, not given back")
+    elif held:
         evidence.append(f"in the same {g.seconds:.1f} s the workers' malloc heaps ([heap] in /proc/<pid>/maps) "
                         f"grew by {fmt_bytes(g.heap_rise_bytes)}"
                         + (f", {fmt_bytes(g.heap_grown_bytes)} since they started" if g.heap_grown_bytes else ""))
+    if held:
         cause = MALLOC_CAUSE + " The probe's memory figures are a floor, and so are the memory fits computed from them."
         fix = malloc_fix(f"`{_TUNABLE} loaderdoc probe ...` (the probe's workers inherit it)")
     else:

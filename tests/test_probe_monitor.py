@@ -8,7 +8,7 @@ import pytest
 from support.heap import child_with_growing_heap
 
 from loaderdoc.probing import measure
-from loaderdoc.probing.instrument import malloc_state, malloc_window
+from loaderdoc.probing.instrument import malloc_state, malloc_sums
 from loaderdoc.probing.monitor import Monitor, heap_bytes
 from loaderdoc.probing.result import MemoryGrowth
 from loaderdoc.units import MiB
@@ -18,7 +18,7 @@ linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="n
 
 def _monitor(series):
     m = Monitor(shm_baseline=None)
-    m.pss_series = [(t, int(v * MiB), int(v * MiB) // 2) for t, v in series]
+    m.pss_series = [(t, int(v * MiB), int(v * MiB) // 2, None) for t, v in series]
     return m
 
 
@@ -76,27 +76,30 @@ def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):
     plan = measure.RunPlan(window_s=0.2, measure_restart=False)
     with_workers = measure.measure_in_process(job, LoaderSettings(batch_size=32, num_workers=1, prefetch_factor=2), plan)
     without = measure.measure_in_process(job, LoaderSettings(batch_size=32), plan)
-    g = with_workers.worker_memory_growth
-    assert (g.first_bytes, g.last_bytes, g.seconds, g.heap_grown_bytes) == (1, 2, 1.0, 0)
-    if malloc_state() is not None:
-        # glibc: malloc's own count, read in the worker after each batch, replaces the [heap] rise
-        assert g.malloc_arena_bytes > 0 and 0 <= g.malloc_free_bytes <= g.malloc_arena_bytes
-        assert g.heap_rise_bytes is not None
-    else:
-        assert g.malloc_arena_bytes is None and g.heap_rise_bytes == 0
+    assert with_workers.worker_memory_growth == MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0,
+                                                             heap_rise_bytes=0, heap_grown_bytes=0)
     assert without.worker_memory_growth is None and len(seen) == 1
     started, ended = seen[0]
     assert ended > started
 
 
-def test_malloc_window_sums_the_workers_readings_and_needs_one_from_each():
+def test_malloc_sums_add_the_workers_readings_and_need_one_from_each():
     def rows(*pairs):
         return [{"malloc_arena": 0.0, "malloc_free": 0.0}] + [{"malloc_arena": a * MiB, "malloc_free": f * MiB}
                                                               for a, f in pairs]
 
-    before, after = rows((100, 10), (120, 20)), rows((300, 200), (260, 150))
-    assert malloc_window(before, after, range(1, 3)) == (340 * MiB, 560 * MiB, 350 * MiB)
-    assert malloc_window(rows((0, 0), (120, 20)), after, range(1, 3)) is None  # a worker had no batch yet
+    assert malloc_sums(rows((300, 200), (260, 150)), range(1, 3)) == (560 * MiB, 350 * MiB)
+    assert malloc_sums(rows((0, 0), (120, 20)), range(1, 3)) is None  # a worker had no reading yet
+
+
+def test_growth_takes_malloc_and_memory_from_the_same_samples():
+    # mallinfo2 sums read at each memory sample: the rise and the free bytes are the window's own
+    m = Monitor(shm_baseline=None)
+    m.pss_series = [(9.0, 100 * MiB, 50 * MiB, 5 * MiB), (10.2, 200 * MiB, 80 * MiB, 20 * MiB),
+                    (11.8, 400 * MiB, 260 * MiB, 190 * MiB), (12.5, 900 * MiB, 900 * MiB, 800 * MiB)]
+    g = m.growth(10.0, 12.0)
+    assert (g.first_bytes, g.last_bytes, g.heap_rise_bytes) == (200 * MiB, 400 * MiB, 180 * MiB)
+    assert (g.malloc_arena_bytes, g.malloc_free_bytes) == (260 * MiB, 190 * MiB)
 
 
 def test_malloc_state_is_this_process_arenas_where_glibc_has_mallinfo2():
@@ -106,5 +109,20 @@ def test_malloc_state_is_this_process_arenas_where_glibc_has_mallinfo2():
     arena, free = state
     keep = [bytearray(64 * 1024) for _ in range(64)]  # 4 MiB from an arena (below the mmap threshold)
     arena_after, free_after = malloc_state()
-    assert (arena_after - free_after) - (arena - free) >= 4 * MiB  # in use: the arenas less what is free
+    assert (arena_after - free_after) - (arena - free) >= 3 * MiB  # in use: the arenas less what is free
     del keep
+
+
+def test_a_worker_reads_mallocs_state_into_its_row_and_the_training_process_does_not():
+    if malloc_state() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    from loaderdoc.probing.instrument import Tally, wrap_collate
+
+    tally = Tally(workers=1)
+    collate = wrap_collate(lambda samples: samples, tally)
+    collate([1, 2])  # in this process: row 0, the training process (0 workers) reads nothing
+    assert tally.snapshot()[0]["malloc_arena"] == 0
+    tally.row = lambda: 1  # as worker 0 would see it
+    collate([1, 2])
+    row = tally.snapshot()[1]
+    assert row["malloc_arena"] > 0 and 0 <= row["malloc_free"] <= row["malloc_arena"]

@@ -626,18 +626,18 @@ def _recorded() -> list[Scenario]:
         ),
         Scenario(
             "recorded-large-heap-growth",
-            "real run: 8 MiB slices, batch 4, glibc's malloc at its defaults: the workers' memory rose through "
-            "the pick's steady window (245 -> 479 MiB in 0.9 s) while malloc's arenas in them grew 280 MiB, 349 "
-            "MiB of them free at its end; judged for the probe's pick",
+            "real run: 8 MiB slices, batch 4, glibc's malloc at its defaults: at the pick (3 workers) the "
+            "workers' memory rose 329 -> 497 MiB in 0.6 s while malloc's arenas in them grew 184 MiB, 249 MiB of "
+            "them free at the last sample; judged for the probe's pick",
             "recorded: real-large-heap-growth.json",
-            LoaderSettings(batch_size=4, shuffle=True, num_workers=2, prefetch_factor=2),
+            LoaderSettings(batch_size=4, shuffle=True, num_workers=3, prefetch_factor=2),
             recorded="real-large-heap-growth.json", expect=frozenset({"worker-memory-growing", "transform-bound"}),
         ),
         Scenario(
             "recorded-large-mmap-threshold",
             "the same workload probed with GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072: the workers' "
-            "memory stayed flat (133 -> 165 MiB at the pick), malloc's arenas did not grow; still transform-bound "
-            "(2 CPUs)",
+            "memory stayed flat (125-133 -> 153-165 MiB at the pick, 2 workers), malloc's arenas did not grow; "
+            "still transform-bound (2 CPUs)",
             "recorded: real-large-mmap-threshold.json",
             LoaderSettings(batch_size=4, shuffle=True, num_workers=2, prefetch_factor=2),
             recorded="real-large-mmap-threshold.json", expect=frozenset({"transform-bound"}),

@@ -86,7 +86,7 @@ def recommend(
     base_pick = probe.recommended if source == "probe" and probe is not None else None
     measured_pin = base_pick is not None and probe.device.startswith("cuda") == pin
     if measured_pin:
-        # the probe weighed pinning on this kind of device (pinned against pageable copies with CUDA)
+        # the probe's choice on this kind of device (with CUDA it also times pinned and pageable copies)
         pin = base_pick.pin_memory
         reasons["pin_memory"] = _probe_reason(probe, "pin_memory") or f"{str(pin).lower()}: chosen by the probe"
     elif pin:
@@ -126,6 +126,12 @@ def recommend(
     reasons["drop_last"] = "false: torch's default; set true with BatchNorm or DDP so every step sees a full batch"
     reasons["timeout"] = "0 (wait forever): torch's default; a few minutes turns a hung worker into an error"
 
+    # in_order=False only as measured: the probe's worker count, and a torch that takes it (>= 2.6)
+    in_order = True
+    if (base_pick is not None and not base_pick.in_order and workers == base_pick.num_workers >= 2
+            and _torch_takes_in_order(facts)):
+        in_order = False
+        reasons["in_order"] = _probe_reason(probe, "in_order") or "false: chosen by the probe"
     settings = LoaderSettings(
         batch_size=batch_size,
         shuffle=not iterable,
@@ -133,10 +139,19 @@ def recommend(
         pin_memory=pin,
         persistent_workers=persistent,
         prefetch_factor=prefetch if workers > 0 else None,
-        # measured: the probe recommends in_order=False only where it paid (and torch takes it)
-        in_order=base_pick.in_order if base_pick is not None and workers > 0 else True,
+        in_order=in_order,
     ).validate()
     return Recommendation(settings=settings, reasons=reasons, batch_bytes=batch_bytes, source=source)
+
+
+def _torch_takes_in_order(facts: MachineFacts) -> bool:
+    """torch >= 2.6 (DataLoader(in_order=...)), from the detected version ("2.13.0+cpu")."""
+    version = facts.torch.version.get()
+    try:
+        major, minor = (int(part) for part in str(version).split("+")[0].split(".")[:2])
+    except (TypeError, ValueError):
+        return False
+    return (major, minor) >= (2, 6)
 
 
 def _gpu_absence(facts: MachineFacts) -> str:

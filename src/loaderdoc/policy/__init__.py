@@ -294,11 +294,14 @@ def still_growing(result: ConfigResult) -> bool:
     return memory_growing(g.first_bytes, g.last_bytes, result.settings.num_workers * (result.batch_bytes or 0))
 
 
-def heap_held(heap_rise_bytes: int | None, memory_rise_bytes: int) -> bool:
+def heap_held(heap_rise_bytes: int | None, memory_rise_bytes: int, free_bytes: int | None = None) -> bool:
     """Most of the workers' memory growth is their malloc heaps growing over the same stretch (not
-    pages of the training process copied on write, not /dev/shm)."""
-    return (heap_rise_bytes is not None and memory_rise_bytes > 0
-            and heap_rise_bytes >= HEAP_HELD_SHARE * memory_rise_bytes)
+    pages of the training process copied on write, not /dev/shm), and, where malloc's own count
+    says how much of its arenas is free, most of that growth is free memory malloc kept (not live
+    objects: a cache)."""
+    if heap_rise_bytes is None or memory_rise_bytes <= 0 or heap_rise_bytes < HEAP_HELD_SHARE * memory_rise_bytes:
+        return False
+    return free_bytes is None or free_bytes >= HEAP_HELD_SHARE * heap_rise_bytes
 
 
 def queue_runs_dry(starvation_pct: float | None, zero_p50_ms: float | None, zero_p95_ms: float | None) -> bool:

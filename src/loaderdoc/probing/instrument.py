@@ -36,13 +36,15 @@ def _schedstat() -> tuple[float, float] | None:
 
 
 _MALLINFO2: Any = None  # glibc's mallinfo2, bound on first use; False where there is none
+MALLOC_READ_EVERY_S = 0.05  # a worker reads it after a batch at most this often (and after its first)
 
 
 def malloc_state() -> tuple[int, int] | None:
     """(bytes glibc's malloc holds from the system in its arenas, of which free: kept for reuse)
-    in this process, every arena (the main one and threads'), from ``mallinfo2()`` (glibc >= 2.33,
-    about half a microsecond); None elsewhere. Chunks malloc mapped on their own are not in it:
-    free() gives those back."""
+    in this process, every arena (the main one and threads'), from ``mallinfo2()`` (glibc >= 2.33);
+    None elsewhere. Chunks malloc mapped on their own are not in it: free() gives those back. It
+    walks every free chunk (under a microsecond on a tidy heap, milliseconds on a fragmented one),
+    so callers read it now and then, not per sample."""
     global _MALLINFO2
     if _MALLINFO2 is None:
         _MALLINFO2 = False
@@ -57,7 +59,7 @@ def malloc_state() -> tuple[int, int] | None:
             fn = ctypes.CDLL(None).mallinfo2
             fn.restype = _Info
             _MALLINFO2 = fn
-        except (OSError, AttributeError):
+        except Exception:  # no glibc (musl, macOS: no mallinfo2), no ctypes: no reading, never an error
             pass
     if not _MALLINFO2:
         return None
@@ -171,6 +173,7 @@ def wrap_collate(collate_fn: Callable[..., Any] | None, tally: Tally) -> Callabl
 
     collate = collate_fn or default_collate
     clock = time.perf_counter
+    read_at = [-1.0]  # when this process last read malloc's state (each worker has its own copy)
 
     def timed_collate(samples: Any) -> Any:
         row = tally.row()
@@ -179,25 +182,23 @@ def wrap_collate(collate_fn: Callable[..., Any] | None, tally: Tally) -> Callabl
         done = clock()
         tally.add(row, batches=1, collate_wall=done - wall, collate_cpu=time.thread_time() - cpu)
         tally.set(row, "last_done", done)
-        state = malloc_state()
-        if state is not None:
-            tally.set(row, "malloc_arena", state[0])
-            tally.set(row, "malloc_free", state[1])
+        if row and done - read_at[0] >= MALLOC_READ_EVERY_S:  # workers only, now and then
+            read_at[0] = done
+            state = malloc_state()
+            if state is not None:
+                tally.set(row, "malloc_arena", state[0])
+                tally.set(row, "malloc_free", state[1])
         return batch
 
     return timed_collate
 
 
-def malloc_window(before: list[dict[str, float]], after: list[dict[str, float]],
-                  rows: range) -> tuple[int, int, int] | None:
-    """(how much malloc's arenas in ``rows`` grew between the snapshots, their size at the second,
-    of which free), from each process's last reading before each snapshot; None where a process
-    had no reading (no mallinfo2, or no batch finished)."""
-    if any(before[r]["malloc_arena"] <= 0 or after[r]["malloc_arena"] <= 0 for r in rows):
+def malloc_sums(snapshot: list[dict[str, float]], rows: range) -> tuple[int, int] | None:
+    """(malloc's arenas in ``rows`` summed, of which free) as each process last read them; None
+    while a process has no reading yet (no mallinfo2, or no batch finished)."""
+    if any(snapshot[r]["malloc_arena"] <= 0 for r in rows):
         return None
-    arena = int(sum(after[r]["malloc_arena"] for r in rows))
-    return (arena - int(sum(before[r]["malloc_arena"] for r in rows)), arena,
-            int(sum(after[r]["malloc_free"] for r in rows)))
+    return int(sum(snapshot[r]["malloc_arena"] for r in rows)), int(sum(snapshot[r]["malloc_free"] for r in rows))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.probing.instrument import busy_seconds, malloc_window
+from loaderdoc.probing.instrument import busy_seconds, malloc_sums
 from loaderdoc.probing.monitor import Monitor
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.settings import LoaderSettings
@@ -160,7 +160,8 @@ def measure_in_process(
     result.batch_bytes = batch_nbytes(batch)
     result.h2d_pinned_ms, result.h2d_pageable_ms = consumer.h2d_times_ms(batch)
     consumer.step(batch)
-    monitor = Monitor(shm_baseline)
+    monitor = Monitor(shm_baseline, malloc=(lambda: malloc_sums(tally.snapshot(), rows)) if settings.num_workers
+                      else None)
     monitor.start()
     epoch_over = False
     ready = _ready_batches(iterator)
@@ -207,10 +208,7 @@ def measure_in_process(
         after = tally.snapshot()
         if settings.num_workers and plan.steady:
             # while the workers are alive: their memory through the window, their heaps now
-            result.worker_memory_growth = growth = monitor.growth(steady_started, steady_started + steady)
-            held = malloc_window(before, after, rows)
-            if growth is not None and held is not None:  # malloc's own count, every arena
-                growth.heap_rise_bytes, growth.malloc_arena_bytes, growth.malloc_free_bytes = held
+            result.worker_memory_growth = monitor.growth(steady_started, steady_started + steady)
         if plan.steady:  # over no window these say nothing
             result.cpu_util_pct = psutil.cpu_percent(None)
             result.other_cpus = _other_cpus(use_before, _cpu_use(), steady)

@@ -7,9 +7,10 @@ settled: with glibc, 3 workers that free large sample buffers (8 MiB slices, bat
 their malloc heaps by about 270 MiB/s together on this project's 2-core machine, to 3.3 GiB in
 11 s; a 2 s window read a quarter of that (``benchmarks/worker_heap.py``). :class:`~loaderdoc.probing.result.MemoryGrowth`
 carries what the window saw, and how much malloc heap the workers grew (the ``[heap]`` mappings,
-from ``/proc/<pid>/maps``; :mod:`.measure` replaces the rise with malloc's own count of every
-arena, ``mallinfo2()`` read in each worker by :mod:`.instrument`, where glibc has it: a thread's
-arena is not ``[heap]``, and a probe started from a thread, as the app's is, allocates in one).
+from ``/proc/<pid>/maps``, or better, where glibc has it, malloc's own count of every arena,
+``mallinfo2()`` read in each worker by :mod:`.instrument` and taken at the same samples: a
+thread's arena is not ``[heap]``, and a probe started from a thread, as the app's is, allocates
+in one).
 
 Used inside the measuring process only.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from loaderdoc.probing.result import MemoryGrowth
 from loaderdoc.system.shm import shm_used_bytes
@@ -42,7 +44,8 @@ def heap_bytes(pid: int | str = "self") -> int | None:
 class Monitor(threading.Thread):
     """Samples /dev/shm use and the workers' memory while a configuration runs."""
 
-    def __init__(self, shm_baseline: int | None, interval_s: float = 0.05, memory_every: int = 5) -> None:
+    def __init__(self, shm_baseline: int | None, interval_s: float = 0.05, memory_every: int = 5,
+                 malloc: Callable[[], tuple[int, int] | None] | None = None) -> None:
         super().__init__(daemon=True, name="loaderdoc-monitor")
         self.shm_baseline = shm_baseline
         self.interval_s = interval_s
@@ -51,8 +54,11 @@ class Monitor(threading.Thread):
         self.pss: int | None = None
         self.uss: int | None = None
         self.rss: int | None = None
-        # (perf_counter, the workers' summed PSS, their summed malloc heaps or None where unread)
-        self.pss_series: list[tuple[float, int, int | None]] = []
+        # the workers' malloc arenas and free bytes, as they last read them (mallinfo2): None without
+        self.malloc = malloc
+        # (perf_counter, the workers' summed PSS, their malloc heaps: arenas (else [heap] mappings),
+        # free bytes in them (None without mallinfo2)); a heap None where unread
+        self.pss_series: list[tuple[float, int, int | None, int | None]] = []
         self._heap_first: dict[int, int] = {}  # each worker's malloc heap when first sampled
         self._halt = threading.Event()
         self._lock = threading.Lock()  # the series is read while the thread may still append
@@ -104,7 +110,9 @@ class Monitor(threading.Thread):
         if not complete:
             return
         with self._lock:
-            self.pss_series.append((time.perf_counter(), pss, heaps if heaps_read else None))
+            held = self.malloc() if self.malloc is not None else None
+            arena, free = held if held is not None else (heaps if heaps_read else None, None)
+            self.pss_series.append((time.perf_counter(), pss, arena, free))
         # the peak of the sums: workers hold the most while their prefetch queues are full
         self.pss = pss if self.pss is None else max(self.pss, pss)
         self.uss = uss if self.uss is None else max(self.uss, uss)
@@ -118,9 +126,12 @@ class Monitor(threading.Thread):
             inside = [row for row in self.pss_series if started <= row[0] <= ended and row[1] > 0]
         if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (ended - started):
             return None
-        (t0, first, heap0), (t1, last, heap1) = inside[0], inside[-1]
+        (t0, first, heap0, _), (t1, last, heap1, free1) = inside[0], inside[-1]
+        measured_by_malloc = free1 is not None and inside[0][3] is not None
         return MemoryGrowth(first_bytes=first, last_bytes=last, seconds=round(t1 - t0, 3),
                             heap_rise_bytes=None if heap0 is None or heap1 is None else heap1 - heap0,
+                            malloc_arena_bytes=heap1 if measured_by_malloc else None,
+                            malloc_free_bytes=free1 if measured_by_malloc else None,
                             heap_grown_bytes=self.heap_grown())
 
     def heap_grown(self) -> int | None:

@@ -29,7 +29,8 @@ def malloc_fix(measure: str) -> str:
       f"measured by the probe: the workers' summed PSS rose through a steady window to >= "
       f"{policy.WORKER_GROWTH_RATIO:g} x its first reading and >= {fmt_bytes(policy.WORKER_GROWTH_MIN_BYTES)} "
       f"above it, and above one batch a worker (loaderdoc.policy.still_growing); malloc is named when the "
-      f"workers' heaps grew by >= {policy.HEAP_HELD_SHARE:.0%} of that rise in the same window (policy.heap_held)")
+      f"workers' heaps grew by >= {policy.HEAP_HELD_SHARE:.0%} of that rise between the same samples and, where "
+      f"malloc counts it, >= {policy.HEAP_HELD_SHARE:.0%} of that is free (policy.heap_held)")
 def _worker_memory_growing(i: Inputs) -> Finding | None:
     if i.probe is None:
         return None
@@ -52,10 +53,10 @@ def _worker_memory_growing(i: Inputs) -> Finding | None:
     sample = i.probe.workload.sample_bytes
     if sample:
         evidence.append(f"one sample: {fmt_bytes(sample)}")
-    held = policy.heap_held(g.heap_rise_bytes, g.last_bytes - g.first_bytes)
+    held = policy.heap_held(g.heap_rise_bytes, g.last_bytes - g.first_bytes, g.malloc_free_bytes)
     if held and g.malloc_arena_bytes is not None:
         evidence.append(f"in the same {g.seconds:.1f} s malloc's arenas in the workers grew by "
-                        f"{fmt_bytes(g.heap_rise_bytes)} (mallinfo2 in each worker); at the window's end they held "
+                        f"{fmt_bytes(g.heap_rise_bytes)} (mallinfo2 in each worker); at the last sample they held "
                         f"{fmt_bytes(g.malloc_arena_bytes)}, {fmt_bytes(g.malloc_free_bytes or 0)} of it free: kept "
                         "for reuse, not given back")
     elif held:

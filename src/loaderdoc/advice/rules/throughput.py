@@ -309,7 +309,8 @@ def _ram_pressure(i: Inputs) -> Finding | None:
     mem = i.facts.memory
     evidence = [f"workers' PSS with {workers_text(s.num_workers)}: {fmt_bytes(one_rank)} ({how})"
                 + (f" x {i.ranks} ranks = {fmt_bytes(workers_bytes)}" if i.ranks > 1 else "")]
-    if any(policy.still_growing(r) for r in i.probe.results):
+    mine = [r for r in i.probe.results if r.ok and policy.same_stream(r.settings, s)]
+    if any(policy.still_growing(r) for r in (mine or i.probe.results)):
         evidence.append("the workers' memory was still rising when the probe measured it (worker-memory-growing): "
                         "these figures are a floor")
     if inflight:

@@ -97,18 +97,14 @@ def recommend(
         reasons["pin_memory"] = f"false: no usable GPU ({_gpu_absence(facts)}); pinning does nothing without one"
 
     persistent = workers > 0
-    if workers > 0 and base_pick is not None and base_pick.num_workers > 0:
-        # measured: the workers' start-up against the epoch (a rule of thumb does not outrank it)
-        persistent = base_pick.persistent_workers
-        reasons["persistent_workers"] = (_probe_reason(probe, "persistent_workers")
-                                         or f"{str(persistent).lower()}: chosen by the probe")
-        reasons.setdefault(
-            "prefetch_factor",
-            f"{prefetch}: torch's default depth"
-            + ("" if batch_bytes else " (not sized against /dev/shm: pass --batch-size and --sample-shape)"),
-        )
-    elif workers > 0:
-        reasons["persistent_workers"] = "true: keeps the workers between epochs instead of paying start-up again"
+    if workers > 0:
+        if base_pick is not None:
+            # measured: the workers' start-up against the epoch (a rule of thumb does not outrank it)
+            persistent = base_pick.persistent_workers
+            reasons["persistent_workers"] = (_probe_reason(probe, "persistent_workers")
+                                             or f"{str(persistent).lower()}: chosen by the probe")
+        else:
+            reasons["persistent_workers"] = "true: keeps the workers between epochs instead of paying start-up again"
         reasons.setdefault(
             "prefetch_factor",
             f"{prefetch}: torch's default depth"

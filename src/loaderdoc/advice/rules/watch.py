@@ -146,14 +146,13 @@ def _watch_memory_growing(i: Inputs) -> Finding | None:
     budget = i.facts.memory.budget
     if budget:
         evidence.append(f"the last epoch's peak is {last / budget:.0%} of the {fmt_bytes(budget)} memory budget")
+    # (PSS peak, heap grown then) of the epochs that have both: the two rises over the same epochs
     both = [(e.workers_pss_max_bytes, e.workers_heap_grown_bytes) for e in w.epochs
             if e.workers_pss_max_bytes and e.workers_heap_grown_bytes is not None]
-    heaps = [h for _, h in both]
-    heap_rise = heaps[-1] - heaps[0] if len(both) >= 2 else None
-    if heap_rise is not None and policy.heap_held(heap_rise, both[-1][0] - both[0][0]):
+    if len(both) >= 2 and policy.heap_held(both[-1][1] - both[0][1], both[-1][0] - both[0][0]):
         # not the dataset's pages: heap the workers' own allocations grew (and malloc kept)
         evidence.append(f"over the same epochs the workers' malloc heaps ([heap] in /proc/<pid>/maps) grew by "
-                        f"{fmt_bytes(heap_rise)}, to {fmt_bytes(heaps[-1])} since they started")
+                        f"{fmt_bytes(both[-1][1] - both[0][1])}, to {fmt_bytes(both[-1][1])} since they started")
         cause, fix = MALLOC_CAUSE, malloc_fix("`loaderdoc watch` the run again with it")
     else:
         cause = ("Copy-on-read: each worker is a fork of the training process; reading a Python object (a list or "

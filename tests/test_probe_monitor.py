@@ -9,7 +9,7 @@ from support.heap import child_with_growing_heap
 
 from loaderdoc.probing import measure
 from loaderdoc.probing.instrument import malloc_state, malloc_sums
-from loaderdoc.probing.monitor import Monitor, heap_bytes
+from loaderdoc.probing.monitor import MemorySample, Monitor, heap_bytes
 from loaderdoc.probing.result import MemoryGrowth
 from loaderdoc.units import MiB
 
@@ -18,12 +18,11 @@ linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="n
 
 def _monitor(series):
     m = Monitor(shm_baseline=None)
-    m.pss_series = [(t, int(v * MiB), int(v * MiB) // 2, None) for t, v in series]
+    m.pss_series = [MemorySample(t, int(v * MiB), int(v * MiB) // 2, None, 300 * MiB) for t, v in series]
     return m
 
 
-def test_growth_reads_the_first_and_last_samples_inside_the_window(monkeypatch):
-    monkeypatch.setattr(Monitor, "heap_grown", lambda self: 300 * MiB)
+def test_growth_reads_the_first_and_last_samples_inside_the_window():
     # before the window (warm-up) and after it (the final sample at stop) are left out
     m = _monitor([(9.0, 100), (10.1, 200), (10.6, 260), (11.0, 320), (11.9, 400), (12.5, 900)])
     g = m.growth(10.0, 12.0)
@@ -54,7 +53,8 @@ def test_heap_grown_counts_what_a_forked_child_added_to_its_heap_since_first_sam
         monitor.sample_memory()  # first sight of the child: its heap before it grew
         assert pid in monitor._heap_first
         grown_by_child = grow()
-        grown = monitor.heap_grown()
+        monitor.sample_memory()
+        grown = monitor.pss_series[-1].grown
     assert grown_by_child >= 128 * MiB
     assert grown >= grown_by_child - 16 * MiB
 
@@ -95,8 +95,10 @@ def test_malloc_sums_add_the_workers_readings_and_need_one_from_each():
 def test_growth_takes_malloc_and_memory_from_the_same_samples():
     # mallinfo2 sums read at each memory sample: the rise and the free bytes are the window's own
     m = Monitor(shm_baseline=None)
-    m.pss_series = [(9.0, 100 * MiB, 50 * MiB, 5 * MiB), (10.2, 200 * MiB, 80 * MiB, 20 * MiB),
-                    (11.8, 400 * MiB, 260 * MiB, 190 * MiB), (12.5, 900 * MiB, 900 * MiB, 800 * MiB)]
+    m.pss_series = [MemorySample(9.0, 100 * MiB, 50 * MiB, 5 * MiB, None),
+                    MemorySample(10.2, 200 * MiB, 80 * MiB, 20 * MiB, None),
+                    MemorySample(11.8, 400 * MiB, 260 * MiB, 190 * MiB, None),
+                    MemorySample(12.5, 900 * MiB, 900 * MiB, 800 * MiB, None)]
     g = m.growth(10.0, 12.0)
     assert (g.first_bytes, g.last_bytes, g.heap_rise_bytes) == (200 * MiB, 400 * MiB, 180 * MiB)
     assert (g.malloc_arena_bytes, g.malloc_free_bytes) == (260 * MiB, 190 * MiB)

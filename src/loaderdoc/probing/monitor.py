@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from loaderdoc.probing.result import MemoryGrowth
 from loaderdoc.system.shm import shm_used_bytes
@@ -41,6 +42,14 @@ def heap_bytes(pid: int | str = "self") -> int | None:
     return total
 
 
+class MemorySample(NamedTuple):
+    t: float  # perf_counter
+    pss: int  # the workers' summed PSS
+    heap: int | None  # malloc's arenas in the workers (mallinfo2), else the heap they grew; None: unread
+    free: int | None  # ... of which free (mallinfo2 only)
+    grown: int | None  # malloc heap ([heap]) the workers grew (see Monitor.sample_memory); None: unread
+
+
 class Monitor(threading.Thread):
     """Samples /dev/shm use and the workers' memory while a configuration runs."""
 
@@ -56,9 +65,7 @@ class Monitor(threading.Thread):
         self.rss: int | None = None
         # the workers' malloc arenas and free bytes, as they last read them (mallinfo2): None without
         self.malloc = malloc
-        # (perf_counter, the workers' summed PSS, their malloc heaps: arenas (else [heap] mappings),
-        # free bytes in them (None without mallinfo2)); a heap None where unread
-        self.pss_series: list[tuple[float, int, int | None, int | None]] = []
+        self.pss_series: list[MemorySample] = []
         self._heap_first: dict[int, int] = {}  # each worker's malloc heap when first sampled
         self._halt = threading.Event()
         self._lock = threading.Lock()  # the series is read while the thread may still append
@@ -88,8 +95,9 @@ class Monitor(threading.Thread):
     def sample_memory(self) -> None:
         import psutil
 
-        pss = uss = rss = heaps = 0
-        complete = heaps_read = True
+        own = heap_bytes()
+        pss = uss = rss = grown = 0
+        complete, heaps_read = True, own is not None
         for child in psutil.Process().children(recursive=True):
             try:
                 info = child.memory_full_info()
@@ -101,18 +109,20 @@ class Monitor(threading.Thread):
             pss += getattr(info, "pss", 0)
             uss += info.uss
             rss += info.rss
+            # the heap it grew: beyond the smaller of this process's (a forked worker starts with a
+            # copy of it) and its own when first sampled (a spawned or forkserver one starts afresh)
             heap = heap_bytes(child.pid)
-            if heap is None:
+            if heap is None or own is None:
                 heaps_read = False
             else:
-                heaps += heap
-                self._heap_first.setdefault(child.pid, heap)
+                grown += max(0, heap - min(own, self._heap_first.setdefault(child.pid, heap)))
         if not complete:
             return
+        grown_read = grown if heaps_read else None
+        held = self.malloc() if self.malloc is not None else None
+        arena, free = held if held is not None else (grown_read, None)
         with self._lock:
-            held = self.malloc() if self.malloc is not None else None
-            arena, free = held if held is not None else (heaps if heaps_read else None, None)
-            self.pss_series.append((time.perf_counter(), pss, arena, free))
+            self.pss_series.append(MemorySample(time.perf_counter(), pss, arena, free, grown_read))
         # the peak of the sums: workers hold the most while their prefetch queues are full
         self.pss = pss if self.pss is None else max(self.pss, pss)
         self.uss = uss if self.uss is None else max(self.uss, uss)
@@ -120,35 +130,17 @@ class Monitor(threading.Thread):
 
     def growth(self, started: float, ended: float) -> MemoryGrowth | None:
         """The workers' memory over the steady window ``started``..``ended`` (perf_counter), with
-        how much their malloc heaps grew between the same two samples and in all; None with fewer than two samples
-        in it, or samples spanning less than half of it (too short to tell a trend)."""
+        how much their malloc heaps grew between the same two samples and in all (as of the last);
+        None with fewer than two samples in it, or samples spanning less than half of it (too short
+        to tell a trend)."""
         with self._lock:
-            inside = [row for row in self.pss_series if started <= row[0] <= ended and row[1] > 0]
-        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5 * (ended - started):
+            inside = [row for row in self.pss_series if started <= row.t <= ended and row.pss > 0]
+        if len(inside) < 2 or inside[-1].t - inside[0].t < 0.5 * (ended - started):
             return None
-        (t0, first, heap0, _), (t1, last, heap1, free1) = inside[0], inside[-1]
-        measured_by_malloc = free1 is not None and inside[0][3] is not None
-        return MemoryGrowth(first_bytes=first, last_bytes=last, seconds=round(t1 - t0, 3),
-                            heap_rise_bytes=None if heap0 is None or heap1 is None else heap1 - heap0,
-                            malloc_arena_bytes=heap1 if measured_by_malloc else None,
-                            malloc_free_bytes=free1 if measured_by_malloc else None,
-                            heap_grown_bytes=self.heap_grown())
-
-    def heap_grown(self) -> int | None:
-        """Malloc heap the workers (this process's descendants) grew: each one's ``[heap]`` now
-        beyond the smaller of this process's (a forked worker starts with a copy of it) and its own
-        when first sampled (a spawned or forkserver worker starts afresh). None where no heap
-        could be read."""
-        import psutil
-
-        own = heap_bytes()
-        grown, read = 0, False
-        for child in psutil.Process().children(recursive=True):
-            size = heap_bytes(child.pid)
-            if size is None:
-                continue
-            first = self._heap_first.get(child.pid, size)
-            base = first if own is None else min(own, first)
-            grown += max(0, size - base)
-            read = True
-        return grown if read else None
+        first, last = inside[0], inside[-1]
+        by_malloc = first.free is not None and last.free is not None
+        return MemoryGrowth(first_bytes=first.pss, last_bytes=last.pss, seconds=round(last.t - first.t, 3),
+                            heap_rise_bytes=None if first.heap is None or last.heap is None else last.heap - first.heap,
+                            malloc_arena_bytes=last.heap if by_malloc else None,
+                            malloc_free_bytes=last.free if by_malloc else None,
+                            heap_grown_bytes=last.grown)

@@ -76,7 +76,7 @@ class MemoryGrowth:
     heap_rise_bytes: int | None = None
     malloc_arena_bytes: int | None = None  # the workers' malloc arenas at the window's end (mallinfo2) ...
     malloc_free_bytes: int | None = None  # ... of which free: kept by malloc for reuse, not given back
-    # malloc heap (``[heap]``) the workers grew, at the end of the window: each one's beyond the
+    # malloc heap (``[heap]``) the workers grew, at the window's last memory sample: each one's beyond the
     # smaller of the training process's (a fork starts with a copy) and its own when first sampled
     # (a spawned worker starts afresh): memory malloc holds for them (live, or freed and kept)
     heap_grown_bytes: int | None = None

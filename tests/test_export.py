@@ -96,6 +96,37 @@ def test_header_names_machine_and_reasons():
     assert tomllib.loads(text)["dataloader"]["num_workers"] == 3
 
 
+@pytest.mark.parametrize("fmt", ["toml", "py", "yaml", "json"])
+def test_header_carries_each_findings_fix_whole(fmt):
+    """A fix outside the DataLoader (here glibc's malloc tunable, from a real probe of 8 MiB samples
+    whose workers' memory kept rising) reaches the exported file, and the file still parses."""
+    import json
+
+    from support.scenarios import RECORDED_DIR
+
+    from loaderdoc.advice.rules import evaluate
+    from loaderdoc.probing.result import ProbeReport
+    from loaderdoc.system.facts import MachineFacts
+
+    raw = json.loads((RECORDED_DIR / "real-large-heap-growth.json").read_text(encoding="utf-8"))
+    facts, probe = MachineFacts.from_dict(raw["facts"]), ProbeReport.from_dict(raw["probe"])
+    rec = recommend(facts, batch_size=4, probe=probe)
+    findings = evaluate(facts, rec.settings, batch_bytes=rec.batch_bytes, probe=probe)
+    growing = next(f for f in findings if f.rule_id == "worker-memory-growing")
+    header = export_header(facts, rec, findings)
+    fix_lines = header[header.index(f"  [warning] worker-memory-growing: {growing.symptom}") + 1:]
+    fix_lines = fix_lines[:next((i for i, line in enumerate(fix_lines) if not line.startswith("    ")), None)]
+    assert fix_lines[0].startswith("    fix: ")
+    assert " ".join(line.strip() for line in fix_lines).removeprefix("fix: ") == growing.fix
+    assert all(len(line) <= 98 for line in fix_lines)
+    text = render(rec.settings, fmt, header)
+    assert "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072" in text
+    if fmt == "toml":
+        assert tomllib.loads(text)["dataloader"]["num_workers"] == rec.settings.num_workers
+    elif fmt == "json":
+        assert growing.fix.split(".")[0] in " ".join(json.loads(text)["notes"])
+
+
 @pytest.mark.parametrize("fmt, layout", [
     ("yaml", "[dataloader] table"),
     ("lightning", "LightningCLI"),

@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -168,5 +169,14 @@ def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list
     findings = list(findings)
     if findings:
         lines.append("findings on this machine:")
-        lines += [f"  [{f.severity}] {f.rule_id}: {f.symptom}" for f in findings]
+        for f in findings:
+            lines.append(f"  [{f.severity}] {f.rule_id}: {f.symptom}")
+            if f.fix:
+                # the file is all a reader of it gets: a fix outside the DataLoader (an environment
+                # variable, a docker flag) is otherwise lost between the report and the job
+                lines += textwrap.wrap(f.fix, width=_FIX_WIDTH, initial_indent="    fix: ",
+                                       subsequent_indent="         ", break_on_hyphens=False)
     return lines
+
+
+_FIX_WIDTH = 98  # the comment's "# " makes 100 columns

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from loaderdoc.probing.instrument import window
-from loaderdoc.probing.model import LoadModel, breakdown, curve, model_from, prediction
+from loaderdoc.probing.model import LoadModel, breakdown, curve, fit_contention, model_from, prediction
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.settings import LoaderSettings
 
@@ -21,6 +21,28 @@ def test_waiting_scales_with_workers_until_the_step_caps_it():
     assert m.rate(24) == (pytest.approx(50.0), "step")
     assert m.workers_for(1.0) == 16
     assert m.pick() == 16  # 16 x 0.97 rounds up to 16: fewer would be more than 3 % slower
+
+
+def test_contention_fitted_on_two_measured_sizes_beside_a_busy_process():
+    # a real busy torchvision probe: 2 workers 7.13 steps/s, 6 workers 8.59, 1.01 CPUs held by others.
+    # The share: 2 workers get 2 x 2/3.01 = 1.329 CPUs -> 5.36 steps/s per CPU; 6 get 2 x 6/7.01 = 1.712
+    # -> 9.18 expected; 9.18 / 8.59 - 1 = 6.9 %, over 4 workers past the CPUs: 1.7 % each
+    m = LoadModel(load_ms=230, cpu_ms=225, step_ms=60, cpus=2, others=1.01, max_workers=16)
+    fit = fit_contention(m, {0: 4.33, 2: 7.13, 6: 8.59}, 2, 6)
+    assert fit.expected_high == pytest.approx(9.18, abs=0.01)
+    assert fit.contention == pytest.approx(0.0172, abs=0.0005)
+    assert fit.rate(2) == pytest.approx(7.13) and fit.rate(6) == pytest.approx(8.59)
+    # the fitted curve tops out at 7-8 workers (8.63); 97 % of that is 8.37: 5 workers (8.49) reach it,
+    # 4 (8.28) do not. The share alone would have said 11
+    assert fit.pick() == (5, 8)
+    assert fit.rate(5) >= 0.97 * fit.rate(8) > fit.rate(4)
+    assert m.pick() == 11
+    # measured at least the share: no cost per worker, the model's own curve
+    assert fit_contention(m, {2: 7.13, 6: 9.5}, 2, 6).contention == 0.0
+    # nothing to fit without both rates, or without a size past the CPUs
+    assert fit_contention(m, {2: 7.13}, 2, 6) is None
+    assert fit_contention(m, {1: 4.0, 2: 7.13}, 1, 2) is None
+    assert fit_contention(LoadModel(load_ms=230, cpu_ms=225, step_ms=60), {2: 7.1, 6: 8.6}, 2, 6) is None
 
 
 def test_cpu_work_saturates_at_the_cpu_budget():

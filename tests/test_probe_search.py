@@ -500,6 +500,27 @@ def test_cpu_work_beside_another_busy_process_measures_past_the_cpus_and_says_wh
     assert max(c.num_workers for c in quiet.calls) <= 3
 
 
+def test_cpu_work_beside_a_busy_process_calibrates_the_share_before_measuring_many_workers():
+    # as torchvision decode beside a burnt core: each worker costs the others 2 % (caches, handing
+    # batches over), so the curve tops out near 7 workers where the kernel's share alone says 11
+    busy = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, others=1.0, worker_overhead=0.02)
+    s, out = search(busy, epoch_steps=200_000, budget_s=60)
+    sizes = [r.settings.num_workers for r in out.results]
+    assert sizes[:4] == [0, 2, 6, 4]  # the CPU count, half way to 11, then the calibrated size
+    assert out.results[3].purpose == "verify: the prediction calibrated on 2 and 6 workers"
+    assert max(sizes) == 6  # 11 workers, the uncalibrated prediction, never started
+    text = " ".join(out.reasons)
+    assert "the model predicted num_workers=11" in text  # the report's prediction stays the model's own
+    assert "each worker past the CPUs costs about 2.3% of the rate, so the curve tops out near 7 workers" in text
+    every = [busy.rate(out.recommended.replace(num_workers=n)) for n in range(1, 17)]
+    assert busy.rate(out.recommended) >= 0.97 * max(every)
+    # where the share holds (no cost per worker), the calibrated size is the model's own
+    held = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, others=1.0)
+    s, out = search(held, epoch_steps=200_000, budget_s=60)
+    assert [r.settings.num_workers for r in out.results][:4] == [0, 2, 6, 11]
+    assert "where the CPUs' share alone predicted 12.2 for 6: the share held" in " ".join(out.reasons)
+
+
 def test_io_bound_data_beside_a_busy_process_is_not_capped_at_sixteen():
     model = Model(fetch_ms=480, cpu_share=0.03, others=1.0)  # ~24 workers to feed a 20 ms step
     s, out = search(model, epoch_steps=200_000, budget_s=60)

@@ -108,6 +108,52 @@ class LoadModel:
                 f"the step takes {self.step_ms:.1f} ms and receiving a batch {self.receive_ms:.1f} ms")
 
 
+@dataclass
+class ContentionFit:
+    """CPU-bound workers beside other busy processes, calibrated on two measured sizes.
+
+    The kernel's share (:meth:`LoadModel.cpu_share`) alone says that every worker more wins CPU
+    time from the other processes, so the curve keeps rising towards the CPUs; measured, it flattens
+    sooner (torchvision decode beside a burnt core, 2 CPUs: 6 workers as fast as 12, 16 slower):
+    each worker costs the others something (caches, memory bandwidth, handing batches over). So the
+    rate at ``W`` workers is the share times the rate per CPU ``low`` measured (at most as many
+    workers as CPUs: none contend), divided by ``1 + contention x (W - cpus)``, ``contention``
+    fitted so that ``high`` (past the CPUs) is met; 0 where ``high`` measured at least the share's
+    prediction (the plain model held)."""
+
+    model: LoadModel
+    low: int
+    high: int
+    per_cpu: float  # steps/s a CPU's worth of worker time delivered at ``low``
+    contention: float  # share of the rate each worker past the CPUs costs
+    expected_high: float  # what the kernel's share alone predicted at ``high``
+
+    def rate(self, workers: int) -> float:
+        share = min(workers, self.model.cpu_share(workers) or 0.0)
+        past = max(0.0, workers - (self.model.cpus or 0.0))
+        return self.per_cpu * share / (1.0 + self.contention * past)
+
+    def pick(self, tolerance: float = policy.TOLERANCE) -> tuple[int, int]:
+        """(fewest workers within ``tolerance`` of the fitted curve's top, the top's size), from
+        ``low`` to the model's cap."""
+        sizes = range(self.low, max(self.low, self.model.max_workers) + 1)
+        top = max(sizes, key=self.rate)
+        return next(w for w in sizes if self.rate(w) >= (1 - tolerance) * self.rate(top) - 1e-9), top
+
+
+def fit_contention(model: LoadModel, measured: dict[int, float], low: int, high: int) -> ContentionFit | None:
+    """The model calibrated on ``low`` (at most the CPUs) and ``high`` (past them) workers' measured
+    rates; None without CPUs, either rate, or a ``high`` past them."""
+    cpus = model.cpus
+    if cpus is None or not measured.get(low) or not measured.get(high) or high <= cpus or low > cpus:
+        return None
+    per_cpu = measured[low] / min(low, model.cpu_share(low) or 0.0)
+    expected = per_cpu * min(high, model.cpu_share(high) or 0.0)
+    contention = max(0.0, (expected / measured[high] - 1.0) / (high - cpus))
+    return ContentionFit(model=model, low=low, high=high, per_cpu=per_cpu, contention=contention,
+                         expected_high=expected)
+
+
 def model_from(baseline: ConfigResult, cpus: float | None, max_workers: int,
                receive_ms: float | None = None, others: float = 0.0) -> LoadModel | None:
     """The model from the 0-worker run: its instrumented stages, else its waits (each wait with 0

@@ -14,7 +14,8 @@ Predict, then verify:
    never measured, and one far past it beyond the CPUs needs no run at the CPU count.
 3. **Measure the prediction**, then climb while the top size is the fastest (by more than the
    tolerance), short of the ceiling and still waited for, each step calibrated on the rate per
-   worker the top size measured.
+   worker the top size measured. CPU work beside other busy processes has no climb: the CPU
+   count, half way to the prediction, then the size the model calibrated on those two predicts.
 4. If a size past the CPU budget is among them without evidence, measure as many workers as the
    CPUs allow.
 5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
-from loaderdoc.probing import in_order, persistence, prefetch, repeats
+from loaderdoc.probing import in_order, persistence, prefetch, repeats, shared_cpus
 from loaderdoc.probing.model import LoadModel, by_workers, model_from
 from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
@@ -296,15 +297,7 @@ class Search:
         tolerance, or the next size is within an eighth of the top."""
         w = self.predicted
         if self._shared_cpu_work and w > policy.cpu_limit(self.limits.cpu_budget):
-            # beside other processes the curve only flattens towards the CPUs: nothing above the
-            # prediction (and no climb below), the CPU count early (the reference any gain past the
-            # CPUs is judged against) and half way between (worker start-up is slow on shared CPUs)
-            limit = policy.cpu_limit(self.limits.cpu_budget)
-            for n in (w, limit, (w + limit) // 2):
-                if 1 <= n <= self._max and not self.measured(n):
-                    result = self.try_config(self.settings_for(n), "verify: around the predicted size")
-                    if result is None or self._halted():
-                        return
+            shared_cpus.measure(self, w)
             return
         if 1 <= w <= self._max and not self.measured(w):
             result = self.try_config(self.settings_for(w), "verify: the predicted size")

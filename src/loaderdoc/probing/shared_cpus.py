@@ -1,0 +1,55 @@
+"""CPU-bound loading beside other busy processes: which sizes to measure, with no climb.
+
+A function of a :class:`~loaderdoc.probing.search.Search` (as :mod:`.prefetch` is): the search
+calls :func:`measure` instead of its climb when the 0-worker fetch was CPU work, other processes
+kept CPUs busy beside it, and the model predicts more workers than CPUs. Pure logic.
+
+The kernel shares CPU time per runnable thread, so the model says every worker more wins time from
+the other processes and the curve keeps rising towards the CPUs. Measured curves flatten sooner:
+each worker costs the others something (caches, memory bandwidth, handing batches over). The share
+alone predicted busy torchvision 24-30 % too fast at 11 workers, and a run of many workers is the
+costliest of all (their start-up on shared CPUs, and a window in which each finishes two batches).
+So the model is calibrated on two cheaper sizes first (:func:`~loaderdoc.probing.model.fit_contention`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loaderdoc import policy
+from loaderdoc.probing.model import ContentionFit, by_workers, fit_contention
+
+if TYPE_CHECKING:
+    from loaderdoc.probing.search import Search
+
+
+def measure(self: Search, predicted: int) -> None:
+    """The CPU count first (the reference any gain past the CPUs is judged against), half way to
+    the ``predicted`` size, then the size the model calibrated on those two predicts (the
+    predicted size itself where no fit could be made)."""
+    limit = policy.cpu_limit(self.limits.cpu_budget)
+    half = max(limit + 1, (predicted + limit) // 2)
+    for n, purpose in ((limit, f"verify: as many workers as the {self.limits.cpu_budget:g} CPUs allow"),
+                       (half, f"verify: half way to the predicted {predicted}")):
+        if 1 <= n <= self._max and not self.measured(n):
+            result = self.try_config(self.settings_for(n), purpose)
+            if result is None or self._halted():
+                return
+    measured = by_workers(self.fitting_throughputs())
+    fit = fit_contention(self.model, measured, limit, half)
+    nxt, purpose = predicted, "verify: the predicted size"
+    if fit is not None:
+        nxt, top = fit.pick(self.tolerance())
+        purpose = f"verify: the prediction calibrated on {limit} and {half} workers"
+        self.notes.append(_fit_text(fit, measured, nxt, top, self.tolerance()))
+    if 1 <= nxt <= self._max and not self.measured(nxt):
+        self.try_config(self.settings_for(nxt), purpose)
+
+
+def _fit_text(fit: ContentionFit, measured: dict[int, float], pick: int, top: int, tolerance: float) -> str:
+    head = (f"num_workers={fit.low} and {fit.high} ran at {measured[fit.low]:.1f} and {measured[fit.high]:.1f} "
+            f"steps/s, where the CPUs' share alone predicted {fit.expected_high:.1f} for {fit.high}")
+    if fit.contention <= 0:
+        return f"{head}: the share held; about {policy.workers_text(pick)} reach within {tolerance:.0%} of its top"
+    return (f"{head}: each worker past the CPUs costs about {fit.contention:.1%} of the rate, so the curve tops "
+            f"out near {top} workers and about {policy.workers_text(pick)} reach within {tolerance:.0%} of it")

@@ -518,7 +518,15 @@ def test_cpu_work_beside_a_busy_process_calibrates_the_share_before_measuring_ma
     held = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, others=1.0)
     s, out = search(held, epoch_steps=200_000, budget_s=60)
     assert [r.settings.num_workers for r in out.results][:4] == [0, 2, 6, 11]
-    assert "where the CPUs' share alone predicted 12.2 for 6: the share held" in " ".join(out.reasons)
+    assert ("where the CPUs' share alone predicted 12.2 for 6: the share held, so the model's own 11 workers"
+            in " ".join(out.reasons))
+    # two small sizes that gained more than the share (large samples beside a burnt core: part of
+    # each worker's time is waiting) fit no cost per worker, and the share rescaled to them never
+    # meets the step: it says 11. The model's own size (capped by the step) is measured instead
+    ahead = Model(fetch_ms=100, cpu_share=0.8, step_ms=50, others=1.0)
+    s, out = search(ahead, epoch_steps=200_000, budget_s=60)
+    predicted = s.predicted
+    assert max(r.settings.num_workers for r in out.results[:4]) == predicted < 11
 
 
 def test_io_bound_data_beside_a_busy_process_is_not_capped_at_sixteen():

@@ -119,7 +119,7 @@ class ContentionFit:
     rate at ``W`` workers is the share times the rate per CPU ``low`` measured (at most as many
     workers as CPUs: none contend), divided by ``1 + contention x (W - cpus)``, ``contention``
     fitted so that ``high`` (past the CPUs) is met; 0 where ``high`` measured at least the share's
-    prediction (the plain model held)."""
+    prediction (the plain model held). The step caps it as it caps the model."""
 
     model: LoadModel
     low: int
@@ -131,7 +131,7 @@ class ContentionFit:
     def rate(self, workers: int) -> float:
         share = min(workers, self.model.cpu_share(workers) or 0.0)
         past = max(0.0, workers - (self.model.cpus or 0.0))
-        return self.per_cpu * share / (1.0 + self.contention * past)
+        return min(self.model.step_per_s(), self.per_cpu * share / (1.0 + self.contention * past))
 
     def pick(self, tolerance: float = policy.TOLERANCE) -> tuple[int, int]:
         """(fewest workers within ``tolerance`` of the fitted curve's top, the top's size), from

@@ -39,17 +39,23 @@ def measure(self: Search, predicted: int) -> None:
     fit = fit_contention(self.model, measured, limit, half)
     nxt, purpose = predicted, "verify: the predicted size"
     if fit is not None:
-        nxt, top = fit.pick(self.tolerance())
-        purpose = f"verify: the prediction calibrated on {limit} and {half} workers"
-        self.notes.append(_fit_text(fit, measured, nxt, top, self.tolerance()))
+        pick, top = fit.pick(self.tolerance())
+        if pick < predicted:
+            nxt, purpose = pick, f"verify: the prediction calibrated on {limit} and {half} workers"
+        self.notes.append(_fit_text(fit, measured, pick, top, predicted, self.tolerance()))
     if 1 <= nxt <= self._max and not self.measured(nxt):
         self.try_config(self.settings_for(nxt), purpose)
 
 
-def _fit_text(fit: ContentionFit, measured: dict[int, float], pick: int, top: int, tolerance: float) -> str:
+def _fit_text(fit: ContentionFit, measured: dict[int, float], pick: int, top: int, predicted: int,
+              tolerance: float) -> str:
     head = (f"num_workers={fit.low} and {fit.high} ran at {measured[fit.low]:.1f} and {measured[fit.high]:.1f} "
             f"steps/s, where the CPUs' share alone predicted {fit.expected_high:.1f} for {fit.high}")
-    if fit.contention <= 0:
-        return f"{head}: the share held; about {policy.workers_text(pick)} reach within {tolerance:.0%} of its top"
+    if pick >= predicted:
+        # a fit of two small sizes that says "more" extrapolates noise (large samples beside a burnt
+        # core: 2 -> 3 workers gained more than the share, and the fit said 11 where 4 were fastest);
+        # measured curves only flatten sooner than the model, so its own size is the most measured
+        return (f"{head}: {'the share held' if fit.contention <= 0 else 'close to it'}, so the model's own "
+                f"{policy.workers_text(predicted)} (measured curves flatten sooner than the model, never later)")
     return (f"{head}: each worker past the CPUs costs about {fit.contention:.1%} of the rate, so the curve tops "
             f"out near {top} workers and about {policy.workers_text(pick)} reach within {tolerance:.0%} of it")

@@ -121,10 +121,44 @@ def test_header_carries_each_findings_fix_whole(fmt):
     assert all(len(line) <= 98 for line in fix_lines)
     text = render(rec.settings, fmt, header)
     assert "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072" in text
-    if fmt == "toml":
-        assert tomllib.loads(text)["dataloader"]["num_workers"] == rec.settings.num_workers
-    elif fmt == "json":
+    assert _parsed_workers(text, fmt) == rec.settings.num_workers
+    if fmt == "json":
         assert growing.fix.split(".")[0] in " ".join(json.loads(text)["notes"])
+
+
+def _parsed_workers(text: str, fmt: str) -> int:
+    """num_workers as the exported file gives it back to its reader (TOML, YAML, JSON, Python)."""
+    import json
+
+    import yaml
+
+    if fmt == "toml":
+        return tomllib.loads(text)["dataloader"]["num_workers"]
+    if fmt == "yaml":
+        return yaml.safe_load(text)["dataloader"]["num_workers"]
+    if fmt == "json":
+        return json.loads(text)["dataloader"]["num_workers"]
+    import re
+
+    namespace: dict = {}
+    exec(compile(text, "loader.py", "exec"), namespace)  # defines make_loader; builds nothing
+    assert callable(namespace["make_loader"])
+    return int(re.search(r"num_workers=(\d+),", text).group(1))
+
+
+@pytest.mark.parametrize("fmt", ["toml", "py", "yaml", "json"])
+def test_header_text_cannot_end_its_comment_line(fmt):
+    """A finding's text quotes what it saw (a traceback's file name, an error message): line
+    breaks, quotes and control characters in it stay inside the comment in every format."""
+    from loaderdoc.advice.findings import Finding
+
+    nasty = 'line\none\r"""\x1b[31m # key: 1\x85two: 2\u2028three: 3\x00 {"a": 1} \\ \t end'
+    finding = Finding("odd-finding", "warning", f"symptom {nasty}", fix=f"fix {nasty} " + "x" * 120)
+    header = export_header(load_machine("k8s-4cpu-quota"), None, [finding])
+    text = render(SETTINGS, fmt, header)
+    assert _parsed_workers(text, fmt) == SETTINGS.num_workers
+    if fmt != "json":
+        assert "x" * 120 in text  # a long word stays whole: a command cut in two would be pasted wrong
 
 
 @pytest.mark.parametrize("fmt, layout", [

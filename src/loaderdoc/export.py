@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Iterable
@@ -117,10 +118,15 @@ def _yaml(document: dict) -> str:
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
 
 
+# characters that end a comment line (or are refused in one) in TOML, YAML or Python: a header line
+# quotes finding texts and file names, so each becomes a space and the comment stays one line
+_LINE_BREAKERS = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
 def _comment_block(lines: list[str] | None) -> str:
     if not lines:
         return ""
-    return "".join(f"# {line}".rstrip() + "\n" for line in lines) + "\n"
+    return "".join(f"# {_LINE_BREAKERS.sub(' ', line)}".rstrip() + "\n" for line in lines) + "\n"
 
 
 def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = ()) -> str:
@@ -174,8 +180,10 @@ def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list
             if f.fix:
                 # the file is all a reader of it gets: a fix outside the DataLoader (an environment
                 # variable, a docker flag) is otherwise lost between the report and the job
+                # long words stay whole: a command or a path cut in two would be pasted wrong
                 lines += textwrap.wrap(f.fix, width=_FIX_WIDTH, initial_indent="    fix: ",
-                                       subsequent_indent="         ", break_on_hyphens=False)
+                                       subsequent_indent="         ", break_on_hyphens=False,
+                                       break_long_words=False)
     return lines
 
 

@@ -43,6 +43,17 @@ def test_contention_fitted_on_two_measured_sizes_beside_a_busy_process():
     assert fit_contention(m, {2: 7.13}, 2, 6) is None
     assert fit_contention(m, {1: 4.0, 2: 7.13}, 1, 2) is None
     assert fit_contention(LoadModel(load_ms=230, cpu_ms=225, step_ms=60), {2: 7.1, 6: 8.6}, 2, 6) is None
+    assert fit_contention(m, {0: 4.33, 6: 8.59}, 0, 6) is None  # 0 workers share no CPUs: nothing to scale
+
+
+def test_the_fitted_curve_is_capped_by_the_step():
+    # the busy torchvision numbers with a 130 ms step (7.69 steps/s): the fitted CPU side would reach
+    # 8.63 at 8 workers and put the pick at 5 (8.49); the step caps 3 workers' 7.89 at 7.69 already,
+    # so 3 are within 3 % of the top (2 workers, 7.13, are not)
+    m = LoadModel(load_ms=230, cpu_ms=225, step_ms=130, cpus=2, others=1.01, max_workers=16)
+    fit = fit_contention(m, {2: 7.13, 6: 8.59}, 2, 6)
+    assert max(fit.rate(w) for w in range(1, 17)) == pytest.approx(1000 / 130)
+    assert fit.pick()[0] == 3
 
 
 def test_cpu_work_saturates_at_the_cpu_budget():

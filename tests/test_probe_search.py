@@ -518,15 +518,34 @@ def test_cpu_work_beside_a_busy_process_calibrates_the_share_before_measuring_ma
     held = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, others=1.0)
     s, out = search(held, epoch_steps=200_000, budget_s=60)
     assert [r.settings.num_workers for r in out.results][:4] == [0, 2, 6, 11]
-    assert ("where the CPUs' share alone predicted 12.2 for 6: the share held, so the model's own 11 workers"
-            in " ".join(out.reasons))
-    # two small sizes that gained more than the share (large samples beside a burnt core: part of
-    # each worker's time is waiting) fit no cost per worker, and the share rescaled to them never
-    # meets the step: it says 11. The model's own size (capped by the step) is measured instead
+    assert ("where the CPUs' share alone predicted 12.2 for 6: the share held, and the calibrated curve tops "
+            "out no sooner than the model's, so the model's own 11 workers" in " ".join(out.reasons))
+
+
+def test_a_calibration_that_says_more_than_the_model_measures_the_models_size():
+    # large samples beside a burnt core: with workers every batch costs far more than with 0 (8 MiB
+    # samples through /dev/shm), so all sizes measure 0.6x what the 0-worker run predicts. The share
+    # holds between 2 and 3 workers, and rescaled to them it never meets the 50 ms step: the fit
+    # says 11 workers. The model's own size, where the step caps it, is measured instead
     ahead = Model(fetch_ms=100, cpu_share=0.8, step_ms=50, others=1.0)
+    plain_rate = ahead.rate
+    ahead.rate = lambda s: plain_rate(s) * (0.6 if s.num_workers else 1.0)
     s, out = search(ahead, epoch_steps=200_000, budget_s=60)
-    predicted = s.predicted
-    assert max(r.settings.num_workers for r in out.results[:4]) == predicted < 11
+    assert [r.settings.num_workers for r in out.results][:4] == [0, 2, 3, s.predicted]
+    assert s.predicted == 4
+    assert out.results[3].purpose == "verify: the predicted size"
+    assert "the share held, and the calibrated curve tops out no sooner than the model's, so the model's own 4 " \
+           "workers" in " ".join(out.reasons)
+
+
+def test_a_failed_calibration_run_starts_no_larger_size():
+    # 6 workers run out of memory beside a busy process: 11, the prediction, would only fail worse
+    busy = Model(fetch_ms=140, cpu_share=1.0, step_ms=20, others=1.0, fail=lambda s: s.num_workers >= 6)
+    s, out = search(busy, epoch_steps=200_000, budget_s=60)
+    sizes = [r.settings.num_workers for r in out.results]
+    assert sizes[:3] == [0, 2, 6] and max(sizes) == 6
+    assert "num_workers=6 failed (ValueError: boom); no larger size measured" in " ".join(out.reasons)
+    assert out.recommended.num_workers <= 2
 
 
 def test_io_bound_data_beside_a_busy_process_is_not_capped_at_sixteen():

@@ -142,12 +142,15 @@ class ContentionFit:
 
 
 def fit_contention(model: LoadModel, measured: dict[int, float], low: int, high: int) -> ContentionFit | None:
-    """The model calibrated on ``low`` (at most the CPUs) and ``high`` (past them) workers' measured
-    rates; None without CPUs, either rate, or a ``high`` past them."""
+    """The model calibrated on ``low`` (1 to the CPUs) and ``high`` (past them) workers' measured
+    rates; None without CPUs, either rate, or such sizes."""
     cpus = model.cpus
-    if cpus is None or not measured.get(low) or not measured.get(high) or high <= cpus or low > cpus:
+    if cpus is None or not measured.get(low) or not measured.get(high) or high <= cpus or not 1 <= low <= cpus:
         return None
-    per_cpu = measured[low] / min(low, model.cpu_share(low) or 0.0)
+    low_share = min(low, model.cpu_share(low) or 0.0)
+    if low_share <= 0:
+        return None
+    per_cpu = measured[low] / low_share
     expected = per_cpu * min(high, model.cpu_share(high) or 0.0)
     contention = max(0.0, (expected / measured[high] - 1.0) / (high - cpus))
     return ContentionFit(model=model, low=low, high=high, per_cpu=per_cpu, contention=contention,

@@ -15,7 +15,8 @@ Predict, then verify:
 3. **Measure the prediction**, then climb while the top size is the fastest (by more than the
    tolerance), short of the ceiling and still waited for, each step calibrated on the rate per
    worker the top size measured. CPU work beside other busy processes has no climb: the CPU
-   count, half way to the prediction, then the size the model calibrated on those two predicts.
+   count, half way to the prediction, then the size the model calibrated on those two predicts
+   where that is fewer workers than the prediction, else the prediction.
 4. If a size past the CPU budget is among them without evidence, measure as many workers as the
    CPUs allow.
 5. Narrow down (the straight line's knee, interpolation, one less, bisection) to the fewest

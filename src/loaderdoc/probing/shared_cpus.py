@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
 def measure(self: Search, predicted: int) -> None:
     """The CPU count first (the reference any gain past the CPUs is judged against), half way to
-    the ``predicted`` size, then the size the model calibrated on those two predicts (the
-    predicted size itself where no fit could be made)."""
+    the ``predicted`` size, then the size the model calibrated on those two predicts where that is
+    fewer than ``predicted``, else ``predicted`` itself (each only if not measured yet). Where either
+    calibration run failed, nothing larger is started: many workers are what failed or would cost most."""
     limit = policy.cpu_limit(self.limits.cpu_budget)
     half = max(limit + 1, (predicted + limit) // 2)
     for n, purpose in ((limit, f"verify: as many workers as the {self.limits.cpu_budget:g} CPUs allow"),
@@ -35,8 +36,11 @@ def measure(self: Search, predicted: int) -> None:
             result = self.try_config(self.settings_for(n), purpose)
             if result is None or self._halted():
                 return
+            if not result.ok:
+                self.notes.append(f"num_workers={n} failed ({result.error}); no larger size measured")
+                return
     measured = by_workers(self.fitting_throughputs())
-    fit = fit_contention(self.model, measured, limit, half)
+    fit = fit_contention(self.model, measured, limit, half) if self.model is not None else None
     nxt, purpose = predicted, "verify: the predicted size"
     if fit is not None:
         pick, top = fit.pick(self.tolerance())
@@ -55,7 +59,8 @@ def _fit_text(fit: ContentionFit, measured: dict[int, float], pick: int, top: in
         # a fit of two small sizes that says "more" extrapolates noise (large samples beside a burnt
         # core: 2 -> 3 workers gained more than the share, and the fit said 11 where 4 were fastest);
         # measured curves only flatten sooner than the model, so its own size is the most measured
-        return (f"{head}: {'the share held' if fit.contention <= 0 else 'close to it'}, so the model's own "
+        held = "the share held" if fit.contention <= 0 else f"each worker past the CPUs costs about {fit.contention:.1%}"
+        return (f"{head}: {held}, and the calibrated curve tops out no sooner than the model's, so the model's own "
                 f"{policy.workers_text(predicted)} (measured curves flatten sooner than the model, never later)")
     return (f"{head}: each worker past the CPUs costs about {fit.contention:.1%} of the rate, so the curve tops "
             f"out near {top} workers and about {policy.workers_text(pick)} reach within {tolerance:.0%} of it")

@@ -36,13 +36,14 @@ def recommend(
     ran on the same kind of device) and only the memory limits and the CPU budget are enforced on
     top: a rule of thumb never replaces what the probe measured."""
     reasons: dict[str, str] = {}
+    base: LoaderSettings | None = None  # the probe's pick, where a probe chose one
     if probe is not None and probe.recommended is not None:
         base = probe.recommended
         batch_size = batch_size or base.batch_size
         if sample_bytes is None and probe.workload.batch_bytes and probe.workload.batch_size:
             sample_bytes = probe.workload.batch_bytes // probe.workload.batch_size
         workers = base.num_workers
-        reasons["num_workers"] = _probe_reason(probe, "num_workers") or f"{workers}: chosen by the probe"
+        reasons["num_workers"] = _probe_reason(probe, "num_workers", workers)
         prefetch = base.effective_prefetch_factor or DEFAULT_PREFETCH
         source = "probe"
         per_rank = policy.cpus_per_rank(facts)
@@ -77,18 +78,14 @@ def recommend(
         if limited_key == "num_workers" and workers > 0:
             reasons["prefetch_factor"] = "1: memory-bound, see num_workers"
     if source == "probe" and workers > 0:
-        reasons.setdefault(
-            "prefetch_factor", _probe_reason(probe, "prefetch_factor") or f"{prefetch}: chosen by the probe"
-        )
+        reasons.setdefault("prefetch_factor", _probe_reason(probe, "prefetch_factor", prefetch))
 
     usable = facts.usable_gpus
     pin = usable > 0
-    base_pick = probe.recommended if source == "probe" and probe is not None else None
-    measured_pin = base_pick is not None and probe.device.startswith("cuda") == pin
-    if measured_pin:
+    if base is not None and probe.device.startswith("cuda") == pin:
         # the probe's choice on this kind of device (with CUDA it also times pinned and pageable copies)
-        pin = base_pick.pin_memory
-        reasons["pin_memory"] = _probe_reason(probe, "pin_memory") or f"{str(pin).lower()}: chosen by the probe"
+        pin = base.pin_memory
+        reasons["pin_memory"] = _probe_reason(probe, "pin_memory", pin)
     elif pin:
         reasons["pin_memory"] = f"true: {usable} usable CUDA GPU(s); pinned pages copy to the GPU faster and asynchronously"
     elif facts.gpu.count and not usable:
@@ -98,11 +95,10 @@ def recommend(
 
     persistent = workers > 0
     if workers > 0:
-        if base_pick is not None:
+        if base is not None:
             # measured: the workers' start-up against the epoch (a rule of thumb does not outrank it)
-            persistent = base_pick.persistent_workers
-            reasons["persistent_workers"] = (_probe_reason(probe, "persistent_workers")
-                                             or f"{str(persistent).lower()}: chosen by the probe")
+            persistent = base.persistent_workers
+            reasons["persistent_workers"] = _probe_reason(probe, "persistent_workers", persistent)
         else:
             reasons["persistent_workers"] = "true: keeps the workers between epochs instead of paying start-up again"
         reasons.setdefault(
@@ -124,10 +120,9 @@ def recommend(
 
     # in_order=False only as measured: the probe's worker count, and a torch that takes it (>= 2.6)
     in_order = True
-    if (base_pick is not None and not base_pick.in_order and workers == base_pick.num_workers >= 2
-            and _torch_takes_in_order(facts)):
+    if base is not None and not base.in_order and workers == base.num_workers >= 2 and _torch_takes_in_order(facts):
         in_order = False
-        reasons["in_order"] = _probe_reason(probe, "in_order") or "false: chosen by the probe"
+        reasons["in_order"] = _probe_reason(probe, "in_order", in_order)
     settings = LoaderSettings(
         batch_size=batch_size,
         shuffle=not iterable,
@@ -157,8 +152,10 @@ def _gpu_absence(facts: MachineFacts) -> str:
     return "NVML reports no visible GPU"
 
 
-def _probe_reason(probe: ProbeReport, key: str) -> str | None:
+def _probe_reason(probe: ProbeReport, key: str, value: object) -> str:
+    """The probe's own reason for ``key``, else that it chose ``value`` (booleans as TOML writes them)."""
     for reason in probe.reasons:
         if reason.startswith(key):
             return reason
-    return None
+    shown = str(value).lower() if isinstance(value, bool) else value
+    return f"{shown}: chosen by the probe"

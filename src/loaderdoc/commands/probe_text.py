@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoc.commands.layout import LAST_MIN, table_lines, wrap
+from loaderdoc.policy import still_growing
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport
 from loaderdoc.summary import finding_lines
 from loaderdoc.units import MiB, fmt_bytes
@@ -122,14 +123,8 @@ def _ok_only(fn: Any) -> Any:
 GROWING = "+"  # after a PSS figure: the workers' memory was still rising at the end of the window
 
 
-def _growing(r: ConfigResult) -> bool:
-    from loaderdoc.policy import still_growing
-
-    return still_growing(r)
-
-
 def _pss(r: ConfigResult) -> str:
-    return mib(r.worker_pss_bytes) + (GROWING if r.worker_pss_bytes is not None and _growing(r) else "")
+    return mib(r.worker_pss_bytes) + (GROWING if r.worker_pss_bytes is not None and still_growing(r) else "")
 
 
 def _wait(r: ConfigResult) -> str:
@@ -216,7 +211,7 @@ def measured_lines(report: ProbeReport, width: int) -> list[str]:
     keys = []
     if MARK in marks:
         keys.append(f"{MARK.strip()} the recommended workers and prefetch")
-    if any(c.key == "pss" for c in columns) and any(r.ok and _growing(r) for r in report.results):
+    if any(c.key == "pss" for c in columns) and any(r.ok and still_growing(r) for r in report.results):
         keys.append(f"{GROWING} after PSS: still rising when the window ended")
     if keys:
         title += f" ({'; '.join(keys)})"

@@ -129,7 +129,7 @@ class ContentionFit:
     expected_high: float  # what the kernel's share alone predicted at ``high``
 
     def rate(self, workers: int) -> float:
-        share = min(workers, self.model.cpu_share(workers) or 0.0)
+        share = _cpus_taken(self.model, workers)
         past = max(0.0, workers - (self.model.cpus or 0.0))
         return min(self.model.step_per_s(), self.per_cpu * share / (1.0 + self.contention * past))
 
@@ -141,17 +141,22 @@ class ContentionFit:
         return next(w for w in sizes if self.rate(w) >= (1 - tolerance) * self.rate(top) - 1e-9), top
 
 
+def _cpus_taken(model: LoadModel, workers: int) -> float:
+    """CPUs ``workers`` CPU-bound workers keep busy: their share, and never more than one each."""
+    return min(workers, model.cpu_share(workers) or 0.0)
+
+
 def fit_contention(model: LoadModel, measured: dict[int, float], low: int, high: int) -> ContentionFit | None:
     """The model calibrated on ``low`` (1 to the CPUs) and ``high`` (past them) workers' measured
     rates; None without CPUs, either rate, or such sizes."""
     cpus = model.cpus
     if cpus is None or not measured.get(low) or not measured.get(high) or high <= cpus or not 1 <= low <= cpus:
         return None
-    low_share = min(low, model.cpu_share(low) or 0.0)
+    low_share = _cpus_taken(model, low)
     if low_share <= 0:
         return None
     per_cpu = measured[low] / low_share
-    expected = per_cpu * min(high, model.cpu_share(high) or 0.0)
+    expected = per_cpu * _cpus_taken(model, high)
     contention = max(0.0, (expected / measured[high] - 1.0) / (high - cpus))
     return ContentionFit(model=model, low=low, high=high, per_cpu=per_cpu, contention=contention,
                          expected_high=expected)

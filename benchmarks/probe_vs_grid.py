@@ -193,15 +193,26 @@ def pss_spread(table: dict[tuple, dict], workers: int) -> float:
     return (max(readings) - low) / low if low > 0 else 0.0
 
 
+def best_and_lean(speed: dict[tuple, float], pss: dict[tuple, float]) -> tuple[tuple, tuple]:
+    """The fastest configuration, and the one with the least worker PSS (then the fewest workers)
+    among those within 3 % of it."""
+    best = max(speed, key=speed.get)
+    lean = min((k for k in speed if speed[k] >= 0.97 * speed[best]), key=lambda k: (pss[k], k[0]))
+    return best, lean
+
+
+def lean_enough(pss: float, lean_pss: float, allowance: float) -> bool:
+    """No more worker PSS than the leanest within 3 %, allowing for the spread of readings (and 1 MiB)."""
+    return pss <= lean_pss * (1 + allowance) + 1.0
+
+
 def judge(result: dict) -> dict:
     """The grid's best and leanest-within-3 %, and each probe's verdict against them (also run on
     a saved file by ``--table-from``, so old runs are judged as new ones are)."""
     measured = {tuple(row["key"]): row for row in result["table"] if not row.get("failed")}
-    best_key = max(measured, key=lambda k: measured[k]["steps_per_s"])
-    best = measured[best_key]["steps_per_s"]
-    near = {k: v for k, v in measured.items() if v["steps_per_s"] >= 0.97 * best}
-    lean_key = min(near, key=lambda k: (near[k]["pss_mib"], k[0]))
-    lean_pss = near[lean_key]["pss_mib"]
+    best_key, lean_key = best_and_lean({k: v["steps_per_s"] for k, v in measured.items()},
+                                       {k: v["pss_mib"] for k, v in measured.items()})
+    best, lean_pss = measured[best_key]["steps_per_s"], measured[lean_key]["pss_mib"]
     result.update({"best": list(best_key), "best_steps_per_s": best, "lean": list(lean_key), "lean_pss_mib": lean_pss})
     result["grid_against_itself"] = grid_against_itself(result)
     for verdict in result["probes"]:
@@ -213,7 +224,7 @@ def judge(result: dict) -> dict:
             "share_of_best": share, "pss_mib": pss, "pss_allowance": allowance,
             "fast_enough": share is not None and share >= 0.97,
             "quick_enough": verdict["time_share"] <= 0.10,
-            "lean_enough": pss is not None and pss <= lean_pss * (1 + allowance) + 1.0,
+            "lean_enough": pss is not None and lean_enough(pss, lean_pss, allowance),
         })
     return result
 
@@ -231,24 +242,19 @@ def grid_against_itself(result: dict) -> list[dict]:
     if rounds < 2 or any(len(row.get("pss_runs_mib") or []) < rounds for row in rows.values()):
         return []
 
-    def one_round(i: int) -> tuple[dict, tuple, float]:
-        speed = {k: row["runs"][i] for k, row in rows.items()}
-        best = max(speed.values())
-        lean = min((k for k in rows if speed[k] >= 0.97 * best), key=lambda k: (rows[k]["pss_runs_mib"][i], k[0]))
-        return speed, lean, best
-
+    speed = [{k: row["runs"][i] for k, row in rows.items()} for i in range(rounds)]
+    pss = [{k: row["pss_runs_mib"][i] for k, row in rows.items()} for i in range(rounds)]
+    chosen = [best_and_lean(speed[i], pss[i]) for i in range(rounds)]
     checks = []
-    for chosen_in in range(rounds):
-        _, pick, _ = one_round(chosen_in)
-        for judged_in in range(rounds):
+    for chosen_in, (_, pick) in enumerate(chosen):
+        for judged_in, (best, lean) in enumerate(chosen):
             if judged_in == chosen_in:
                 continue
-            speed, lean, best = one_round(judged_in)
-            share = speed[pick] / best
-            pss, lean_pss = rows[pick]["pss_runs_mib"][judged_in], rows[lean]["pss_runs_mib"][judged_in]
-            lean_enough = pss <= lean_pss * (1 + pss_spread(rows, pick[0])) + 1.0
+            share = speed[judged_in][pick] / speed[judged_in][best]
             checks.append({"chosen_in": chosen_in, "judged_in": judged_in, "pick": list(pick), "share_of_best": share,
-                           "fast_enough": share >= 0.97, "lean_enough": lean_enough})
+                           "fast_enough": share >= 0.97,
+                           "lean_enough": lean_enough(pss[judged_in][pick], pss[judged_in][lean],
+                                                      pss_spread(rows, pick[0]))})
     return checks
 
 

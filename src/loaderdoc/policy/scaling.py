@@ -85,7 +85,8 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
     CPU work too). Single runs must differ by 20 % (a window on a busy machine is noisy by ~10 %),
     and a num_workers=0 run whose fetch was mostly CPU time vetoes them. Repeated runs decide on
     their own: every run of b faster than every run of a, and the means further apart than the
-    tolerance plus the noise the repeats show. CPU-bound workers can leave a CPU idle now and then (handing a batch over, waiting
+    tolerance plus the noise the repeats show (the tolerance alone for CPU work beside other busy
+    processes, where taking CPU time from them is the expected gain). CPU-bound workers can leave a CPU idle now and then (handing a batch over, waiting
     for the next indices): measurement outranks the rule that they cannot gain past the CPUs.
     """
     if per_rank is None:
@@ -157,11 +158,15 @@ def _beyond_cpus_measured(results: list[ConfigResult], per_rank: float) -> Beyon
     for r in results:
         if r.ok and r.batches_per_s and r.settings.in_order and r.settings.effective_prefetch_factor == DEFAULT_PREFETCH:
             groups.setdefault(r.settings.num_workers, []).append(r)
-    # past the CPUs a size costs memory and contends: repeated runs must clear the tolerance by the
-    # noise they show too (3 workers 3.2 % faster than 2 on 2 CPUs, runs 1.6 % apart, is not that)
-    margin = tolerance(results) + noise(results)
     limit = cpu_limit(per_rank)
     others = contention(results)
+    # past the CPUs a size costs memory and contends: repeated runs must clear the tolerance by the
+    # noise they show too (3 workers 3.2 % faster than 2 on 2 CPUs, runs 1.6 % apart, is not that).
+    # Not for CPU work beside busy processes: the kernel shares CPU time per runnable thread, so the
+    # gain is expected there, and the tolerance already is that noise (busy torchvision: 6 workers
+    # beat 2 in every run, by 16.5 %, against a margin of twice its 8.6 % noise)
+    shared_cpu_work = bool(others) and _cpu_work(results)
+    margin = tolerance(results) + (0.0 if shared_cpu_work else noise(results))
     for b_n in sorted(groups, key=lambda n: -statistics.fmean(r.batches_per_s for r in groups[n])):
         if not oversubscribed(b_n, per_rank):
             continue

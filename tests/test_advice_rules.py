@@ -7,10 +7,11 @@ import sys
 
 import pytest
 
+from loaderdoc import policy
 from loaderdoc.advice.findings import CRITICAL, WARNING
 from loaderdoc.advice.rules import RULES, TrainingContext, catalogue, evaluate
 from loaderdoc.errors import SettingsError
-from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, StageTimes, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
@@ -462,10 +463,32 @@ def test_persistent_rule_reads_the_restart_of_a_non_persistent_run_with_as_many_
                               epoch_restart_s=1.2)
     probe = ProbeReport(workload=WorkloadInfo(batch_size=32, dataset_len=2000), results=[persistent, restarting])
     f = one(evaluate(facts, s, probe=probe), "persistent-workers-off")
-    assert f.evidence[0] == "worker start-up to first batch: 1.20 s (measured)"
+    assert f.evidence[0] == "measured: the gap between epochs was 1.20 s without and 0.01 s with"
+    assert f.symptom.startswith("Each epoch spends 1.2 s (32%) restarting 4 workers")
     # a large dataset: the same start-up is under 10% of the epoch
     probe.workload.dataset_len = 200_000
     assert "persistent-workers-off" not in ids(evaluate(facts, s, probe=probe))
+
+
+def test_persistent_rule_weighs_the_restart_as_the_probe_does_and_never_contradicts_its_pick():
+    # busy torchvision, `loaderdoc probe` on this VM: 8 workers took 0.94 s to the first batch,
+    # 0.93 s of it loading that batch, which persistent workers load too. The probe chose
+    # persistent_workers=False (0.01 s saved, 0.16 % of a 47-step epoch); the rule used to count
+    # the whole 0.94 s and warned "Each epoch spends 0.9 s (14%) restarting 8 workers"
+    facts = load_machine("laptop-rtx3050")
+    s = LoaderSettings(batch_size=64, shuffle=True, num_workers=8, prefetch_factor=2)
+    pick = ConfigResult(settings=s, batches_per_s=8.3, starvation_pct=46, first_batch_s=0.94,
+                        stages=StageTimes(batches=12, samples=768, dataset_ms=900.0, dataset_cpu_ms=850.0,
+                                          dataset_queued_ms=0.0, collate_ms=30.0))
+    probe = ProbeReport(workload=WorkloadInfo(batch_size=64, dataset_len=3000), results=[pick])
+    saved = policy.restart_saving(probe.results, (8, 2))
+    assert not saved.timed and saved.saving_s == pytest.approx(0.01)
+    assert "persistent-workers-off" not in ids(evaluate(facts, s, probe=probe))
+    # a start-up far longer than a batch's loading is what the rule is for
+    pick.first_batch_s = 2.0
+    f = one(evaluate(facts, s, probe=probe), "persistent-workers-off")
+    assert f.evidence[0] == ("measured: starting the workers took 2.00 s to the first batch, 0.93 s of it loading "
+                             "that batch (persistent workers load it too): restarting them costs about 1.07 s")
 
 
 def test_bursty_waits_of_a_starved_loader_are_not_called_spiky():

@@ -121,16 +121,17 @@ WORKLOADS = {  # Model arguments: per-batch fetch time, its CPU share, batch byt
 }
 
 
-def probed(facts: MachineFacts, workload: str) -> ProbeReport:
+def probed(facts: MachineFacts, workload: str, epoch_steps: int | None = None) -> ProbeReport:
     per_rank = policy.cpus_per_rank(facts)
     room = policy.Room.of(facts)
     model = Model(cpus=per_rank, **WORKLOADS[workload])
     limits = SearchLimits(budget_s=30.0, cpu_budget=per_rank, memory_budget_bytes=room.memory_budget,
                           shm_free_bytes=room.shm_free, ranks=room.ranks, expected_cost_s=model.cost_s,
-                          cuda=facts.usable_gpus > 0)
+                          cuda=facts.usable_gpus > 0, epoch_steps=epoch_steps)
     outcome = Search(model, LoaderSettings(batch_size=32, shuffle=True), limits, clock=model.clock).run()
     return ProbeReport(
-        workload=WorkloadInfo(name=workload, batch_size=32, batch_bytes=model.batch_bytes, step_ms=model.step_ms),
+        workload=WorkloadInfo(name=workload, batch_size=32, batch_bytes=model.batch_bytes, step_ms=model.step_ms,
+                              dataset_len=32 * epoch_steps if epoch_steps else None),
         results=outcome.results, recommended=outcome.recommended, reasons=outcome.reasons,
         stopped=outcome.stopped, device="cuda" if limits.cuda else "cpu",
     )
@@ -154,6 +155,23 @@ def test_the_probe_pick_and_the_rules_agree(name, workload):
     if policy.oversubscribed(pick.num_workers, facts.cpus_per_rank):
         assert policy.beyond_cpus_evidence(report.results, facts.cpus_per_rank) is not None
         assert any("is more than the" in r and "CPUs because" in r for r in report.reasons)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_the_probe_and_the_restart_rule_weigh_persistent_workers_alike(name, workload):
+    # the rule warns only where the probe itself would keep the workers: it reads the same saving
+    # (policy.restart_saving) against the same epoch, with a higher bar for a warning
+    facts = machine(name)
+    for steps in (3, 30, 3000):
+        report = probed(facts, workload, epoch_steps=steps)
+        pick = report.recommended
+        if pick.num_workers == 0:
+            continue
+        warned = "persistent-workers-off" in proposals(evaluate(facts, pick.replace(persistent_workers=False),
+                                                                probe=report))
+        assert not warned or pick.persistent_workers, (steps, report.reasons)
+        assert "persistent-workers-off" not in proposals(evaluate(facts, pick, probe=report))
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

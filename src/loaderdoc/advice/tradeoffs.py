@@ -313,11 +313,11 @@ def _persistent(h: _Here) -> KnobTradeoff:
                             "no effect with num_workers=0", [], cols, [],
                             note="there are no workers to keep alive; num_workers is 0")
     same = [r for r in h.ok_results() if r.settings.num_workers == s.num_workers]
-    # a run that only timed the epoch restart has no rate, but its restart is the measurement here
-    timed = [r for r in (h.probe.ok_results if h.probe else []) if r.settings.num_workers == s.num_workers]
-    startups = [r.epoch_restart_s for r in timed if not r.settings.persistent_workers and r.epoch_restart_s is not None]
-    startups += [r.first_batch_s for r in same if r.first_batch_s is not None]
-    startup = startups[0] if startups else None
+    # what restarting costs, as the probe weighs it (a timed restart, else the start-up less one
+    # batch's loading): these settings' prefetch depth if probed, else another with as many workers
+    keys = [policy.stream_key(s)] + sorted({policy.stream_key(r.settings) for r in same} - {policy.stream_key(s)})
+    saved = next((x for k in keys if h.probe and (x := policy.restart_saving(h.probe.results, k))), None)
+    startup = saved.saving_s if saved is not None else None
     pss = next((r.worker_pss_bytes for r in same if r.worker_pss_bytes), None)
     evidence = []
     epoch_s = None
@@ -329,8 +329,8 @@ def _persistent(h: _Here) -> KnobTradeoff:
         epoch_s = n_batches / fastest
         evidence.append(f"epoch: {n_batches} batches / {fastest:.1f} batches/s = {epoch_s:.1f} s (computed from "
                         "measured throughput)")
-    if startup is not None:
-        evidence.append(f"worker start-up to first batch: {startup:.2f} s with {workers_text(s.num_workers)} (measured)")
+    if saved is not None:
+        evidence.append(f"measured with {workers_text(s.num_workers)}: {saved.text()}")
     held = f"{workers_text(s.num_workers)}, {fmt_bytes(pss)} PSS (measured)" if pss else workers_text(s.num_workers)
     start_txt = f"{startup:.2f} s" if startup is not None else "not measured"
     rows = [TradeoffRow(False, {"persistent_workers": "False", "start-up per epoch": start_txt,
@@ -341,8 +341,8 @@ def _persistent(h: _Here) -> KnobTradeoff:
                         {"startup_s": 0.0, "worker_pss_bytes": pss}, current=s.persistent_workers,
                         measured=pss is not None)]
     if startup is not None and epoch_s:
-        share = startup / (startup + epoch_s)
-        saves = f"saves {startup:.2f} s per epoch ({share:.0%} of a {epoch_s:.1f} s epoch)"
+        share = policy.restart_share(startup, epoch_s)
+        saves = f"saves {startup:.2f} s per epoch ({share:.{0 if share >= 0.1 else 1}%} of a {epoch_s:.1f} s epoch)"
     elif startup is not None:
         saves = f"saves {startup:.2f} s of worker start-up per epoch (measured)"
     else:

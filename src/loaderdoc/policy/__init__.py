@@ -418,3 +418,10 @@ linear_bound = _scaling.linear_bound
 ruled_out_below = _scaling.ruled_out_below
 zero_load_ms = _scaling.zero_load_ms
 zero_load_text = _scaling.zero_load_text
+
+# ---- persistent workers: loaderdoc.policy.restarts -------------------------------------------
+from loaderdoc.policy import restarts as _restarts  # noqa: E402
+
+RestartSaving = _restarts.RestartSaving
+restart_saving = _restarts.restart_saving
+startup_saving = _restarts.startup_saving

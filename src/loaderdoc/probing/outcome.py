@@ -168,30 +168,22 @@ def _choose_in_order(self: Search, reasons: list[str]) -> bool:
 def _choose_persistent(self: Search, key: tuple[int, int], rate: float, reasons: list[str]) -> bool:
     """persistent_workers from what restarting the workers costs against the user's epoch.
 
-    The saving is the measured restart gap without persistence minus the gap with it (or, when
-    the restart was not timed, the measured start-up to the first batch). Weighed against one
+    The saving is :func:`loaderdoc.policy.restart_saving`'s (a timed restart, else the start-up
+    less one batch's loading), the same the ``persistent-workers-off`` rule reads. Weighed against one
     epoch at the pick's rate: worth it from :data:`~loaderdoc.policy.PERSISTENT_PAYS_SHARE` of an
     epoch; below that, keeping workers (and their memory) alive between epochs buys nothing."""
-    rows = [r for r in self.results if r.ok and policy.stream_key(r.settings) == key and r.epoch_restart_s is not None]
-    on = [r.epoch_restart_s for r in rows if r.settings.persistent_workers]
-    on += [r.epoch_restart_persistent_s for r in rows if r.epoch_restart_persistent_s is not None]
-    off = [r.epoch_restart_s for r in rows if not r.settings.persistent_workers]
     pss = max((r.worker_pss_bytes or 0 for r in self.measured(*key)), default=0)
     growing = ", or more: it was still growing" if any(policy.still_growing(r) for r in self.measured(*key)) else ""
-    if on and off:
-        saving, what = max(0.0, min(off) - min(on)), f"the gap between epochs was {min(off):.2f} s without and {min(on):.2f} s with"
-    else:
-        estimate = persistence.startup_saving(self, key)
-        if estimate is None:
-            reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
-            return True
+    measured = policy.restart_saving(self.results, key)
+    if measured is None:
+        reasons.append("persistent_workers=True: avoids forking the workers again every epoch (not measured)")
+        return True
+    saving, what = measured.saving_s, measured.text()
+    if not measured.timed:
         why_not = ("an IterableDataset's epoch ends with its stream, which the probe cannot end" if self.limits.iterable
                    else "the start-up decides it" if persistence.clear(self, key) is not None
                    else "within the budget")
-        saving, first, load = estimate
-        what = (f"starting the workers took {first:.2f} s to the first batch, {load:.2f} s of it loading that batch "
-                f"(persistent workers load it too): restarting them costs about {saving:.2f} s (restart not timed: "
-                f"{why_not})")
+        what += f" (restart not timed: {why_not})"
     steps = self.limits.epoch_steps
     if not steps or not rate:
         reasons.append(f"persistent_workers=True: {what}; without it that is paid every epoch (epoch length "

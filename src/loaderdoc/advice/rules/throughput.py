@@ -198,7 +198,8 @@ def _spiky(i: Inputs) -> Finding | None:
 
 
 @rule("persistent-workers-off", WARNING, "Workers restart every epoch and that is a large share of it", "probe",
-      f"measured worker start-up >= {PERSISTENT_SHARE:.0%} of the epoch time computed from the probe's "
+      f"what persistent workers save each epoch (a timed restart, else the start-up less one batch's loading, "
+      f"as the probe weighs it) >= {PERSISTENT_SHARE:.0%} of the epoch time computed from the probe's "
       "throughput and the dataset length")
 def _persistent_off(i: Inputs) -> Finding | None:
     s = i.settings
@@ -209,25 +210,21 @@ def _persistent_off(i: Inputs) -> Finding | None:
     mine = i.subject
     if mine is None or not mine.ok or not mine.batches_per_s or not n_samples or not batch:
         return None
-    # start-up of this many workers: a measured epoch restart without persistence, else the first
-    # batch of a fresh iterator (the first epoch always starts its workers)
-    same_n = [r for r in i.probe.ok_results if r.settings.num_workers == s.num_workers]
-    restarts = [r.epoch_restart_s for r in same_n if not r.settings.persistent_workers and r.epoch_restart_s is not None]
-    firsts = [r.first_batch_s for r in same_n if r.first_batch_s is not None]
-    startup = max(restarts) if restarts else (max(firsts) if firsts else None)
-    if startup is None:
+    # what persistent workers would save: the policy's figure, the one the probe chose by
+    saved = policy.restart_saving(i.probe.results, policy.stream_key(s))
+    if saved is None:
         return None
     n_batches = n_samples // batch if s.drop_last else math.ceil(n_samples / batch)
     if i.world_size and i.context.distributed:
         n_batches = math.ceil(n_batches / i.world_size)
     epoch_s = n_batches / mine.batches_per_s
-    share = startup / (epoch_s + startup)
+    share = policy.restart_share(saved.saving_s, epoch_s)
     if share < PERSISTENT_SHARE:
         return None
     return found(
         WARNING,
-        f"Each epoch spends {startup:.1f} s ({share:.0%}) restarting {s.num_workers} workers",
-        [f"worker start-up to first batch: {startup:.2f} s (measured)",
+        f"Each epoch spends {saved.saving_s:.1f} s ({share:.0%}) restarting {s.num_workers} workers",
+        [f"measured: {saved.text()}",
          f"epoch: {n_batches} batches / {mine.batches_per_s:.1f} batches/s = {epoch_s:.1f} s"],
         "With persistent_workers=False every epoch ends by shutting the workers down and the next starts "
         "new ones (re-importing, re-opening files, re-building the dataset copy).",

@@ -1,0 +1,76 @@
+"""The sizing policy's epoch-restart side: what keeping the workers alive between epochs
+(``persistent_workers``) saves, from a timed restart or from the workers' start-up. The probe's
+choice and the ``persistent-workers-off`` rule both read it here, so a report never recommends
+one setting and warns about it in the same breath. Part of :mod:`loaderdoc.policy`; import it
+from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from loaderdoc.policy import Key, stream_key, throughputs
+from loaderdoc.policy.scaling import zero_load_ms
+
+if TYPE_CHECKING:
+    from loaderdoc.probing.result import ConfigResult
+
+
+@dataclass
+class RestartSaving:
+    """What persistent workers save at each epoch's start, in seconds.
+
+    Timed: the gap between two epochs without persistent workers (``off_s``) minus the gap with
+    them (``on_s``). Otherwise estimated from the start-up: the time to a fresh loader's first
+    batch (``off_s``) minus one batch's loading (``load_s``), because persistent workers still
+    load the next epoch's first batch; only the fork and the workers' set-up are saved."""
+
+    saving_s: float
+    off_s: float
+    on_s: float | None = None  # timed with persistent workers; None: estimated from the start-up
+    load_s: float | None = None  # the estimate's batch loading
+
+    @property
+    def timed(self) -> bool:
+        return self.on_s is not None
+
+    def text(self) -> str:
+        if self.timed:
+            return f"the gap between epochs was {self.off_s:.2f} s without and {self.on_s:.2f} s with"
+        return (f"starting the workers took {self.off_s:.2f} s to the first batch, {self.load_s:.2f} s of it loading "
+                f"that batch (persistent workers load it too): restarting them costs about {self.saving_s:.2f} s")
+
+
+def restart_saving(results: Iterable[ConfigResult], key: Key) -> RestartSaving | None:
+    """What persistent workers save for the configuration ``key`` (workers, prefetch): a timed
+    restart with and without them if the probe ran one, else the start-up estimate. None where
+    neither was measured (or for 0 workers, which have nothing to restart)."""
+    if key[0] == 0:
+        return None
+    results = list(results)
+    rows = [r for r in results if r.ok and stream_key(r.settings) == key]
+    timed = [r for r in rows if r.epoch_restart_s is not None]
+    on = [r.epoch_restart_s for r in timed if r.settings.persistent_workers]
+    on += [r.epoch_restart_persistent_s for r in timed if r.epoch_restart_persistent_s is not None]
+    off = [r.epoch_restart_s for r in timed if not r.settings.persistent_workers]
+    if on and off:
+        return RestartSaving(max(0.0, min(off) - min(on)), min(off), on_s=min(on))
+    return startup_saving(results, key)
+
+
+def startup_saving(results: Iterable[ConfigResult], key: Key) -> RestartSaving | None:
+    """The start-up estimate alone (see :class:`RestartSaving`): from the steady runs of ``key``.
+    The batch's loading is the slowest the workers' stage timings show, else the 0-worker run's,
+    else one batch at the measured rate."""
+    results = list(results)
+    rows = [r for r in results if r.ok and r.batches_per_s and r.settings.in_order and stream_key(r.settings) == key]
+    first = [r.first_batch_s for r in rows if r.first_batch_s is not None]
+    rate = throughputs(rows).get(key)
+    if not first or not rate:
+        return None
+    zero = zero_load_ms(results)
+    fallback = zero[1] / 1000 if zero else 1.0 / rate
+    load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=fallback)
+    return RestartSaving(max(0.0, min(first) - load_s), min(first), load_s=load_s)

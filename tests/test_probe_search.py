@@ -519,7 +519,7 @@ def test_cpu_work_beside_a_busy_process_calibrates_the_share_before_measuring_ma
     s, out = search(held, epoch_steps=200_000, budget_s=60)
     assert [r.settings.num_workers for r in out.results][:4] == [0, 2, 6, 11]
     assert ("where the CPUs' share alone predicted 12.2 for 6: the share held, and the calibrated curve tops "
-            "out no sooner than the model's, so the model's own 11 workers" in " ".join(out.reasons))
+            "out no sooner than the model's, so the next size measured is the model's own 11 workers" in " ".join(out.reasons))
 
 
 def test_a_calibration_that_says_more_than_the_model_measures_the_models_size():
@@ -534,8 +534,8 @@ def test_a_calibration_that_says_more_than_the_model_measures_the_models_size():
     assert [r.settings.num_workers for r in out.results][:4] == [0, 2, 3, s.predicted]
     assert s.predicted == 4
     assert out.results[3].purpose == "verify: the predicted size"
-    assert "the share held, and the calibrated curve tops out no sooner than the model's, so the model's own 4 " \
-           "workers" in " ".join(out.reasons)
+    assert "the share held, and the calibrated curve tops out no sooner than the model's, so the next size " \
+           "measured is the model's own 4 workers" in " ".join(out.reasons)
 
 
 def test_a_failed_calibration_run_starts_no_larger_size():

@@ -171,7 +171,12 @@ def test_the_probe_and_the_restart_rule_weigh_persistent_workers_alike(name, wor
         warned = "persistent-workers-off" in proposals(evaluate(facts, pick.replace(persistent_workers=False),
                                                                 probe=report))
         assert not warned or pick.persistent_workers, (steps, report.reasons)
-        assert "persistent-workers-off" not in proposals(evaluate(facts, pick, probe=report))
+        # with an epoch to weigh the start-up against, the pick and the recommendation built on it
+        # still draw no proposal at all
+        assert proposals(evaluate(facts, pick, probe=report)) == {}, (steps, report.reasons)
+        rec = recommend(facts, probe=report)
+        assert proposals(evaluate(facts, rec.settings, batch_bytes=rec.batch_bytes, probe=report)) == {}, (
+            steps, rec.reasons)
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)

@@ -121,6 +121,7 @@ def _yaml(document: dict) -> str:
 # characters that end a comment line (or are refused in one) in TOML, YAML or Python: a header line
 # quotes finding texts and file names, so each becomes a space and the comment stays one line
 _LINE_BREAKERS = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+_FIX_WIDTH = 98  # a finding's fix in the header: the comment's "# " makes 100 columns
 
 
 def _comment_block(lines: list[str] | None) -> str:
@@ -186,5 +187,3 @@ def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list
                                        break_long_words=False)
     return lines
 
-
-_FIX_WIDTH = 98  # the comment's "# " makes 100 columns

@@ -86,8 +86,9 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
     and a num_workers=0 run whose fetch was mostly CPU time vetoes them. Repeated runs decide on
     their own: every run of b faster than every run of a, and the means further apart than the
     tolerance plus the noise the repeats show (the tolerance alone for CPU work beside other busy
-    processes, where taking CPU time from them is the expected gain). CPU-bound workers can leave a CPU idle now and then (handing a batch over, waiting
-    for the next indices): measurement outranks the rule that they cannot gain past the CPUs.
+    processes, where taking CPU time from them is the expected gain). CPU-bound workers can leave
+    a CPU idle now and then (handing a batch over, waiting for the next indices): measurement
+    outranks the rule that they cannot gain past the CPUs.
     """
     if per_rank is None:
         return None
@@ -165,8 +166,8 @@ def _beyond_cpus_measured(results: list[ConfigResult], per_rank: float) -> Beyon
     # Not for CPU work beside busy processes: the kernel shares CPU time per runnable thread, so the
     # gain is expected there, and the tolerance already is that noise (busy torchvision: 6 workers
     # beat 2 in every run, by 16.5 %, against a margin of twice its 8.6 % noise)
-    shared_cpu_work = bool(others) and _cpu_work(results)
-    margin = tolerance(results) + (0.0 if shared_cpu_work else noise(results))
+    cpu_work = _cpu_work(results)
+    margin = tolerance(results) + (0.0 if cpu_work and others else noise(results))
     for b_n in sorted(groups, key=lambda n: -statistics.fmean(r.batches_per_s for r in groups[n])):
         if not oversubscribed(b_n, per_rank):
             continue
@@ -178,7 +179,7 @@ def _beyond_cpus_measured(results: list[ConfigResult], per_rank: float) -> Beyon
                 if min(r.batches_per_s for r in bs) > max(r.batches_per_s for r in a_s) and b_mean > a_mean * (1 + margin):
                     return BeyondCpus(a_s[-1], bs[-1], a_mean, b_mean, repeated=True, others=others)
                 continue
-            if _cpu_work(results) and not others:
+            if cpu_work and not others:
                 continue  # CPU work gains past the CPUs only by taking CPU time from other processes
             for a in a_s:
                 for b in bs:

@@ -60,7 +60,8 @@ def _fit_text(fit: ContentionFit, measured: dict[int, float], pick: int, top: in
         # core: 2 -> 3 workers gained more than the share, and the fit said 11 where 4 were fastest);
         # measured curves only flatten sooner than the model, so its own size is the most measured
         held = "the share held" if fit.contention <= 0 else f"each worker past the CPUs costs about {fit.contention:.1%}"
-        return (f"{head}: {held}, and the calibrated curve tops out no sooner than the model's, so the next size "
-                f"measured is the model's own {policy.workers_text(predicted)} (measured curves flatten sooner than the model, never later)")
+        return (f"{head}: {held}, and the calibrated curve tops out no sooner than the model's, so the next "
+                f"size measured is the model's own {policy.workers_text(predicted)} (measured curves flatten "
+                "sooner than the model, never later)")
     return (f"{head}: each worker past the CPUs costs about {fit.contention:.1%} of the rate, so the curve tops "
             f"out near {top} workers and about {policy.workers_text(pick)} reach within {tolerance:.0%} of it")

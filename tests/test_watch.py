@@ -109,7 +109,10 @@ def test_starved_loop_reports_the_true_wait_share_and_raises_num_workers(tmp_pat
     (finding,) = starved(report)
     assert finding["severity"] in ("warning", "critical")
     assert finding["settings_change"]["num_workers"] > 0
-    assert "num_workers from 0" in finding["fix"] and "loaderdoc probe" in finding["fix"]
+    assert "num_workers from 0" in finding["fix"] and "expected about" in finding["fix"]
+    # sleeping loading (I/O) beside a sleeping step: the CPUs are no limit, workers overlap the waits
+    assert finding["expected_gain"] > 1.5
+    assert "mostly waiting" in " ".join(finding["evidence"])
     assert any("40" in ev or "39" in ev for ev in finding["evidence"])
     assert "data-starved" in proc.stderr and "loader 1" in proc.stderr
 

@@ -141,20 +141,33 @@ def report(results: list[ConfigResult], *, batch_size: int = 64, batch_bytes: in
 
 def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float = 1.0, step_ms: float = 50.0,
             first_s: float = 0.5, later_first_s: float | None = None, persistent: bool | None = None,
-            pss_mib: list[float] | None = None, shm: tuple[float, float] | None = None) -> WatchEvidence:
+            pss_mib: list[float] | None = None, shm: tuple[float, float] | None = None,
+            cpu: dict[str, float] | None = None) -> WatchEvidence:
     """One loader of a real run as `loaderdoc watch` measures it: ``batches`` per epoch waiting
     ``wait_ms`` and stepping ``step_ms`` each; ``pss_mib`` the workers' peak per epoch; ``shm``
-    (peak used, size) of /dev/shm in MiB."""
+    (peak used, size) of /dev/shm in MiB. ``cpu``: the CPU accounting, per batch in ms:
+    ``wait_cpu`` (the loop's CPU while waiting), ``step_cpu``, ``load_cpu`` (the workers'),
+    ``queued`` (the workers' run-queue wait), and ``others`` (CPUs other processes took)."""
     if persistent is None:
         persistent = workers > 0
     eps = []
     for n in range(epochs):
         first = first_s if n == 0 or later_first_s is None else later_first_s
         waits = batches - 1
+        wall = first + (waits * wait_ms + batches * step_ms) / 1000
         eps.append(WatchedEpoch(
             index=n, steps=batches, waits=waits, wait_s=waits * wait_ms / 1000, step_s=batches * step_ms / 1000,
-            steps_timed=batches, first_batch_s=first, wall_s=first + (waits * wait_ms + batches * step_ms) / 1000,
+            steps_timed=batches, first_batch_s=first, wall_s=wall,
             finished=True, workers_pss_max_bytes=int(pss_mib[n] * MiB) if pss_mib else None))
+        if cpu is not None:
+            e = eps[-1]
+            e.cpu_wait_s = waits * cpu["wait_cpu"] / 1000
+            e.cpu_step_s = batches * cpu["step_cpu"] / 1000
+            e.proc_cpu_s = e.cpu_wait_s + e.cpu_step_s
+            if workers:
+                e.workers_cpu_s = batches * cpu["load_cpu"] / 1000
+                e.workers_runq_s = batches * cpu.get("queued", 0.0) / 1000
+            e.others_cpu_s = cpu.get("others", 0.0) * wall
     knobs = f"num_workers={workers}, batch_size=64" + (f", persistent_workers={persistent}" if workers else "")
     return WatchEvidence(name=f"loader 1 (DataLoader, {knobs})", workers=workers,
                          persistent_workers=persistent if workers else False, epochs=eps,
@@ -660,6 +673,35 @@ def _watched() -> list[Scenario]:
             "ci-2core", LoaderSettings(batch_size=64, num_workers=0),
             watch=watched(0, batches=100, wait_ms=20.0, step_ms=10.0),
             expect=frozenset({"watch-data-starved"}),
+        ),
+        # issue 28's CPU-trained model: ImageFolder JPEGs, batch 64, a small CNN stepping 41 ms on
+        # torch's 2 threads; its measured rates: 0 workers 4.8/s, 2 workers 5.4-5.9/s, 4 workers 5.6-6.1/s
+        Scenario(
+            "watch-cpu-trained-no-workers",
+            "a watched CPU-trained model loading JPEGs in the training process (167 ms wait, 160 ms of it "
+            "CPU; a 41 ms step on 2 threads)",
+            "ci-2core", LoaderSettings(batch_size=64, num_workers=0),
+            watch=watched(0, batches=100, wait_ms=167.0, step_ms=41.0,
+                          cpu={"wait_cpu": 160.0, "step_cpu": 80.0}),
+            expect=frozenset({"watch-data-starved", "watch-cpu-shared"}),
+        ),
+        Scenario(
+            "watch-cpu-trained-four-workers",
+            "the same model with 4 workers: 3 ms waits, the step stretched to 174 ms by the workers' "
+            "decoding, every CPU busy",
+            "ci-2core", LoaderSettings(batch_size=64, num_workers=4, persistent_workers=True),
+            watch=watched(4, batches=100, wait_ms=3.0, step_ms=174.0,
+                          cpu={"wait_cpu": 1.0, "step_cpu": 150.0, "load_cpu": 185.0, "queued": 120.0}),
+            expect=frozenset({"cpu-oversubscribed", "watch-cpu-shared", "watch-loader-healthy"}),
+        ),
+        Scenario(
+            "watch-io-bound-many-workers",
+            "issue 28's I/O-bound loop: 8 workers sleeping 8 ms a sample, batch 8, a 16 ms sleeping step; "
+            "1 ms of the 1.1 ms wait is the hand-over of a ready batch",
+            "ci-2core", LoaderSettings(batch_size=8, num_workers=8, persistent_workers=True),
+            watch=watched(8, batches=300, wait_ms=1.1, step_ms=16.0,
+                          cpu={"wait_cpu": 1.0, "step_cpu": 0.2, "load_cpu": 2.0}),
+            expect=frozenset({"watch-loader-healthy"}),
         ),
         Scenario(
             "watch-keeps-up",

@@ -28,6 +28,9 @@ class Finding:
     fix: str = ""  # plain words, plus a command where there is one
     settings_change: dict[str, Any] = field(default_factory=dict)  # applied by "apply fix"
     threshold: str = ""  # where the threshold comes from
+    # a measured run's finding that proposes a change: the steady rate it expects after the change
+    # over the rate measured (1.0: no speed change, e.g. fewer workers as fast); None: not estimated
+    expected_gain: float | None = None
 
     @property
     def rank(self) -> int:

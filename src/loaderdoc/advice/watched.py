@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loaderdoc.advice.cpu_use import CpuUse, cpu_use
 from loaderdoc.advice.stragglers import RankRun
 
 
@@ -36,6 +37,16 @@ class WatchedEpoch:
     workers_pss_max_bytes: int | None = None  # the workers' summed PSS, peak while it ran
     workers_heap_grown_bytes: int | None = None  # malloc heap they had grown by then (since forked or first seen)
     gpu_idle_s: float | None = None  # CUDA-event GPU idle during its waits; None without CUDA
+    # CPU accounting (None: a records file from before it): the training process's CPU time
+    # (every thread) during the waits and the steps; its whole CPU time over the epoch; the
+    # workers'; what other processes took from its CPUs meanwhile; torch's thread count
+    cpu_wait_s: float | None = None
+    cpu_step_s: float | None = None
+    proc_cpu_s: float | None = None
+    workers_cpu_s: float | None = None
+    workers_runq_s: float | None = None  # the workers' time runnable, waiting for a CPU
+    others_cpu_s: float | None = None
+    torch_threads: int | None = None
 
 
 @dataclass
@@ -90,3 +101,24 @@ class WatchEvidence:
         if wait is None or step is None:
             return None
         return wait if self.workers == 0 else self.workers * (wait + step)
+
+    def cpu_use(self, budget: float | None) -> CpuUse | None:
+        """The loader's CPU accounting against ``budget`` CPUs (None: not recorded)."""
+        epochs = self.epochs
+        if any(e.cpu_wait_s is None or e.cpu_step_s is None for e in epochs):
+            return None
+        ended = [e for e in epochs if e.proc_cpu_s is not None and e.wall_s]
+        tree = sum(e.proc_cpu_s + (e.workers_cpu_s or 0.0) for e in ended) if ended else None
+        others = [e.others_cpu_s for e in ended if e.others_cpu_s is not None]
+        threads = [e.torch_threads for e in epochs if e.torch_threads]
+        return cpu_use(
+            workers=self.workers, budget=budget, waits=self.waits, steps=sum(e.steps for e in epochs),
+            steps_timed=sum(e.steps_timed for e in epochs), wait_s=self.wait_s, step_s=self.step_s,
+            cpu_wait_s=sum(e.cpu_wait_s for e in epochs), cpu_step_s=sum(e.cpu_step_s for e in epochs),
+            workers_cpu_s=(sum(e.workers_cpu_s or 0.0 for e in epochs)
+                           if any(e.workers_cpu_s is not None for e in epochs) else None),
+            workers_runq_s=(sum(e.workers_runq_s or 0.0 for e in epochs)
+                            if any(e.workers_runq_s is not None for e in epochs) else None),
+            tree_cpu_s=tree, others_cpu_s=sum(others) if len(others) == len(ended) else None,
+            cpu_wall_s=sum(e.wall_s for e in ended) if ended else None,
+            torch_threads=max(threads) if threads else None)

@@ -42,14 +42,13 @@ ENV_MAX_BUSY = "LOADERDOC_WATCH_MAX_BUSY"  # share of one core the sampler may u
 DEFAULT_INTERVAL = 1.0
 DEFAULT_WRITE_S = 2.0
 MIN_INTERVAL = 0.01
-RANK_VARS = (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"),
-             ("group_rank", "GROUP_RANK"), ("slurm_nodeid", "SLURM_NODEID"))
 TARGET = "torch.utils.data.dataloader"  # the module whose import triggers the patch
 SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
 SETTINGS = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last")
 _MARK = "_loaderdoc_watch"
 
 clock = time.perf_counter
+cpu_clock = time.process_time  # this process's CPU time, every thread (torch's intra-op pool included)
 
 
 def _sibling(name: str):
@@ -68,9 +67,10 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import gpuidle, sampler
+    from loaderdoc.watching import cpuacct, gpuidle, procinfo, sampler
 else:  # loaded by path under ``loaderdoc watch``
-    gpuidle, sampler = _sibling("gpuidle"), _sibling("sampler")
+    cpuacct, gpuidle, sampler = _sibling("cpuacct"), _sibling("gpuidle"), _sibling("sampler")
+    procinfo = _sibling("procinfo")
 
 
 class EpochRecord:
@@ -78,7 +78,8 @@ class EpochRecord:
 
     __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
                  "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
-                 "gpu_waits_timed", "gpu_pending")
+                 "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
+                 "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -100,6 +101,18 @@ class EpochRecord:
         self.gpu_idle_s: float | None = None  # None: this epoch's waits were not GPU-timed
         self.gpu_waits_timed = 0
         self.gpu_pending = 0  # GPU-timed waits whose events had not completed yet
+        # CPU accounting (cpuacct): this process's CPU time in the waits, the steps, the whole epoch;
+        # its workers'; every process's busy time on its CPUs (what others took)
+        self.cpu_wait_s = 0.0
+        self.cpu_step_s = 0.0
+        self.cpu_start = cpu_clock()
+        self.proc_cpu_s: float | None = None  # set when the epoch ends
+        self.workers_cpu_s: float | None = None  # None: no worker processes (or none read)
+        self.workers_cpu_at_end: float | None = None
+        self.workers_runq_s: float | None = None  # the workers' time runnable but waiting for a CPU
+        self.busy_start: float | None = None
+        self.busy_s: float | None = None
+        self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
 
     def to_dict(self, t0: float) -> dict:
         waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
@@ -123,6 +136,13 @@ class EpochRecord:
             "gpu_idle_s": self.gpu_idle_s,
             "gpu_waits_timed": self.gpu_waits_timed,
             "gpu_waits_unresolved": self.gpu_pending,
+            "cpu_wait_s": self.cpu_wait_s,
+            "cpu_step_s": self.cpu_step_s,
+            "proc_cpu_s": self.proc_cpu_s,
+            "workers_cpu_s": self.workers_cpu_s,
+            "workers_runq_s": self.workers_runq_s,
+            "others_cpu_s": cpuacct.others_cpu_s(self),
+            "torch_threads": self.torch_threads,
         }
 
 
@@ -135,13 +155,14 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
-    __slots__ = ("_it", "_next", "_epoch", "_returned", "_on_end")
+    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end")
 
     def __init__(self, iterator, epoch: EpochRecord, on_end) -> None:
         self._it = iterator
         self._next = iterator.__next__
         self._epoch = epoch
         self._returned: float | None = None  # when the previous batch was handed to the loop
+        self._returned_cpu = 0.0  # this process's CPU time then
         self._on_end = on_end
 
     def __iter__(self):
@@ -149,11 +170,13 @@ class WatchedIterator:
 
     def __next__(self):
         t0 = clock()
+        c0 = cpu_clock()
         try:
             batch = self._next()
         except StopIteration:
-            self._end(t0)
+            self._end(t0, c0)
             raise
+        c1 = cpu_clock()
         t1 = clock()
         e = self._epoch
         returned = self._returned
@@ -163,6 +186,8 @@ class WatchedIterator:
             wait = t1 - t0
             e.step_s += t0 - returned
             e.wait_s += wait
+            e.cpu_step_s += c0 - self._returned_cpu
+            e.cpu_wait_s += c1 - c0
             e.waited += 1
             if e.waited % e.stride == 0:
                 samples = e.samples
@@ -173,17 +198,19 @@ class WatchedIterator:
         e.steps += 1
         e.last = t1
         self._returned = t1
+        self._returned_cpu = c1
         return batch
 
-    def _end(self, t0: float) -> None:
+    def _end(self, t0: float, c0: float) -> None:
         e = self._epoch
         if e.finished:
             return
         if self._returned is not None:
             e.step_s += t0 - self._returned
+            e.cpu_step_s += c0 - self._returned_cpu
         e.last = t0
         e.finished = True
-        self._on_end()
+        self._on_end(e)
 
     def __len__(self) -> int:
         return len(self._it)
@@ -249,6 +276,11 @@ class Recorder:
         self.gpu = None  # a gpuidle.GpuIdle once the program has initialised CUDA
         self.gpu_reason: str | None = "no DataLoader iterated yet"
         self._write_failed = False
+        self.cpu = cpuacct.CpuLedger()  # the workers' CPU time per epoch
+        try:
+            self.cpus: frozenset[int] | None = frozenset(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            self.cpus = None
 
     @property
     def path(self) -> str | None:
@@ -262,11 +294,12 @@ class Recorder:
             self._by_id[id(loader)] = rec
         elif rec.epochs and not rec.epochs[-1].finished and not rec.epochs[-1].closed:
             rec.epochs[-1].closed = True  # an epoch boundary like StopIteration's: resolve and write
-            self.epoch_ended()
+            self.epoch_ended(rec.epochs[-1])
         epoch = EpochRecord(len(rec.epochs), started)
         rec.epochs.append(epoch)
         watched = WatchedIterator(iterator, epoch, self.epoch_ended)
         if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
+            cpuacct.begin_epoch(self, epoch, iterator)
             self._start_sampler()
             if self.gpu is None:
                 self.gpu, self.gpu_reason = gpuidle.from_torch()
@@ -286,7 +319,7 @@ class Recorder:
         smp = self.sampler
         samples = list(smp.samples) if smp is not None else []
         return {"schema": RECORDS_SCHEMA, "pid": os.getpid(), "written_at": time.time(),
-                "process": process_info(), "interval_s": self.interval,
+                "process": procinfo.process_info(), "interval_s": self.interval,
                 "period_s": smp.period if smp is not None else self.interval, "samples": samples,
                 "shm_peak_used_bytes": smp.shm_peak if smp is not None else None,
                 "sampler": {"ticks": smp.ticks if smp else 0, "busy_s": smp.busy_s if smp else 0.0},
@@ -294,9 +327,11 @@ class Recorder:
                         "reason": None if self.gpu is not None else self.gpu_reason},
                 "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)]}
 
-    def epoch_ended(self) -> None:
+    def epoch_ended(self, epoch: EpochRecord | None = None) -> None:
         if os.getpid() != self.pid:
             return
+        if epoch is not None:
+            cpuacct.end_epoch(self, epoch)
         if self.gpu is not None:
             self.gpu.resolve()
         if self._per_epoch and self.sampler is not None:
@@ -319,6 +354,9 @@ class Recorder:
         if self.sampler is not None:
             self.sampler.stop()
             self._final_sample()
+        for rec in self.loaders:  # epochs still open at exit (Lightning's last never asks for StopIteration)
+            for epoch in rec.epochs[-1:]:
+                cpuacct.end_epoch(self, epoch)
         self.write()
 
     def write(self) -> None:
@@ -348,22 +386,6 @@ class Recorder:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-
-
-def process_info() -> dict:
-    """Which process of the job this is: host, rank variables of torchrun / SLURM (None if unset),
-    and the CPUs it may run on."""
-    out: dict = {"hostname": os.uname().nodename, "argv0": (getattr(sys, "argv", None) or [""])[0]}
-    for key, var in RANK_VARS:
-        try:
-            out[key] = int(os.environ[var])
-        except (KeyError, ValueError):
-            out[key] = None
-    try:  # what explains a slow rank on a node: taskset / srun --cpu-bind give ranks different CPUs
-        out["affinity_cpus"] = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        out["affinity_cpus"] = None
-    return out
 
 
 def _env_positive(name: str, default: float, floor: float = MIN_INTERVAL) -> float:

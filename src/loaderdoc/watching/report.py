@@ -129,7 +129,11 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
                            steps_timed=e.get("steps_timed", 0), first_batch_s=e.get("first_batch_s"),
                            wall_s=_wall(e), finished=bool(e.get("finished")) or e.get("end_s") is not None,
                            workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
-                           workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"))
+                           workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
+                           cpu_wait_s=e.get("cpu_wait_s"), cpu_step_s=e.get("cpu_step_s"),
+                           proc_cpu_s=e.get("proc_cpu_s"), workers_cpu_s=e.get("workers_cpu_s"),
+                           workers_runq_s=e.get("workers_runq_s"),
+                           others_cpu_s=e.get("others_cpu_s"), torch_threads=e.get("torch_threads"))
               for n, e in enumerate(entry["epochs"])]
     longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})
     workers = s.get("num_workers")
@@ -239,6 +243,19 @@ def _least(*values: float | None) -> float | None:
     return min(known) if known else None
 
 
+def cpu_entry(use) -> dict[str, Any] | None:
+    """The loader's CPU accounting as the report shows it (None: not recorded)."""
+    if use is None:
+        return None
+    return {"budget_cpus": use.budget, "load_cpu_per_batch_s": use.load_cpu_s, "load_is_cpu": use.load_is_cpu,
+            "load_queued_per_batch_s": use.load_queued_s,
+            "step_cpu_per_step_s": use.step_cpu_s, "step_wall_per_step_s": use.step_wall_s,
+            "step_is_cpu": use.step_is_cpu, "step_threads": use.step_threads, "torch_threads": use.torch_threads,
+            "handover_per_batch_s": use.handover_cpu_s, "idle_wait_share": use.idle_share,
+            "cpu_per_batch_s": use.cpu_per_batch_s, "used_cpus": use.used_cpus, "others_cpus": use.others_cpus,
+            "saturated": use.saturated, "rate_per_s": use.rate, "ceiling_per_s": use.ceiling}
+
+
 def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts,
           ranks: list[dict[str, Any]] | None = None) -> list[Finding]:
     """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
@@ -251,9 +268,11 @@ def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], fact
     trains = {(r["pid"], r["loader"]) for r in ranks or []}
     out: list[Finding] = []
     seen: set[tuple[str, str]] = set()
+    budget = policy.cpus_per_rank(facts)
     for entry in entries:
         mem = memory.get(entry.get("pid"))
         watch = evidence_of(entry, mem, where=where)
+        entry["cpu"] = cpu_entry(watch.cpu_use(budget))
         if (entry.get("pid"), entry.get("loader")) in trains:
             watch.rank, watch.job = entry.get("rank"), job
         for f in evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True):

@@ -238,6 +238,9 @@ class Sampler:
         """Take one sample now (from this thread or, once stopped, from any)."""
         t = clock()
         rec = self.recorder
+        ledger = getattr(rec, "cpu", None)
+        if ledger is not None:
+            ledger.settle()
         workers = self._children.workers()
         known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
         workers_pss = sum(known)

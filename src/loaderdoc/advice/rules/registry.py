@@ -184,10 +184,10 @@ def get_rule(rule_id: str) -> Rule:
 
 
 def found(severity: str, symptom: str, evidence: list[str], cause: str, fix: str,
-          change: dict[str, Any] | None = None) -> Finding:
+          change: dict[str, Any] | None = None, expected_gain: float | None = None) -> Finding:
     """What a rule returns when it fires; :func:`evaluate` names the rule and its threshold."""
     return Finding(rule_id="", severity=severity, symptom=symptom, evidence=evidence, cause=cause, fix=fix,
-                   settings_change=dict(change or {}))
+                   settings_change=dict(change or {}), expected_gain=expected_gain)
 
 
 def evaluate(

@@ -11,6 +11,7 @@ import math
 from itertools import pairwise
 
 from loaderdoc import policy
+from loaderdoc.advice.cpu_use import CPU_WORK_SHARE, GAIN_WORTH, SATURATED_SHARE, SATURATED_STEP_SHARE, CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
 from loaderdoc.advice.rules.memory import MALLOC_CAUSE, malloc_fix
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
@@ -42,54 +43,162 @@ def _workers_needed(w: WatchEvidence) -> int | None:
     return max(1, math.ceil(round(load / step, 6)))  # 4.0000001 workers are 4
 
 
+def _use(i: Inputs, w: WatchEvidence) -> CpuUse | None:
+    return w.cpu_use(i.per_rank)
+
+
+def _idle_share(w: WatchEvidence, use: CpuUse | None) -> float:
+    """The share of the steady time the loop waited for a batch not yet loaded: the wait beyond
+    the hand-over of a ready batch (which no worker count removes), where CPU time was recorded."""
+    return use.idle_share if use is not None else w.wait_share
+
+
+def _handover_line(use: CpuUse) -> str:
+    return (f"{fmt_seconds(use.handover_cpu_s)} of the {fmt_seconds(use.wait_wall_s)} wait per batch is the "
+            f"loop's own CPU work taking a ready batch (the hand-over no worker count removes); "
+            f"beyond it the loop waited {100 * use.idle_share:.1f} % of its steady time")
+
+
+def cpu_lines(use: CpuUse) -> list[str]:
+    """Where the CPU time went, and the ceiling the CPUs allow."""
+    where = "its workers" if use.workers else "the training process, between steps"
+    load = (f"loading: {fmt_seconds(use.load_cpu_s)} of CPU per batch in {where} "
+            f"({'CPU work' if use.load_is_cpu else 'mostly waiting: I/O or sleeps, not CPU'})")
+    if use.load_queued_s and use.load_queued_s >= 0.1 * use.load_cpu_s:
+        load += f"; the workers also waited {fmt_seconds(use.load_queued_s)} per batch for a free CPU"
+    step = f"the step: {fmt_seconds(use.step_cpu_s)} of CPU per {fmt_seconds(use.step_wall_s)} step"
+    if use.step_is_cpu:
+        step += f" (CPU work on about {use.step_threads:.1f} CPUs"
+        step += f", torch's {use.torch_threads} threads)" if use.torch_threads else ")"
+    else:
+        step += " (the step waits, e.g. for a GPU: little CPU)"
+    lines = [load, step]
+    if use.used_cpus is not None:
+        busy = f"this process and its workers kept {use.used_cpus:.2f} of the {cpus_text(use.budget)} busy"
+        if use.others_cpus:
+            busy += f", other processes {use.others_cpus:.2f}"
+        lines.append(busy + (": the CPUs were saturated" if use.saturated else ""))
+    lines.append(f"ceiling: one trained batch needs {fmt_seconds(use.cpu_per_batch_s)} of CPU, so at most about "
+                 f"{use.ceiling:.1f} steps/s on {cpus_text(use.budget)} (the run reached {use.rate:.1f})")
+    return lines
+
+
 @rule(STARVED_RULE, CRITICAL, "The training loop waits for data (measured in the run)", "watch",
       f"measured in the run: the loop waits >= {policy.NOT_STARVED_PCT:g} % of its steady time for batches "
-      f"(loaderdoc.policy.NOT_STARVED_PCT; below it more loading capacity cannot help; critical "
-      f">= {STARVED_CRIT_PCT:g} %: it waits more than it computes), {_JUDGED}")
+      f"not yet loaded (the hand-over of a ready batch, the loop's own CPU time while it waits with workers, "
+      f"is not counted) (loaderdoc.policy.NOT_STARVED_PCT; below it more loading capacity cannot help; "
+      f"critical >= {STARVED_CRIT_PCT:g} %: it waits more than it computes), {_JUDGED}; more workers are "
+      f"proposed only where the CPU accounting expects >= {GAIN_WORTH - 1:.0%} more steps/s, never more "
+      "than the rank's CPUs for loading that is CPU work")
 def _watch_starved(i: Inputs) -> Finding | None:
     w = _judged(i.watch)
-    if w is None or 100 * w.wait_share < policy.NOT_STARVED_PCT:
+    if w is None:
         return None
-    pct = 100 * w.wait_share
+    use = _use(i, w)
+    pct = 100 * _idle_share(w, use)
+    if pct < policy.NOT_STARVED_PCT:
+        return None
     evidence = [_wait_line(w)]
+    if use is not None and use.workers:
+        evidence.append(_handover_line(use))
     if w.wait_p50_s is not None:
         evidence.append(f"wait per batch p50 {fmt_seconds(w.wait_p50_s)}, p95 {fmt_seconds(w.wait_p95_s)} "
                         f"(epoch {w.percentile_epoch})")
     needed = _workers_needed(w)
     if needed is not None:
         evidence.append(f"one batch takes about {fmt_seconds(w.load_per_batch_s)} to load with num_workers={w.workers}: "
-                        f"about {policy.workers_text(needed)} would keep up with the {fmt_seconds(w.step_per_batch_s)} step")
-    suggested = max(w.workers + 1, needed or 0)
-    fix = f"raise num_workers from {w.workers} to {suggested}"
-    cpus = i.per_rank
-    if cpus and suggested > cpus:
-        fix += (f" (more than the {cpus_text(cpus)} this rank may use: if loading is CPU work, make it cheaper "
-                "or move it off the step's machine)")
-    fix += "; size it on this machine with 'loaderdoc probe'"
-    return found(
-        CRITICAL if pct >= STARVED_CRIT_PCT else WARNING,
-        f"{w.name} is data-starved: the loop waited {pct:.0f} % of the time for batches",
-        evidence,
-        ("the batch is loaded in the training process, between steps" if w.workers == 0 else
-         f"{policy.workers_text(w.workers)} load batches slower than the step consumes them"),
-        fix,
-        policy.fewer_workers(suggested),
-    )
+                        f"about {policy.workers_text(needed)} would keep up with the {fmt_seconds(w.step_per_batch_s)} step"
+                        + (" if nothing else needed the CPUs" if use is not None and use.load_is_cpu else ""))
+    cause = ("the batch is loaded in the training process, between steps" if w.workers == 0 else
+             f"{policy.workers_text(w.workers)} load batches slower than the step consumes them")
+    severity = CRITICAL if pct >= STARVED_CRIT_PCT else WARNING
+    symptom = f"{w.name} is data-starved: the loop waited {pct:.0f} % of the time for batches"
+    if use is None:  # a records file without CPU time: the wait alone, as before
+        suggested = max(w.workers + 1, needed or 0)
+        fix = f"raise num_workers from {w.workers} to {suggested}"
+        cpus = i.per_rank
+        if cpus and suggested > cpus:
+            fix += (f" (more than the {cpus_text(cpus)} this rank may use: if loading is CPU work, make it cheaper "
+                    "or move it off the step's machine)")
+        return found(severity, symptom, evidence, cause, fix + "; size it on this machine with 'loaderdoc probe'",
+                     policy.fewer_workers(suggested))
+    evidence += cpu_lines(use)
+    best = use.best_workers(needed)
+    if best is not None and best[1] >= GAIN_WORTH * use.rate:
+        n, rate = best
+        gain = rate / use.rate
+        fix = (f"raise num_workers from {w.workers} to {n}: expected about {rate:.1f} steps/s, {gain:.2f}x the "
+               f"{use.rate:.1f} measured (the CPU accounting's estimate")
+        if use.worker_cap is not None and n == use.worker_cap:
+            fix += f"; loading is CPU work, so no more workers than the {cpus_text(use.budget)}"
+        fix += ")"
+        if use.step_is_cpu and use.step_threads > 1.2:
+            fix += (f"; the step runs on {use.step_threads:.1f} CPUs and will share them with the workers, so expect "
+                    "less than that")
+        fix += "; check it with 'loaderdoc watch --apply'"
+        return found(severity, symptom, evidence, cause, fix, policy.fewer_workers(n), expected_gain=gain)
+    # no worker count is expected to help: say what limits the loop instead of proposing one
+    if use.load_is_cpu:
+        fix = (f"no worker count is expected to help: loading is CPU work and the CPUs allow at most about "
+               f"{use.ceiling:.1f} steps/s here; make loading cheaper (smaller or pre-resized images, a faster "
+               "decoder, caching decoded samples) or give the job more CPUs")
+    else:
+        fix = ("no worker count is expected to help: the step and the hand-over of each batch set the pace; "
+               "make the batches cheaper to hand over (fewer, larger tensors) or 'loaderdoc probe' your dataset")
+    return found(severity, symptom, evidence, cause, fix)
 
 
 @rule(HEALTHY_RULE, OK, "The loader keeps up with the training loop (measured in the run)", "watch",
-      f"measured in the run: the loop waits < {policy.NOT_STARVED_PCT:g} % of its steady time for batches "
-      f"(loaderdoc.policy.NOT_STARVED_PCT), {_JUDGED}; reported as ok, never as a warning")
+      f"measured in the run: the loop waits < {policy.NOT_STARVED_PCT:g} % of its steady time for batches not "
+      f"yet loaded (loaderdoc.policy.NOT_STARVED_PCT; the hand-over of a ready batch not counted), {_JUDGED}; "
+      "reported as ok, never as a warning")
 def _watch_healthy(i: Inputs) -> Finding | None:
     w = _judged(i.watch)
-    if w is None or 100 * w.wait_share >= policy.NOT_STARVED_PCT:
+    if w is None:
         return None
+    use = _use(i, w)
+    share = _idle_share(w, use)
+    if 100 * share >= policy.NOT_STARVED_PCT:
+        return None
+    evidence = [_wait_line(w)]
+    if use is not None:
+        if use.workers:
+            evidence.append(_handover_line(use))
+        evidence += cpu_lines(use)
     return found(
         OK,
-        f"{w.name} keeps up: the loop waited {100 * w.wait_share:.1f} % of the time for data",
-        [_wait_line(w)],
+        f"{w.name} keeps up: the loop waited {100 * share:.1f} % of the time for data",
+        evidence,
         "batches were ready when the step asked for them",
         "nothing to change for speed; fewer workers may do as well ('loaderdoc probe' measures)",
+    )
+
+
+@rule("watch-cpu-shared", WARNING, "Loading and a CPU-trained step compete for the CPUs (measured)", "watch",
+      f"measured in the run: the step is CPU work (its CPU time >= {CPU_WORK_SHARE:.0%} of its wall time, "
+      f"{SATURATED_STEP_SHARE:.0%} where >= {SATURATED_SHARE:.0%} of the rank's CPUs were busy) and so is "
+      "loading (loaderdoc.advice.cpu_use); it proposes no change: it says what the CPUs allow")
+def _watch_cpu_shared(i: Inputs) -> Finding | None:
+    w = _judged(i.watch)
+    use = _use(i, w) if w is not None else None
+    if use is None or not (use.step_is_cpu and use.load_is_cpu):
+        return None
+    evidence = cpu_lines(use)
+    threads = use.torch_threads or use.step_threads
+    alone = use.step_cpu_s / max(1.0, min(threads, use.budget))
+    if use.workers and use.step_wall_s > 1.3 * alone:
+        evidence.append(f"each step took {fmt_seconds(use.step_wall_s)} for {fmt_seconds(use.step_cpu_s)} of CPU on "
+                        f"{threads:g} threads: about {fmt_seconds(use.step_wall_s - alone)} of it waited for CPUs "
+                        "the workers held (the loading's cost moved into the step)")
+    return found(
+        WARNING,
+        f"{w.name}: loading and the training step share {cpus_text(use.budget)}: at most about "
+        f"{use.ceiling:.1f} steps/s here",
+        evidence,
+        "The model trains on the CPU, so each batch's loading and its step need the same CPUs: a worker's "
+        "gain is the step's loss, and past the ceiling no DataLoader setting helps.",
+        "Keep the workers at or below the CPUs (more only slow the step); to go faster make loading cheaper "
+        "(pre-resized images, caching decoded samples), train on a GPU, or give the job more CPUs.",
     )
 
 
@@ -119,8 +228,10 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
          f"{saving:.2f} s of start-up over {wall:.1f} s of those {len(later)} epochs"],
         "With persistent_workers=False every epoch shuts the workers down and the next starts new ones "
         "(re-importing, re-opening files, copying the dataset object into each).",
-        "Set persistent_workers=True (the workers and their memory stay alive between epochs).",
+        f"Set persistent_workers=True (the workers and their memory stay alive between epochs): expected "
+        f"{1 / (1 - share):.2f}x the epochs' pace (the {share:.0%} spent starting workers saved).",
         {"persistent_workers": True},
+        expected_gain=1 / (1 - share),
     )
 
 
@@ -192,8 +303,10 @@ def _watch_shm_full(i: Inputs) -> Finding | None:
         "Workers hand every batch to the training process through /dev/shm; the batches in flight of every "
         "loader (and every rank) on the node share it.",
         f"Give the container more shared memory (docker run --shm-size=..., or --ipc=host), or hold fewer "
-        f"batches in flight: fewer workers, or a smaller prefetch_factor{' (prefetch_factor=1)' if change else ''}.",
+        f"batches in flight: fewer workers, or a smaller prefetch_factor{' (prefetch_factor=1)' if change else ''}"
+        + ("; expected about the same speed (a safety margin, not a speed-up)." if change else "."),
         change,
+        expected_gain=1.0 if change else None,
     )
 
 

@@ -1,0 +1,182 @@
+"""CPU accounting for the watch hook: the DataLoader workers' CPU time per epoch, what other
+processes took from this process's CPUs, and the readings of ``/proc`` they stand on.
+
+Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
+beside ``hook.py``. Read per epoch (its start and end) and per sampler tick, never per batch: the
+per-batch CPU time of the training process comes from ``time.process_time`` in the hook.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+
+def _read(path: str, size: int = 1 << 16) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+try:
+    _TICK = float(os.sysconf("SC_CLK_TCK"))  # the unit of /proc's CPU times (100 on Linux)
+except (AttributeError, ValueError, OSError):
+    _TICK = 100.0
+
+
+def cpu_times(pid: int | str = "self") -> tuple[float, float] | None:
+    """(its own CPU seconds, its reaped children's) from ``/proc/<pid>/stat``: utime + stime, and
+    cutime + cstime (the kernel adds a child's whole CPU time there when the child is reaped, so
+    workers that exited still count); None where unreadable (the process is gone)."""
+    raw = _read(f"/proc/{pid}/stat", 1024)
+    if not raw:
+        return None
+    try:  # fields after the name: state ppid ... utime(14) stime cutime cstime, counted from 1
+        f = raw[raw.rindex(b")") + 2:].split()
+        return (int(f[11]) + int(f[12])) / _TICK, (int(f[13]) + int(f[14])) / _TICK
+    except (ValueError, IndexError):
+        return None
+
+
+def runqueue_seconds(pid: int | str) -> float | None:
+    """Seconds a process's main thread waited on a run queue: runnable, but every CPU it may use
+    was busy (``/proc/<pid>/schedstat``, second field, in ns; None where unreadable or the kernel
+    keeps no schedstats). A worker that loads CPU work is running or runnable all the time; one
+    that waits on I/O (or for a free slot in the queue) is neither."""
+    raw = _read(f"/proc/{pid}/schedstat", 256)
+    try:
+        return int(raw.split()[1]) / 1e9 if raw else None
+    except (ValueError, IndexError):
+        return None
+
+
+def busy_seconds(cpus: frozenset[int] | None) -> float | None:
+    """CPU seconds every process on the machine spent on ``cpus`` (the ones this process may run
+    on; None: all), from ``/proc/stat``: user, nice, system, irq, softirq and steal; idle and iowait
+    are not busy. Minus this process tree's own, it is what other processes took from the CPUs."""
+    raw = _read("/proc/stat", 1 << 20)
+    if not raw:
+        return None
+    total = 0
+    for line in raw.split(b"\n"):
+        if not line.startswith(b"cpu") or line[3:4] == b" ":
+            continue
+        name, *fields = line.split()
+        try:
+            if cpus is not None and int(name[3:]) not in cpus:
+                continue
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+        except ValueError:
+            continue
+        total += user + nice + system + irq + softirq + steal
+    return total / _TICK
+
+
+class CpuLedger:
+    """The DataLoader workers' CPU time, per epoch: each worker pid belongs to the epoch whose
+    iterator it serves now (persistent workers move to the next epoch); every :meth:`settle` adds
+    what each live worker used since the last one, and a worker that was reaped meanwhile is
+    found in this process's children's time, which the kernel grew by the worker's whole life.
+    Called from the loop's thread (epoch starts and ends) and the sampler's (ticks): one lock."""
+
+    def __init__(self) -> None:
+        self._owner: dict[int, object] = {}  # pid -> the EpochRecord it works for
+        self._seen: dict[int, float] = {}  # pid -> CPU seconds read at the last settle
+        self._queued: dict[int, float] = {}  # pid -> run-queue seconds read at the last settle
+        own = cpu_times()
+        self._reaped = own[1] if own else None
+        self._last_reaped: list = []  # the epochs whose workers were reaped last
+        self._lock = threading.Lock()
+
+    def track(self, pids: list[int], epoch) -> None:
+        """``pids`` now load for ``epoch`` (a new worker's CPU since its start counts for it)."""
+        with self._lock:
+            self._settle()
+            for pid in pids:
+                self._owner[pid] = epoch
+                self._seen.setdefault(pid, 0.0)
+                self._queued.setdefault(pid, 0.0)
+                if epoch.workers_cpu_s is None:
+                    epoch.workers_cpu_s = 0.0
+
+    def settle(self) -> None:
+        with self._lock:
+            self._settle()
+
+    def _settle(self) -> None:
+        own = cpu_times()  # first: a worker reaped after this read is still alive below, or gone next time
+        reaped = own[1] if own else None
+        gone = []
+        for pid, epoch in list(self._owner.items()):
+            times = cpu_times(pid)
+            if times is None:
+                gone.append(pid)
+                continue
+            epoch.workers_cpu_s = (epoch.workers_cpu_s or 0.0) + max(0.0, times[0] - self._seen[pid])
+            self._seen[pid] = times[0]
+            queued = runqueue_seconds(pid)
+            if queued is not None:
+                epoch.workers_runq_s = (epoch.workers_runq_s or 0.0) + max(0.0, queued - self._queued[pid])
+                self._queued[pid] = queued
+        if reaped is None or self._reaped is None:
+            return
+        # the reaped workers' CPU after their last reading: the children's time grew by their whole
+        # lives (a worker reaped between the two reads above shows up in the next settle's growth:
+        # it goes to the owners of the workers reaped last)
+        grown = reaped - self._reaped - sum(self._seen[p] for p in gone)
+        owners = [self._owner[p] for p in gone] or self._last_reaped
+        if owners and grown > 0:
+            for epoch in owners:
+                epoch.workers_cpu_s = (epoch.workers_cpu_s or 0.0) + grown / len(owners)
+        if gone:
+            self._last_reaped = owners
+        for pid in gone:
+            del self._owner[pid], self._seen[pid], self._queued[pid]
+        self._reaped = reaped
+
+
+def begin_epoch(recorder, epoch, iterator) -> None:
+    """The epoch's CPU accounting starts: its workers (a multiprocessing iterator's ``_workers``;
+    persistent ones carry over), every process's busy time, torch's thread count."""
+    try:
+        pids = [w.pid for w in getattr(iterator, "_workers", None) or () if getattr(w, "pid", None)]
+        recorder.cpu.track(pids, epoch)
+        epoch.busy_start = busy_seconds(recorder.cpus)
+        torch = sys.modules.get("torch")
+        threads = getattr(torch, "get_num_threads", None)
+        epoch.torch_threads = int(threads()) if threads is not None else None
+    except Exception:  # accounting is a bonus: never break the user's loop over it
+        pass
+
+
+def end_epoch(recorder, epoch) -> None:
+    """The epoch's CPU accounting ends (once): its workers settled, this process's CPU time over
+    the epoch, every process's busy time."""
+    if epoch.proc_cpu_s is not None:
+        return
+    try:
+        recorder.cpu.settle()
+        epoch.proc_cpu_s = time.process_time() - epoch.cpu_start
+        epoch.workers_cpu_at_end = epoch.workers_cpu_s
+        busy = busy_seconds(recorder.cpus)
+        if busy is not None and epoch.busy_start is not None:
+            epoch.busy_s = busy - epoch.busy_start
+    except Exception:
+        pass
+
+
+def others_cpu_s(epoch) -> float | None:
+    """CPU time other processes took on this process's CPUs while the epoch ran: every
+    process's busy time there, less this process's and its workers' (None before the end)."""
+    if epoch.busy_s is None or epoch.proc_cpu_s is None:
+        return None
+    return max(0.0, epoch.busy_s - epoch.proc_cpu_s - (epoch.workers_cpu_at_end or 0.0))

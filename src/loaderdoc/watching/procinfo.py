@@ -1,0 +1,29 @@
+"""Which process of a job the watch hook runs in: host, torchrun / SLURM rank variables, CPUs.
+
+Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
+beside ``hook.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+RANK_VARS = (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"),
+             ("group_rank", "GROUP_RANK"), ("slurm_nodeid", "SLURM_NODEID"))
+
+
+def process_info() -> dict:
+    """Which process of the job this is: host, rank variables of torchrun / SLURM (None if unset),
+    and the CPUs it may run on."""
+    out: dict = {"hostname": os.uname().nodename, "argv0": (getattr(sys, "argv", None) or [""])[0]}
+    for key, var in RANK_VARS:
+        try:
+            out[key] = int(os.environ[var])
+        except (KeyError, ValueError):
+            out[key] = None
+    try:  # what explains a slow rank on a node: taskset / srun --cpu-bind give ranks different CPUs
+        out["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        out["affinity_cpus"] = None
+    return out

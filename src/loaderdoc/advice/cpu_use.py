@@ -143,11 +143,22 @@ class CpuUse:
         busy = 1.0 if self.load_is_cpu or not wall else min(1.0, self.load_cpu_s / wall)
         return n * busy + (step if self.step_is_cpu else 0.0)
 
+    @property
+    def others_runnable(self) -> float:
+        """How many threads of other processes competed for the CPUs: what they used, or, where the
+        CPUs were saturated, what the share this process tree got implies (``k B / (k + m)`` = what it
+        used): a process of several busy threads takes more than one CPU's share."""
+        m = self.others_cpus or 0.0
+        if self.saturated and self.used_cpus and m > 0.05:
+            k = max(1.0, self._runnable(self.workers))
+            m = max(m, k * (self.budget / self.used_cpus - 1.0))
+        return m
+
     def _cpus(self, n: int) -> float:
         """The CPUs the process tree can get with n workers: the budget, or, beside others' busy
         processes, the kernel's share of it."""
         k = max(1.0, self._runnable(n))
-        m = self.others_cpus or 0.0
+        m = self.others_runnable
         share = self.budget * k / (k + m) if m > 0.05 else self.budget
         return max(0.1, min(k, self.budget, share))
 

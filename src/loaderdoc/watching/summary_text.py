@@ -74,6 +74,22 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
     return _wrap(text, "  ", "    ")
 
 
+def _cpu_lines(entry: dict[str, Any]) -> list[str]:
+    """Where the loader's CPU time went and the ceiling the CPUs allow (when the run recorded it)."""
+    cpu = entry.get("cpu")
+    if not cpu or not entry.get("judged"):
+        return []
+    text = (f"CPU: loading {fmt_seconds(cpu['load_cpu_per_batch_s'])}/batch "
+            f"({'CPU work' if cpu['load_is_cpu'] else 'mostly waiting'}), step "
+            f"{fmt_seconds(cpu['step_cpu_per_step_s'])} of CPU per {fmt_seconds(cpu['step_wall_per_step_s'])}")
+    if cpu.get("used_cpus") is not None:
+        text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
+        if cpu.get("others_cpus"):
+            text += f" (+{cpu['others_cpus']:.1f} other processes)"
+    text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
+    return _wrap(text, "    ", "    ")
+
+
 def _shm_lines(report: dict[str, Any]) -> list[str]:
     seen = [m for m in report.get("memory") or [] if m.get("shm_peak_used_bytes") is not None]
     if not seen:
@@ -109,6 +125,7 @@ def render_summary(report: dict[str, Any]) -> str:
     where = len({(e.get("source"), e.get("pid")) for e in loaders}) > 1  # source: a merged report's
     for entry in loaders:
         out += _loader_lines(entry, where)
+        out += _cpu_lines(entry)
     out += _shm_lines(report)
     for f in report["findings"]:
         out += _finding_lines(f)

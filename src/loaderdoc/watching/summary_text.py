@@ -43,7 +43,8 @@ def _head(report: dict[str, Any]) -> str:
 
 
 def describe_loader(entry: dict[str, Any], *, where: bool = False) -> str:
-    """``loader 1 (DataLoader, num_workers=0, batch_size=4)``; ``where`` adds the rank (or pid)."""
+    """``train loader (DataLoader, num_workers=0, batch_size=4)`` where the framework hook that
+    built it said its role, else ``loader 1 (...)``; ``where`` adds the rank (or pid)."""
     s = entry["settings"]
     knobs = [f"{k}={s[k]}" for k in ("num_workers", "batch_size") if s.get(k) is not None]
     if s.get("num_workers"):
@@ -51,7 +52,9 @@ def describe_loader(entry: dict[str, Any], *, where: bool = False) -> str:
     head = []
     if where:
         head.append(f"rank {entry['rank']}" if entry.get("rank") is not None else f"pid {entry.get('pid')}")
-    return f"loader {entry['loader']} ({', '.join([*head, entry['class'] or 'iterable', *knobs])})"
+    role = entry.get("role")
+    name = f"{role} loader" if isinstance(role, str) and role else f"loader {entry['loader']}"
+    return f"{name} ({', '.join([*head, entry['class'] or 'iterable', *knobs])})"
 
 
 def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:

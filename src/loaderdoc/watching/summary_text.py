@@ -74,7 +74,32 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
         text += f"; GPU idle while waiting {t['gpu_idle_s']:.1f} s ({_pct(t['gpu_idle_share'])})"
     if not entry["judged"]:
         text += f"; too few batches to judge (< {WATCH_MIN_BATCHES})"
+    text += _applied_text(entry)
     return _wrap(text, "  ", "    ")
+
+
+def _applied_text(entry: dict[str, Any]) -> str:
+    """What --apply changed on this loader: ``; --apply: num_workers 0 -> 2``."""
+    asked, ran = entry.get("asked") or {}, entry.get("settings") or {}
+    changed = [f"{k} {asked.get(k)} -> {ran.get(k, '?')}" for k in entry.get("applied") or []]
+    if changed:
+        return f"; --apply: {', '.join(changed)}"
+    if "asked" in entry:
+        return "; --apply: unchanged" if entry.get("apply_tables") else "; --apply: no table for it"
+    return ""
+
+
+def _apply_lines(report: dict[str, Any]) -> list[str]:
+    """After the run: the --apply tables that found no loader of their role (said, not an error)."""
+    plan = report.get("apply")
+    if not isinstance(plan, dict) or report.get("exit_code") is None:
+        return []
+    out = []
+    for key in plan.get("unmatched") or []:
+        what = f"[{key}] settings were not applied: the command iterated no {key} loader" if key else \
+            "settings were not applied: the command iterated no DataLoader"
+        out += _wrap(f"--apply {plan.get('file')}: its {what}", "  ", "    ")
+    return out
 
 
 def _shm_lines(report: dict[str, Any]) -> list[str]:
@@ -106,13 +131,14 @@ def render_summary(report: dict[str, Any]) -> str:
     if not loaders:  # one line, whatever the width: a run without DataLoaders says only that
         if report.get("exit_code") is None and report.get("command") is not None:
             return f"{head}: no torch DataLoader iterated yet\n"
-        return f"{head}: no torch DataLoader was iterated; nothing measured\n"
+        return "\n".join([f"{head}: no torch DataLoader was iterated; nothing measured", *_apply_lines(report)]) + "\n"
     out = _wrap(f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady "
                 "time", "", "  ")
     where = len({(e.get("source"), e.get("pid")) for e in loaders}) > 1  # source: a merged report's
     for entry in loaders:
         out += _loader_lines(entry, where)
     out += _shm_lines(report)
+    out += _apply_lines(report)
     for f in report["findings"]:
         out += _finding_lines(f)
     return "\n".join(out) + "\n"

@@ -192,8 +192,10 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
     _set(loader, ROLE, role)
     _set(loader, ASKED, asked)
     _set(loader, TABLES_USED, used)
-    ran = {k: plain(final[k] if k in changes else received[k]) for k in asked}
-    _set(loader, APPLIED_KEYS, [k for k in asked if ran.get(k) != asked[k] and k in APPLIED])
+    # a re-build copies its source's values (accelerate passes prefetch_factor=2 where the script
+    # left torch's default): what --apply changed is what it changed on the source, and here
+    inherited = getattr(source, APPLIED_KEYS, None) or []
+    _set(loader, APPLIED_KEYS, [k for k in APPLIED if k in changes or k in inherited])
 
 
 def _list(changes: dict) -> str:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoc.config.layouts import HF_LAYOUT  # its loaders share every setting but the batch size
 from loaderdoc.errors import UserError
 from loaderdoc.watching.apply import APPLIED, ENV_APPLY, table_key
 
@@ -90,10 +91,14 @@ def plan_from_file(path: str) -> ApplyPlan:
         key = role_of_name(loader.name)
         for setting in loader.keys:  # only what the file states (not a layout's implied default)
             value = getattr(settings, setting)
-            if setting in APPLIED:
-                tables.setdefault(key, {})[setting] = value
+            if setting not in APPLIED:
+                item = f"{_label(key)}{setting}={value!r}"
+                if item not in left:
+                    left.append(item)
+            elif loader.layout == HF_LAYOUT:  # TrainingArguments' dataloader_* go to every loader it builds
+                tables.setdefault("", {})[setting] = value
             else:
-                left.append(f"{_label(key)}{setting}={value!r}")
+                tables.setdefault(key, {})[setting] = value
     if not tables:
         says = (f"sets only {', '.join(left)}, which change the training itself" if left
                 else "names no DataLoader setting")

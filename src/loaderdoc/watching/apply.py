@@ -171,9 +171,12 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
             applier.say(f"{key}={value!r} not applied: this torch's DataLoader has no {key}")
         else:
             final[key] = value
-    if not final.get("num_workers"):  # torch refuses worker-only settings without workers
+    # torch refuses worker-only settings without workers: off where the table brought them, or took
+    # the workers away (a script's own contradiction stays its own: torch says it, as without us)
+    workers_changed = final.get("num_workers") != received.get("num_workers")
+    if not final.get("num_workers"):
         for key, off in WORKER_ONLY.items():
-            if key in final and final[key] != off:
+            if key in final and final[key] != off and (key in table or workers_changed):
                 if key in table and table[key] != off:
                     applier.say(f"{key}={table[key]!r} not applied to {name}: it needs num_workers > 0")
                 final[key] = off

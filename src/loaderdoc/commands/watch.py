@@ -24,14 +24,24 @@ WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATC
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.usage = ("loaderdoc watch [--report FILE] [--json] -- COMMAND [ARGS...]\n"
+    parser.usage = ("loaderdoc watch [--report FILE] [--json] [--apply FILE] -- COMMAND [ARGS...]\n"
                     "       loaderdoc watch --merge REPORT [REPORT ...] [--report FILE] [--json]")
     parser.epilog = (
         "exit code: the command's own (128+N when signal N killed it), so a job script acts on it as before;\n"
-        "  3 (usage) before the command runs: no command, command not found, --report into a missing directory\n"
+        "  3 (usage) before the command runs: no command, command not found, --report into a missing directory,\n"
+        "    an --apply file that is missing, invalid or sets nothing --apply changes\n"
+        "\n--apply FILE: try settings without a code change. Every DataLoader the command builds is built with\n"
+        "  the settings of FILE (any format 'loaderdoc --export' writes, or a LightningCLI / Hydra / Hugging Face\n"
+        "  config): a loader FILE names (train_dataloader, val/eval, test, predict) goes to the loader the framework\n"
+        "  built for that role (Lightning's train_dataloader()..., the HF Trainer's get_train_dataloader()...), an\n"
+        "  unnamed one ([dataloader], data.init_args) to every loader. Only num_workers, prefetch_factor,\n"
+        "  persistent_workers, pin_memory, in_order, timeout and multiprocessing_context are applied; batch_size,\n"
+        "  shuffle and drop_last change the training itself and are never applied (one line says so). The\n"
+        "  report shows per loader what the script asked and what ran.\n"
         "\nexamples:\n"
         "  loaderdoc watch -- python train.py --lr 3e-4\n"
         "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
+        "  loaderdoc watch --apply fast.toml -- python train.py  (run with the settings 'loaderdoc --export fast.toml' chose)\n"
         "  kill -USR1 <pid of loaderdoc watch>  (findings so far on stderr, and in FILE with --report)\n"
         "  loaderdoc watch --merge node0.json node1.json --report job.json  (one report for a job's nodes)\n"
     )
@@ -39,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it")
     parser.add_argument("--json", action="store_true",
                         help=f"print the report (schema {WATCH_SCHEMA}) on stdout after the command's output")
+    parser.add_argument("--apply", metavar="FILE",
+                        help="build the command's DataLoaders with FILE's settings (num_workers, prefetch_factor, "
+                             "persistent_workers, pin_memory, in_order, timeout, multiprocessing_context; never "
+                             "batch_size, shuffle or drop_last), per loader where FILE names train/val/test; "
+                             "no code change")
     parser.add_argument("--merge", nargs="+", metavar="REPORT",
                         help="instead of running a command: merge the reports each node's watch wrote into one "
                              "(every rank in one table, stragglers across the job)")
@@ -62,18 +77,23 @@ def exit_code_of(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-def child_env(records_dir: str, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: the hook's directory first on PYTHONPATH, the user's after it."""
+def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: str | None = None) -> dict[str, str]:
+    """The child's environment: the hook's directory first on PYTHONPATH, the user's after it;
+    ``apply``: --apply's tables (JSON) for the hook, else none (not even one inherited)."""
     import os
     from pathlib import Path
 
     from loaderdoc import watching
+    from loaderdoc.watching.apply import ENV_APPLY
     from loaderdoc.watching.hook import ENV_DIR
 
     env = dict(os.environ if environ is None else environ)
     sitedir = str(Path(watching.__file__).resolve().parent / "sitedir")
     env["PYTHONPATH"] = sitedir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env[ENV_DIR] = records_dir
+    env.pop(ENV_APPLY, None)
+    if apply is not None:
+        env[ENV_APPLY] = apply
     return env
 
 
@@ -161,10 +181,11 @@ def _once_at_a_time(fn):
 class Watch:
     """One watched run: where its records go, and the report built from them (at the end or mid-run)."""
 
-    def __init__(self, command: list[str], records_dir, target) -> None:
+    def __init__(self, command: list[str], records_dir, target, plan=None) -> None:
         from loaderdoc.watching.records import RecordsReader
 
         self.command = command
+        self.plan = plan  # --apply's ApplyPlan, or None
         self.reader = RecordsReader(records_dir)
         self.target = target
         self.ended = False  # the child has exited: the final report follows, no look mid-run
@@ -183,7 +204,10 @@ class Watch:
 
         records = self.reader.read()
         facts = self.facts() if any(r.get("loaders") for r in records) else None
-        return build_report(records, command=self.command, exit_code=exit_code, facts=facts)
+        report = build_report(records, command=self.command, exit_code=exit_code, facts=facts)
+        if self.plan is not None:
+            report["apply"] = self.plan.outcome(report["loaders"])
+        return report
 
     def so_far(self) -> None:
         """SIGUSR1: the findings so far on stderr (and the report so far in --report's file)."""
@@ -214,11 +238,18 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.report) if args.report else None
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
+    plan = None
+    if args.apply is not None:  # read before the command runs: a bad file runs nothing
+        from loaderdoc.watching.apply_file import plan_from_file
+
+        plan = plan_from_file(args.apply)
+        if plan.not_applied_line():
+            print(f"loaderdoc watch: {plan.not_applied_line()}", file=sys.stderr)
     tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-    watch = Watch(command, Path(tmpdir), target)
+    watch = Watch(command, Path(tmpdir), target, plan)
     with on_sigusr1(watch.so_far):
         try:
-            code = run_child(command, child_env(tmpdir))
+            code = run_child(command, child_env(tmpdir, apply=plan.env_value() if plan else None))
             watch.ended = True
             report = watch.report(code)
         finally:
@@ -238,6 +269,8 @@ def merge(args: argparse.Namespace) -> int:
 
     if [a for a in args.watched or [] if a != "--"]:
         raise UserError("watch: give a command to run or --merge REPORT ..., not both")
+    if args.apply is not None:
+        raise UserError("watch: --apply goes with a command to run, not with --merge")
     target = Path(args.report) if args.report else None
     if target is not None:
         check_writable(target, force=True)

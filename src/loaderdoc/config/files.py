@@ -69,10 +69,11 @@ class ConfigFile:
                                            strict=strict, paths={k: loader.where(k) for k in loader.values})
 
 
-def read_config(path: str | Path) -> ConfigFile:
-    """Parse a config file by its suffix (.yaml/.yml, .json, .py, else TOML) and find its loaders."""
+def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
+    """Parse a config file by its suffix (.yaml/.yml, .json, .py, else TOML) and find its loaders;
+    ``flag``: the option that named the file, for the message when it cannot be read."""
     path = Path(path)
-    text = read_input(path, what="config file", flag="--config", error=SettingsError)
+    text = read_input(path, what="config file", flag=flag, error=SettingsError)
     suffix = path.suffix.lower()
     key_lines: dict[tuple[str, ...], int] = {}
     try:

@@ -154,6 +154,7 @@ def _hydra(document: dict[str, Any]) -> list[FoundLoader]:
 
 
 # ---- Hugging Face TrainingArguments ---------------------------------------------------------------
+HF_LAYOUT = "Hugging Face TrainingArguments"
 HF_NAMES = {
     "dataloader_num_workers": "num_workers",
     "dataloader_pin_memory": "pin_memory",
@@ -171,7 +172,7 @@ def _hugging_face(document: dict[str, Any]) -> list[FoundLoader]:
     for split, batch_key in (("train", "per_device_train_batch_size"), ("eval", "per_device_eval_batch_size")):
         if split == "eval" and batch_key not in document:
             continue
-        loader = FoundLoader(split, "Hugging Face TrainingArguments")
+        loader = FoundLoader(split, HF_LAYOUT)
         loader.values["pin_memory"] = True  # TrainingArguments' default, unlike torch's
         loader.values["shuffle"] = split == "train"  # the Trainer samples training data at random
         for hf_name, setting in HF_NAMES.items():

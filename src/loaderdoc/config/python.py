@@ -14,6 +14,8 @@ from typing import Any
 
 from loaderdoc.errors import SettingsError
 
+EXPORT_FUNCTION = "make_loader"  # the function of loaderdoc's own Python export
+
 
 class NotALiteral:
     """A value loaderdoc cannot know without running the config (``os.cpu_count()``, an import)."""
@@ -38,11 +40,22 @@ def read_python(text: str, where: str) -> tuple[dict[str, Any], dict[tuple[str, 
             target, value = node.targets[0].id, node.value
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             target, value = node.target.id, node.value
+        elif isinstance(node, ast.FunctionDef) and node.name == EXPORT_FUNCTION and _export_kwargs(node):
+            target, value = "dataloader", _export_kwargs(node)  # read as loaderdoc's own [dataloader] table
         else:
             continue  # imports, `with read_base():`, function definitions: nothing literal to read
         lines[(target,)] = node.lineno
         namespace[target] = _value(value, (target,), namespace, lines)
     return namespace, lines
+
+
+def _export_kwargs(function: ast.FunctionDef) -> ast.AST | None:
+    """The ``kwargs = dict(...)`` of the ``make_loader`` that ``loaderdoc --export x.py`` writes."""
+    for node in function.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "kwargs" and isinstance(node.value, ast.Call)):
+            return node.value
+    return None
 
 
 def _value(node: ast.AST, path: tuple[str, ...], namespace: dict[str, Any],

@@ -6,14 +6,11 @@ loaderdoc), and it runs in every Python process the command starts. torch is nev
 here: a ``sys.meta_path`` finder waits for the user's program to import
 ``torch.utils.data.dataloader`` and patches ``DataLoader.__iter__`` right after that module ran.
 
-What one wrapped ``__next__`` measures (``time.perf_counter``, a few float additions, no lock,
-no I/O):
-
-- the first batch of an epoch: ``first_batch_s``, from ``iter(loader)`` (worker start-up
-  included) to the batch being returned;
-- every later batch: ``wait_s``, the time blocked in ``next()`` (the data wait), and
-  ``step_s``, the time from the previous batch being returned to this ``next()`` call (the
-  training step); the step after the last batch counts when the epoch ends normally.
+What one wrapped ``__next__`` measures (``time.perf_counter`` and ``time.process_time``, a few
+float additions, no lock, no I/O): the first batch of an epoch (``first_batch_s``, from
+``iter(loader)``, worker start-up included); for every later one the wait blocked in ``next()``
+(``wait_s``) and the step since the previous batch (``step_s``; the one after the last batch counts
+when the epoch ends normally), each with this process's CPU time in it (:mod:`cpuacct`: the rest).
 
 Waits are kept as a bounded sample (every ``stride``-th one; the stride doubles when the sample
 is full) for p50/p95, so thousands of steps cost a few KiB. Beside it, from the first iteration on,
@@ -67,10 +64,10 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import cpuacct, gpuidle, procinfo, sampler
+    from loaderdoc.watching import apply, cpuacct, gpuidle, procinfo, sampler
 else:  # loaded by path under ``loaderdoc watch``
-    cpuacct, gpuidle, sampler = _sibling("cpuacct"), _sibling("gpuidle"), _sibling("sampler")
-    procinfo = _sibling("procinfo")
+    apply, cpuacct, gpuidle, procinfo, sampler = (
+        _sibling(name) for name in ("apply", "cpuacct", "gpuidle", "procinfo", "sampler"))
 
 
 class EpochRecord:
@@ -221,7 +218,7 @@ class WatchedIterator:
 
 
 class LoaderRecord:
-    __slots__ = ("number", "ref", "cls", "settings", "epochs")
+    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables")
 
     def __init__(self, number: int, loader) -> None:
         self.number = number
@@ -232,25 +229,35 @@ class LoaderRecord:
         except TypeError:  # not weak-referenceable: identity by id() alone
             self.ref = None
         self.cls = type(loader).__name__
-        self.settings = loader_settings(loader)
+        # set by apply.wrap_init at construction: the role ("train", ... or None) and, under --apply,
+        # what the script asked, the keys --apply changed and the tables that matched
+        self.role = getattr(loader, apply.ROLE, None)
+        self.asked = getattr(loader, apply.ASKED, None)
+        self.applied = getattr(loader, apply.APPLIED_KEYS, None)
+        self.tables = getattr(loader, apply.TABLES_USED, None)
+        self.settings = loader_settings(loader, [k for k in self.applied or () if k not in SETTINGS])
         self.epochs: list[EpochRecord] = []
 
     def is_for(self, loader) -> bool:
         return self.ref is None or self.ref() is loader
 
     def to_dict(self, t0: float) -> dict:
-        return {"loader": self.number, "class": self.cls, "settings": self.settings,
-                "epochs": [e.to_dict(t0) for e in list(self.epochs)]}
+        out = {"loader": self.number, "role": self.role, "class": self.cls, "settings": self.settings,
+               "epochs": [e.to_dict(t0) for e in list(self.epochs)]}
+        if self.asked is not None:  # under --apply only: readers take a record without them
+            out.update(asked=self.asked, applied=self.applied or [], apply_tables=self.tables or [])
+        return out
 
 
-def loader_settings(loader) -> dict:
-    """The knobs read off the DataLoader object (None where it has no such attribute)."""
+def loader_settings(loader, extra=()) -> dict:
+    """The knobs read off the DataLoader object (None where it has no such attribute); ``extra``:
+    more attributes to read (the ones --apply changed beyond SETTINGS)."""
     out = {}
-    for name in SETTINGS:
+    for name in (*SETTINGS, *extra):
         value = getattr(loader, name, None)
         if name == "batch_size" and value is None:  # built with batch_sampler= (accelerate does)
             value = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-        out[name] = value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
+        out[name] = apply.plain(value)
     return out
 
 
@@ -402,12 +409,17 @@ def _env_positive(name: str, default: float, floor: float = MIN_INTERVAL) -> flo
     return max(value, floor)
 
 
-def patch(module, recorder: Recorder) -> bool:
-    """Wrap ``module.DataLoader.__iter__`` once; True when it is (now) wrapped."""
+def patch(module, recorder: Recorder, applier=None) -> bool:
+    """Wrap ``module.DataLoader.__iter__`` once, and its ``__init__`` (:mod:`apply`: the loader's
+    role; ``applier``'s --apply tables); True when ``__iter__`` is (now) wrapped."""
     cls = getattr(module, "DataLoader", None)
     original = getattr(cls, "__iter__", None)
     if original is None:
         return False
+    try:
+        apply.wrap_init(cls, applier if applier is not None else apply.Applier(None))
+    except Exception as exc:  # the measurement goes on without the names
+        _warn(f"could not name the DataLoaders: {exc}")
     if getattr(original, _MARK, False):
         return True
 
@@ -467,10 +479,11 @@ def install(directory: str | None) -> Recorder:
     """Measure every DataLoader this process iterates and write the records into ``directory`` at
     each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
     recorder = Recorder(directory)
+    applier = apply.Applier.from_env()  # --apply's tables (none: the loaders are only named)
 
     def on_load(module) -> None:
         try:
-            if not patch(module, recorder):
+            if not patch(module, recorder, applier):
                 _warn("torch.utils.data.dataloader has no DataLoader.__iter__; DataLoaders are not measured")
         except Exception as exc:
             _warn(f"could not instrument DataLoader: {exc}")

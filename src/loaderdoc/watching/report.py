@@ -77,12 +77,16 @@ def loader_entry(raw: dict[str, Any], records: dict[str, Any] | None = None) -> 
     first = [e["first_batch_s"] for e in epochs if e.get("first_batch_s") is not None]
     pss = [e.get("workers_pss_max_bytes") for e in epochs if e.get("workers_pss_max_bytes") is not None]
     gpu_idle = _sum_or_none([e.get("gpu_idle_s") for e in epochs])
+    # under --apply: what the script asked, the keys --apply changed, the tables that matched
+    applied = {k: raw[k] for k in ("asked", "applied", "apply_tables") if k in raw}
     return {
         "loader": raw.get("loader"),
+        "role": raw.get("role"),  # "train", "val", ... from the framework hook that built it; None
         "pid": records.get("pid"),
         "rank": (records.get("process") or {}).get("rank"),
         "class": raw.get("class"),
         "settings": dict(raw.get("settings", {})),
+        **applied,
         "epochs": epochs,
         "totals": {
             "epochs": len(epochs),

@@ -109,7 +109,9 @@ def _loader(raw: Any, where: str) -> LoaderRun:
     totals = get(raw, "totals", dict, where)
     at = f"{where}.totals"
     settings = get(raw, "settings", dict, where, optional=True) or {}
-    name = describe_loader({"loader": raw.get("loader"), "class": raw.get("class"), "settings": settings})
+    role = raw.get("role")  # absent from reports before loaders were named
+    name = describe_loader({"loader": raw.get("loader"), "class": raw.get("class"), "settings": settings,
+                            "role": role if isinstance(role, str) else None})
     run = LoaderRun(
         name=name, steps=get(totals, "steps", int, at, optional=True) or 0,
         wait_share=get(totals, "wait_share", float, at, optional=True),

@@ -43,7 +43,8 @@ def _head(report: dict[str, Any]) -> str:
 
 
 def describe_loader(entry: dict[str, Any], *, where: bool = False) -> str:
-    """``loader 1 (DataLoader, num_workers=0, batch_size=4)``; ``where`` adds the rank (or pid)."""
+    """``train loader (DataLoader, num_workers=0, batch_size=4)`` where the framework hook that
+    built it said its role, else ``loader 1 (...)``; ``where`` adds the rank (or pid)."""
     s = entry["settings"]
     knobs = [f"{k}={s[k]}" for k in ("num_workers", "batch_size") if s.get(k) is not None]
     if s.get("num_workers"):
@@ -51,7 +52,9 @@ def describe_loader(entry: dict[str, Any], *, where: bool = False) -> str:
     head = []
     if where:
         head.append(f"rank {entry['rank']}" if entry.get("rank") is not None else f"pid {entry.get('pid')}")
-    return f"loader {entry['loader']} ({', '.join([*head, entry['class'] or 'iterable', *knobs])})"
+    role = entry.get("role")
+    name = f"{role} loader" if isinstance(role, str) and role else f"loader {entry['loader']}"
+    return f"{name} ({', '.join([*head, entry['class'] or 'iterable', *knobs])})"
 
 
 def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
@@ -71,6 +74,7 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
         text += f"; GPU idle while waiting {t['gpu_idle_s']:.1f} s ({_pct(t['gpu_idle_share'])})"
     if not entry["judged"]:
         text += f"; too few batches to judge (< {WATCH_MIN_BATCHES})"
+    text += _applied_text(entry)
     return _wrap(text, "  ", "    ")
 
 
@@ -88,6 +92,30 @@ def _cpu_lines(entry: dict[str, Any]) -> list[str]:
             text += f" (+{cpu['others_cpus']:.1f} other processes)"
     text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
     return _wrap(text, "    ", "    ")
+
+
+def _applied_text(entry: dict[str, Any]) -> str:
+    """What --apply changed on this loader: ``; --apply: num_workers 0 -> 2``."""
+    asked, ran = entry.get("asked") or {}, entry.get("settings") or {}
+    changed = [f"{k} {asked.get(k)} -> {ran.get(k, '?')}" for k in entry.get("applied") or []]
+    if changed:
+        return f"; --apply: {', '.join(changed)}"
+    if "asked" in entry:
+        return "; --apply: unchanged" if entry.get("apply_tables") else "; --apply: no table for it"
+    return ""
+
+
+def _apply_lines(report: dict[str, Any]) -> list[str]:
+    """After the run: the --apply tables that found no loader of their role (said, not an error)."""
+    plan = report.get("apply")
+    if not isinstance(plan, dict) or report.get("exit_code") is None:
+        return []
+    out = []
+    for key in plan.get("unmatched") or []:
+        what = f"[{key}] settings were not applied: the command iterated no {key} loader" if key else \
+            "settings were not applied: the command iterated no DataLoader"
+        out += _wrap(f"--apply {plan.get('file')}: its {what}", "  ", "    ")
+    return out
 
 
 def _shm_lines(report: dict[str, Any]) -> list[str]:
@@ -119,7 +147,7 @@ def render_summary(report: dict[str, Any]) -> str:
     if not loaders:  # one line, whatever the width: a run without DataLoaders says only that
         if report.get("exit_code") is None and report.get("command") is not None:
             return f"{head}: no torch DataLoader iterated yet\n"
-        return f"{head}: no torch DataLoader was iterated; nothing measured\n"
+        return "\n".join([f"{head}: no torch DataLoader was iterated; nothing measured", *_apply_lines(report)]) + "\n"
     out = _wrap(f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady "
                 "time", "", "  ")
     where = len({(e.get("source"), e.get("pid")) for e in loaders}) > 1  # source: a merged report's
@@ -127,6 +155,7 @@ def render_summary(report: dict[str, Any]) -> str:
         out += _loader_lines(entry, where)
         out += _cpu_lines(entry)
     out += _shm_lines(report)
+    out += _apply_lines(report)
     for f in report["findings"]:
         out += _finding_lines(f)
     return "\n".join(out) + "\n"

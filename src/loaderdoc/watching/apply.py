@@ -1,0 +1,216 @@
+"""Runs inside the user's process: names each DataLoader by its role, and under ``--apply`` builds
+it with the settings of the user's file.
+
+Standard library only, loaded by path beside :mod:`hook` (``hook._sibling("apply")``). The hook's
+``patch()`` wraps ``DataLoader.__init__`` with :func:`wrap_init`; construction is rare (a few
+loaders per run), so what it costs there (a bounded walk up the call stack) never reaches a batch.
+
+The role: the nearest caller that is a framework's loader hook (Lightning's ``train_dataloader`` ...
+``predict_dataloader``, Hugging Face Trainer's ``get_train_dataloader`` / ``get_eval_dataloader``
+/ ``get_test_dataloader``) names it; a loader re-built from another one (Lightning's
+``_update_dataloader``, accelerate's ``prepare_data_loader``, both holding it as ``dataloader``)
+inherits the role and what the script asked from that one.
+
+``--apply``: the launcher passes per-role tables in ``LOADERDOC_WATCH_APPLY`` (JSON: ``{"file": ...,
+"tables": {"": {...}, "train": {...}}}``; "" is every loader, a role's table wins over it). Only
+settings that leave the training unchanged are in them (:data:`APPLIED`). The merged arguments are
+made consistent (no worker-only setting without workers); if torch still refuses them, one line
+says so and the loader is built with the script's own arguments. Nothing here raises into the
+user's program that the script's own arguments would not raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+
+ENV_APPLY = "LOADERDOC_WATCH_APPLY"
+# what --apply may change: how batches are made, never which batches (batch_size, shuffle, drop_last)
+APPLIED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "in_order", "timeout",
+           "multiprocessing_context")
+WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
+RECORDED = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last",
+            "in_order", "timeout", "multiprocessing_context")
+ROLE_OF_FUNCTION = {
+    # Lightning's hooks (a LightningModule's or a LightningDataModule's)
+    "train_dataloader": "train", "val_dataloader": "val", "test_dataloader": "test",
+    "predict_dataloader": "predict",
+    # Hugging Face Trainer (transformers 4 and 5: each calls _get_dataloader, which builds it)
+    "get_train_dataloader": "train", "get_eval_dataloader": "eval", "get_test_dataloader": "test",
+}
+MAX_FRAMES = 40  # accelerate's re-build sits ~8 frames below get_train_dataloader
+SOURCE_LOCAL = "dataloader"  # the loader a re-build copies, in Lightning's and accelerate's frames
+ROLE = "_loaderdoc_role"
+ASKED = "_loaderdoc_asked"
+APPLIED_KEYS = "_loaderdoc_applied"
+TABLES_USED = "_loaderdoc_tables"
+_MARK = "_loaderdoc_watch"
+
+
+def table_key(role: str | None) -> str | None:
+    """The table a role reads: val and eval are one (Lightning says val, Hugging Face eval)."""
+    return "val" if role == "eval" else role
+
+
+def plain(value):
+    """A value as the records keep it: JSON's scalars, a start method's name, else its repr."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    name = getattr(value, "_name", None)  # a multiprocessing context object
+    return name if isinstance(name, str) else repr(value)
+
+
+def role_from_stack(frame, loader) -> tuple[str | None, object | None]:
+    """(role, the loader this one is re-built from) from the callers of ``DataLoader.__init__``."""
+    try:
+        for _ in range(MAX_FRAMES):
+            if frame is None:
+                break
+            code = frame.f_code
+            role = ROLE_OF_FUNCTION.get(code.co_name)
+            if role is not None:
+                return role, None
+            if SOURCE_LOCAL in code.co_varnames:
+                source = frame.f_locals.get(SOURCE_LOCAL)
+                if source is not None and source is not loader and hasattr(source, ASKED):
+                    return getattr(source, ROLE, None), source
+            frame = frame.f_back
+        return None, None
+    finally:
+        del frame
+
+
+class Applier:
+    """The tables of ``--apply`` (None: only names the loaders), and the lines said once each."""
+
+    def __init__(self, plan: dict | None) -> None:
+        plan = plan if isinstance(plan, dict) else {}
+        tables = plan.get("tables")
+        self.tables: dict[str, dict] | None = (
+            {k: {s: v for s, v in t.items() if s in APPLIED} for k, t in tables.items() if isinstance(t, dict)}
+            if isinstance(tables, dict) else None)
+        self.file = plan.get("file") or "the --apply file"
+        self._said: set[str] = set()
+
+    @classmethod
+    def from_env(cls) -> Applier:
+        raw = os.environ.get(ENV_APPLY)
+        if not raw:
+            return cls(None)
+        try:
+            import json
+
+            return cls(json.loads(raw))
+        except ValueError as exc:
+            _say(f"{ENV_APPLY} is not JSON ({exc}); nothing applied")
+            return cls(None)
+
+    def say(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            _say(f"--apply {self.file}: {message}")
+
+    def table_for(self, role: str | None) -> tuple[dict, list[str]]:
+        """The settings for a loader of ``role`` and the tables they came from ("" first)."""
+        out: dict = {}
+        used = []
+        for key in ("", table_key(role)):
+            table = (self.tables or {}).get(key) if key is not None else None
+            if table:
+                out.update(table)
+                used.append(key)
+        return out, used
+
+
+def wrap_init(cls, applier: Applier) -> bool:
+    """Wrap ``cls.__init__`` once; True when it is (now) wrapped."""
+    original = cls.__dict__.get("__init__")
+    if original is None:
+        return False
+    if getattr(original, _MARK, False):
+        return True
+    signature = None
+    if applier.tables is not None:
+        import inspect
+
+        signature = inspect.signature(original)
+
+    @functools.wraps(original)  # __wrapped__: inspect.signature (Lightning reads it) sees torch's
+    def __init__(self, *args, **kwargs):
+        try:
+            role, source = role_from_stack(sys._getframe(1), self)
+        except Exception:  # naming is a nicety: never a reason to fail a construction
+            role, source = None, None
+        if signature is None:
+            original(self, *args, **kwargs)
+            _set(self, ROLE, role)
+            return
+        _construct(applier, signature, original, self, role, source, args, kwargs)
+
+    setattr(__init__, _MARK, True)
+    cls.__init__ = __init__
+    return True
+
+
+def _construct(applier: Applier, signature, original, loader, role, source, args, kwargs) -> None:
+    try:
+        bound = signature.bind(loader, *args, **kwargs)
+    except TypeError:  # the script's own call is wrong: torch says how, as it would without us
+        original(loader, *args, **kwargs)
+        return
+    bound.apply_defaults()
+    received = bound.arguments
+    asked = dict(getattr(source, ASKED, None) or {k: plain(received[k]) for k in RECORDED if k in received})
+    table, used = applier.table_for(role)
+    name = f"the {role} loader" if role else "a loader"
+    final = {k: received[k] for k in APPLIED if k in received}
+    for key, value in table.items():
+        if key not in received:  # in_order on a torch before 2.6
+            applier.say(f"{key}={value!r} not applied: this torch's DataLoader has no {key}")
+        else:
+            final[key] = value
+    # torch refuses worker-only settings without workers: off where the table brought them, or took
+    # the workers away (a script's own contradiction stays its own: torch says it, as without us)
+    workers_changed = final.get("num_workers") != received.get("num_workers")
+    if not final.get("num_workers"):
+        for key, off in WORKER_ONLY.items():
+            if key in final and final[key] != off and (key in table or workers_changed):
+                if key in table and table[key] != off:
+                    applier.say(f"{key}={table[key]!r} not applied to {name}: it needs num_workers > 0")
+                final[key] = off
+    changes = {k: v for k, v in final.items() if v != received[k]}
+    if not changes:
+        original(loader, *args, **kwargs)
+    else:
+        bound.arguments.update(changes)
+        try:
+            original(*bound.args, **bound.kwargs)
+        except (ValueError, TypeError) as exc:
+            original(loader, *args, **kwargs)  # the script's own settings: what it ran before
+            applier.say(f"could not build {name} with {_list(changes)} ({exc}); it runs with the "
+                        "script's own settings")
+            changes = {}
+    _set(loader, ROLE, role)
+    _set(loader, ASKED, asked)
+    _set(loader, TABLES_USED, used)
+    # a re-build copies its source's values (accelerate passes prefetch_factor=2 where the script
+    # left torch's default): what --apply changed is what it changed on the source, and here
+    inherited = getattr(source, APPLIED_KEYS, None) or []
+    _set(loader, APPLIED_KEYS, [k for k in APPLIED if k in changes or k in inherited])
+
+
+def _list(changes: dict) -> str:
+    return ", ".join(f"{k}={plain(v)!r}" for k, v in changes.items())
+
+
+def _set(loader, name: str, value) -> None:
+    # object.__setattr__: past DataLoader's guard and Lightning's recording of the script's setattrs
+    with contextlib.suppress(Exception):
+        object.__setattr__(loader, name, value)
+
+
+def _say(message: str) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"loaderdoc watch: {message}\n")

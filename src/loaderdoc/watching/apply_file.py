@@ -1,0 +1,106 @@
+"""``loaderdoc watch --apply FILE``, the launcher's half: the file's settings as per-role tables for
+the child (:mod:`loaderdoc.watching.apply` builds the loaders with them), and afterwards what came of
+them for the report.
+
+FILE is anything ``read_config`` reads (what ``loaderdoc --export`` writes in each of its formats, a
+LightningCLI, Hydra or Hugging Face config...). A loader the file names ("train", "val"/"eval",
+"test", "predict") becomes that role's table; a loader without a name ("") applies to every loader,
+and a role's own table wins over it. Only the settings that change how batches are made are applied
+(:data:`~loaderdoc.watching.apply.APPLIED`); batch_size, shuffle and drop_last change the training
+itself and are said, never applied. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderdoc.config.layouts import HF_LAYOUT  # its loaders share every setting but the batch size
+from loaderdoc.errors import UserError
+from loaderdoc.watching.apply import APPLIED, ENV_APPLY, table_key
+
+__all__ = ["ENV_APPLY", "ApplyPlan", "plan_from_file", "role_of_name"]
+
+# a config's loader name -> the role its table is for; a name none of these words is in: every loader
+ROLE_WORDS = {
+    "train": "train", "training": "train",
+    "val": "val", "valid": "val", "validation": "val", "eval": "val", "evaluation": "val", "dev": "val",
+    "test": "test", "testing": "test",
+    "predict": "predict", "prediction": "predict", "inference": "predict",
+}
+
+
+def role_of_name(name: str) -> str:
+    """``train_dataloader`` -> "train", ``eval`` -> "val", ``dataloader`` or "" -> "" (every loader)."""
+    for word in re.split(r"[^a-z]+", name.lower()):
+        if word in ROLE_WORDS:
+            return ROLE_WORDS[word]
+    return ""
+
+
+def _label(key: str) -> str:
+    return f"[{key}] " if key else ""
+
+
+@dataclass
+class ApplyPlan:
+    """What --apply will try: per role ("" = every loader) the settings, and what it leaves out."""
+
+    file: str
+    tables: dict[str, dict[str, Any]]
+    not_applied: list[str] = field(default_factory=list)  # "batch_size=64", "[val] shuffle=False"
+
+    def env_value(self) -> str:
+        """``LOADERDOC_WATCH_APPLY`` for the child."""
+        return json.dumps({"file": self.file, "tables": self.tables})
+
+    def not_applied_line(self) -> str | None:
+        if not self.not_applied:
+            return None
+        they = "it changes" if len(self.not_applied) == 1 else "they change"
+        return f"--apply: {self.file} sets {', '.join(self.not_applied)}; not applied: {they} the training itself"
+
+    def outcome(self, loaders: list[dict[str, Any]]) -> dict[str, Any]:
+        """The report's ``apply``: the tables, how many loaders one matched, and the tables naming
+        a role no iterated loader had (``unmatched``)."""
+        roles = {table_key(e.get("role")) for e in loaders}
+        unmatched = [key for key in self.tables if (key not in roles if key else not loaders)]
+        return {"file": self.file, "tables": self.tables, "not_applied": list(self.not_applied),
+                "loaders_matched": sum(1 for e in loaders if e.get("apply_tables")), "unmatched": unmatched}
+
+
+def plan_from_file(path: str) -> ApplyPlan:
+    """Read FILE; UserError (exit 3, before anything runs) when it cannot be read, a value is
+    invalid, or it sets nothing --apply would change."""
+    from loaderdoc.config import read_config
+    from loaderdoc.errors import SettingsError
+
+    try:
+        config = read_config(path, flag="--apply")
+    except SettingsError as err:
+        raise UserError(f"watch: --apply {err}") from None
+    tables: dict[str, dict[str, Any]] = {}
+    left: list[str] = []
+    for loader in config.loaders:
+        try:
+            settings = config.settings(loader, strict=False)  # each value checked, with its line
+        except SettingsError as err:
+            raise UserError(f"watch: --apply {err}") from None
+        key = role_of_name(loader.name)
+        for setting in loader.keys:  # only what the file states (not a layout's implied default)
+            value = getattr(settings, setting)
+            if setting not in APPLIED:
+                item = f"{_label(key)}{setting}={value!r}"
+                if item not in left:
+                    left.append(item)
+            elif loader.layout == HF_LAYOUT:  # TrainingArguments' dataloader_* go to every loader it builds
+                tables.setdefault("", {})[setting] = value
+            else:
+                tables.setdefault(key, {})[setting] = value
+    if not tables:
+        says = (f"sets only {', '.join(left)}, which change the training itself" if left
+                else "names no DataLoader setting")
+        raise UserError(f"watch: --apply {path} {says}; nothing to try (--apply sets {', '.join(APPLIED)})")
+    return ApplyPlan(file=str(path), tables=tables, not_applied=left)

@@ -111,7 +111,9 @@ class CpuUse:
         (running, or runnable and waiting for one: workers that wait on I/O want neither)."""
         if self.workers == 0:
             return self.load_cpu_s >= CPU_WORK_SHARE * self.wait_wall_s
-        return (self.load_cpu_s + (self.load_queued_s or 0.0)) * self.rate >= CPU_WORK_SHARE
+        wanted = (self.load_cpu_s + (self.load_queued_s or 0.0)) * self.rate
+        # ... and used a quarter of a CPU: I/O workers woken on a busy machine queue too, briefly
+        return wanted >= CPU_WORK_SHARE and self.load_cpu_s * self.rate >= CPU_WORK_SHARE / 2
 
     @property
     def saturated(self) -> bool:
@@ -213,13 +215,13 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
         return None
     if workers and workers_cpu_s is None:
         return None
-    load_cpu = (workers_cpu_s or 0.0) / max(1, steps) if workers else cpu_wait_s / waits
+    load_cpu = (workers_cpu_s or 0.0) / waits if workers else cpu_wait_s / waits
     used = others = None
     if cpu_wall_s and tree_cpu_s is not None:
         used = tree_cpu_s / cpu_wall_s
         others = (others_cpu_s / cpu_wall_s) if others_cpu_s is not None else None
     return CpuUse(workers=workers, budget=float(budget), step_wall_s=step_s / steps_timed,
                   step_cpu_s=cpu_step_s / steps_timed, wait_wall_s=wait_s / waits, wait_cpu_s=cpu_wait_s / waits,
-                  load_cpu_s=load_cpu, load_queued_s=(workers_runq_s / max(1, steps)
+                  load_cpu_s=load_cpu, load_queued_s=(workers_runq_s / waits
                                                       if workers and workers_runq_s is not None else None),
                   used_cpus=used, others_cpus=others, torch_threads=torch_threads)

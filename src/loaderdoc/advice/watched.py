@@ -45,6 +45,8 @@ class WatchedEpoch:
     proc_cpu_s: float | None = None
     workers_cpu_s: float | None = None
     workers_runq_s: float | None = None  # the workers' time runnable, waiting for a CPU
+    workers_cpu_first_s: float | None = None  # ... both by the epoch's first batch (their start-up)
+    workers_runq_first_s: float | None = None
     others_cpu_s: float | None = None
     torch_threads: int | None = None
 
@@ -115,10 +117,16 @@ class WatchEvidence:
             workers=self.workers, budget=budget, waits=self.waits, steps=sum(e.steps for e in epochs),
             steps_timed=sum(e.steps_timed for e in epochs), wait_s=self.wait_s, step_s=self.step_s,
             cpu_wait_s=sum(e.cpu_wait_s for e in epochs), cpu_step_s=sum(e.cpu_step_s for e in epochs),
-            workers_cpu_s=(sum(e.workers_cpu_s or 0.0 for e in epochs)
-                           if any(e.workers_cpu_s is not None for e in epochs) else None),
-            workers_runq_s=(sum(e.workers_runq_s or 0.0 for e in epochs)
-                            if any(e.workers_runq_s is not None for e in epochs) else None),
+            workers_cpu_s=_steady(epochs, "workers_cpu_s", "workers_cpu_first_s"),
+            workers_runq_s=_steady(epochs, "workers_runq_s", "workers_runq_first_s"),
             tree_cpu_s=tree, others_cpu_s=sum(others) if len(others) == len(ended) else None,
             cpu_wall_s=sum(e.wall_s for e in ended) if ended else None,
             torch_threads=max(threads) if threads else None)
+
+
+def _steady(epochs: list[WatchedEpoch], total: str, first: str) -> float | None:
+    """The workers' time past each epoch's first batch, summed (None: none recorded)."""
+    known = [e for e in epochs if getattr(e, total) is not None]
+    if not known:
+        return None
+    return sum(max(0.0, getattr(e, total) - (getattr(e, first) or 0.0)) for e in known)

@@ -158,6 +158,17 @@ def begin_epoch(recorder, epoch, iterator) -> None:
         pass
 
 
+def first_batch(recorder, epoch) -> None:
+    """The workers' CPU and run-queue time by the epoch's first batch: their start-up (imports,
+    the dataset copied in) and the first batches in flight, which the steady per-batch figures leave out."""
+    try:
+        if epoch.workers_cpu_s is not None:
+            recorder.cpu.settle()
+            epoch.workers_cpu_first, epoch.workers_runq_first = epoch.workers_cpu_s, epoch.workers_runq_s
+    except Exception:
+        pass
+
+
 def end_epoch(recorder, epoch) -> None:
     """The epoch's CPU accounting ends (once): its workers settled, this process's CPU time over
     the epoch, every process's busy time."""

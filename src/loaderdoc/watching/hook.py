@@ -12,8 +12,7 @@ float additions, no lock, no I/O): the first batch of an epoch (``first_batch_s`
 (``wait_s``) and the step since the previous batch (``step_s``; the one after the last batch counts
 when the epoch ends normally), each with this process's CPU time in it (:mod:`cpuacct`: the rest).
 
-Waits are kept as a bounded sample (every ``stride``-th one; the stride doubles when the sample
-is full) for p50/p95, so thousands of steps cost a few KiB. Beside it, from the first iteration on,
+Waits are kept as a bounded sample (every ``stride``-th one, doubling when full) for p50/p95. From the first iteration on,
 a sampler thread (:mod:`sampler`) reads memory, workers and ``/dev/shm`` every
 ``LOADERDOC_WATCH_INTERVAL`` seconds (longer where a tick would use more than
 ``LOADERDOC_WATCH_MAX_BUSY``, 1 %, of a core), and when the program itself initialised CUDA the data waits
@@ -76,7 +75,8 @@ class EpochRecord:
     __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
                  "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
                  "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
-                 "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s")
+                 "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
+                 "workers_cpu_first", "workers_runq_first")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -107,6 +107,8 @@ class EpochRecord:
         self.workers_cpu_s: float | None = None  # None: no worker processes (or none read)
         self.workers_cpu_at_end: float | None = None
         self.workers_runq_s: float | None = None  # the workers' time runnable but waiting for a CPU
+        self.workers_cpu_first: float | None = None  # ... both by the first batch: their start-up
+        self.workers_runq_first: float | None = None
         self.busy_start: float | None = None
         self.busy_s: float | None = None
         self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
@@ -138,6 +140,8 @@ class EpochRecord:
             "proc_cpu_s": self.proc_cpu_s,
             "workers_cpu_s": self.workers_cpu_s,
             "workers_runq_s": self.workers_runq_s,
+            "workers_cpu_first_s": self.workers_cpu_first,
+            "workers_runq_first_s": self.workers_runq_first,
             "others_cpu_s": cpuacct.others_cpu_s(self),
             "torch_threads": self.torch_threads,
         }
@@ -152,15 +156,16 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
-    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end")
+    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end", "_on_first")
 
-    def __init__(self, iterator, epoch: EpochRecord, on_end) -> None:
+    def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None) -> None:
         self._it = iterator
         self._next = iterator.__next__
         self._epoch = epoch
         self._returned: float | None = None  # when the previous batch was handed to the loop
         self._returned_cpu = 0.0  # this process's CPU time then
         self._on_end = on_end
+        self._on_first = on_first  # once an epoch, at its first batch: the workers' start-up is over
 
     def __iter__(self):
         return self
@@ -179,6 +184,8 @@ class WatchedIterator:
         returned = self._returned
         if returned is None:
             e.first_batch_s = t1 - e.started
+            if self._on_first is not None:
+                self._on_first(e)
         else:
             wait = t1 - t0
             e.step_s += t0 - returned
@@ -275,8 +282,8 @@ class Recorder:
         self.t0 = clock()  # the samples' and epochs' clock starts here
         self.loaders: list[LoaderRecord] = []
         self._by_id: dict[int, LoaderRecord] = {}
-        self.interval = interval if interval is not None else _env_positive(ENV_INTERVAL, DEFAULT_INTERVAL)
-        self.write_s = write_s if write_s is not None else _env_positive(ENV_WRITE_S, DEFAULT_WRITE_S)
+        self.interval = interval if interval is not None else procinfo.env_positive(ENV_INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL)
+        self.write_s = write_s if write_s is not None else procinfo.env_positive(ENV_WRITE_S, DEFAULT_WRITE_S, MIN_INTERVAL)
         self._sample = sample
         self._per_epoch = sample_per_epoch
         self.sampler = None  # created at the first iteration
@@ -304,7 +311,7 @@ class Recorder:
             self.epoch_ended(rec.epochs[-1])
         epoch = EpochRecord(len(rec.epochs), started)
         rec.epochs.append(epoch)
-        watched = WatchedIterator(iterator, epoch, self.epoch_ended)
+        watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch)
         if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
             cpuacct.begin_epoch(self, epoch, iterator)
             self._start_sampler()
@@ -319,7 +326,7 @@ class Recorder:
             return
         if self.sampler is None:
             self.sampler = sampler.Sampler(self, self.interval, self.write_s if self.directory else None,
-                                           max_busy=_env_positive(ENV_MAX_BUSY, sampler.MAX_BUSY, 0.001))
+                                           max_busy=procinfo.env_positive(ENV_MAX_BUSY, sampler.MAX_BUSY, 0.001))
         self.sampler.start()
 
     def to_dict(self) -> dict:
@@ -333,6 +340,10 @@ class Recorder:
                 "gpu": {"timing": gpuidle.CUDA_EVENTS if self.gpu is not None else gpuidle.UNAVAILABLE,
                         "reason": None if self.gpu is not None else self.gpu_reason},
                 "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)]}
+
+    def first_batch(self, epoch: EpochRecord) -> None:
+        if os.getpid() == self.pid:
+            cpuacct.first_batch(self, epoch)
 
     def epoch_ended(self, epoch: EpochRecord | None = None) -> None:
         if os.getpid() != self.pid:
@@ -393,20 +404,6 @@ class Recorder:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
-
-
-def _env_positive(name: str, default: float, floor: float = MIN_INTERVAL) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        _warn(f"{name}={raw!r} is not a positive number; using {default:g}")
-        return default
-    return max(value, floor)
 
 
 def patch(module, recorder: Recorder, applier=None) -> bool:

@@ -1,4 +1,5 @@
-"""Which process of a job the watch hook runs in: host, torchrun / SLURM rank variables, CPUs.
+"""Which process of a job the watch hook runs in (host, torchrun / SLURM rank variables, CPUs),
+and the hook's settings read from its environment.
 
 Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
 beside ``hook.py``.
@@ -6,6 +7,7 @@ beside ``hook.py``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -27,3 +29,20 @@ def process_info() -> dict:
     except (AttributeError, OSError):
         out["affinity_cpus"] = None
     return out
+
+
+def env_positive(name: str, default: float, floor: float) -> float:
+    """A positive number from the environment variable ``name`` (at least ``floor``), else ``default``
+    with one line on stderr."""
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"loaderdoc watch: {name}={raw!r} is not a positive number; using {default:g}\n")
+        return default
+    return max(value, floor)

@@ -136,7 +136,8 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
                            workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
                            cpu_wait_s=e.get("cpu_wait_s"), cpu_step_s=e.get("cpu_step_s"),
                            proc_cpu_s=e.get("proc_cpu_s"), workers_cpu_s=e.get("workers_cpu_s"),
-                           workers_runq_s=e.get("workers_runq_s"),
+                           workers_runq_s=e.get("workers_runq_s"), workers_cpu_first_s=e.get("workers_cpu_first_s"),
+                           workers_runq_first_s=e.get("workers_runq_first_s"),
                            others_cpu_s=e.get("others_cpu_s"), torch_threads=e.get("torch_threads"))
               for n, e in enumerate(entry["epochs"])]
     longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})

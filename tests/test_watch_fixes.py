@@ -1,0 +1,115 @@
+"""Issue 28's reproductions on real DataLoaders: one watched run's findings do not contradict each
+other, and the fixes they propose, applied with ``loaderdoc watch --apply``, converge.
+
+- A CPU-trained model: loading is CPU work (8 ms of CPU a sample, batch 4) and so is the step
+  (20 ms of CPU in the training process), on this machine's CPUs. The first run, without workers,
+  must name the shared CPUs and a ceiling within 25 % of what the applied run then measures.
+- An I/O-bound loop: 8 workers sleeping 8 ms a sample (batch 8) beside a 16 ms sleeping step. Its
+  1 ms hand-over of a ready batch is not starvation, and 8 workers that wait are no oversubscription.
+
+Each run takes a few seconds; the sequence stops at the first run that proposes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+LOOP = Path(__file__).resolve().parent / "watch_loops" / "cpu_bound.py"
+MAX_APPLICATIONS = 2
+NOISE = 0.15  # a fix may not make the run slower than this (repeated runs here differ by up to ~10 %)
+
+
+def watch_run(tmp_path: Path, n: int, loop_args: list[str], settings: dict | None) -> dict:
+    report = tmp_path / f"run{n}.json"
+    cmd = [sys.executable, "-m", "loaderdoc", "watch", "--report", str(report)]
+    if settings:
+        toml = tmp_path / f"apply{n}.toml"
+        toml.write_text("[dataloader]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+        cmd += ["--apply", str(toml)]
+    proc = subprocess.run([*cmd, "--", sys.executable, str(LOOP), *loop_args], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(report.read_text())
+
+
+def proposals(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["settings_change"]]
+
+
+def assert_one_truth(report: dict) -> None:
+    """No two findings of one report propose different values for one setting, and each proposal
+    states the gain it expects."""
+    values: dict[str, set] = {}
+    for f in proposals(report):
+        assert f["expected_gain"] is not None, (f["rule_id"], f["fix"])
+        for key, value in f["settings_change"].items():
+            values.setdefault(key, set()).add(json.dumps(value))
+    assert all(len(v) == 1 for v in values.values()), values
+
+
+def rate(report: dict) -> float:
+    (loader,) = report["loaders"]
+    return loader["cpu"]["rate_per_s"]
+
+
+def converge(tmp_path: Path, loop_args: list[str]) -> list[tuple[dict, dict]]:
+    """Watch, apply every proposed change, watch again, until a run proposes nothing; the
+    (settings applied, report) of each run."""
+    settings: dict = {}
+    runs = []
+    for n in range(MAX_APPLICATIONS + 1):
+        report = watch_run(tmp_path, n, loop_args, dict(settings))
+        assert_one_truth(report)
+        runs.append((dict(settings), report))
+        change = {k: v for f in proposals(report) for k, v in f["settings_change"].items()}
+        if not change:
+            return runs
+        for key, value in change.items():  # a fix is never undone by the next run's findings
+            earlier = [s[key] for s, _ in runs[:-1] if key in s]
+            assert value not in earlier, (key, value, earlier, [f["fix"] for f in proposals(report)])
+        settings.update(change)
+    pytest.fail(f"no fixed point after {MAX_APPLICATIONS} applications: {[s for s, _ in runs]}; "
+                f"still proposed: {[f['fix'] for f in proposals(runs[-1][1])]}")
+
+
+def test_a_cpu_trained_loop_converges_and_its_ceiling_holds(tmp_path):
+    runs = converge(tmp_path, ["--workers", "0", "--steps", "40", "--epochs", "2"])
+    first = runs[0][1]
+    rules = {f["rule_id"] for f in first["findings"]}
+    assert {"watch-data-starved", "watch-cpu-shared"} <= rules, rules
+    shared = next(f for f in first["findings"] if f["rule_id"] == "watch-cpu-shared")
+    assert "share 2 CPUs" in shared["symptom"] or "share" in shared["symptom"], shared["symptom"]
+    starved = next(f for f in first["findings"] if f["rule_id"] == "watch-data-starved")
+    # loading is CPU work: no more workers than the CPUs, and a gain the CPUs can give
+    assert starved["settings_change"]["num_workers"] <= 2
+    (loader,) = first["loaders"]
+    ceiling = loader["cpu"]["ceiling_per_s"]
+    assert loader["cpu"]["load_is_cpu"] and loader["cpu"]["step_is_cpu"]
+    assert starved["expected_gain"] * rate(first) <= ceiling * 1.001
+    assert len(runs) >= 2, "the starved run proposed nothing"
+    applied = runs[1][1]
+    assert applied["loaders"][0]["settings"]["num_workers"] == starved["settings_change"]["num_workers"]
+    measured = rate(applied)
+    assert abs(ceiling / measured - 1) <= 0.25, (ceiling, measured)
+    for (_, before), (_, after) in zip(runs, runs[1:], strict=False):
+        assert rate(after) >= (1 - NOISE) * rate(before), [rate(r) for _, r in runs]
+
+
+def test_an_io_bound_loop_is_neither_oversubscribed_nor_starved_by_its_hand_over(tmp_path):
+    runs = converge(tmp_path, ["--io", "--workers", "8", "--batch-size", "8", "--load-ms", "8",
+                               "--step-ms", "16", "--steps", "60", "--epochs", "2"])
+    for _, report in runs:
+        rules = {f["rule_id"] for f in report["findings"]}
+        assert "cpu-oversubscribed" not in rules and "watch-data-starved" not in rules, rules
+        assert "watch-loader-healthy" in rules
+        (loader,) = report["loaders"]
+        assert not loader["cpu"]["load_is_cpu"]  # the CPUs may be busy with other processes' work
+    # the only change a run may ask for is keeping the 8 workers alive between epochs
+    assert all(set(s) <= {"persistent_workers"} for s, _ in runs)

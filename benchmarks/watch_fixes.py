@@ -39,9 +39,19 @@ torchvision) for every other program there; the loops import it through
 ``benchmarks/torchvision_pipeline.import_torchvision``, which copes. The first run generates the
 images (about 15 s, see ``watch_loops/_common.py``).
 
-Measured on the 2-core dev VM (torch 2.13 CPU, lightning 2.6), steady steps/s, one run each
-(this VM's speed drifts by 2-4x between minutes: repeat before believing a gain):
-    TIMINGS_PLACEHOLDER
+Measured on the 2-core dev VM (torch 2.13 CPU, lightning 2.6), steady steps/s, one run each of
+plain ``python`` / under ``loaderdoc watch``, the worker count edited into a copy of the script
+(2026-11-24, while another session's tests shared the machine for part of it: the CPU loops'
+rates swung 2-3x between minutes, e.g. cpu_cnn at 0 workers gave 7.2, 3.6, 2.5 and 6.8 plain
+within half an hour; the sleep-bound io_bound did not move; repeat before believing a gain):
+    cpu_cnn        0 workers 2.45 / 3.53 (quiet minutes: 6.7-7.2 / 6.7-6.8); 2: 5.9 / 6.9; 3: 3.4 / 6.5
+    io_bound       8 workers 58.7 / 58.4; 4: 58.8 / 58.8; 2: 30.4 / 30.4; 1: 15.2 / 15.2
+    lightning_fit  0 workers 7.6 / 7.7 (both loaders); 2: 7.0 / 7.0
+What watch proposed then: cpu_cnn at 0 workers num_workers=2 once, 1 in both dry-run repeats
+(watch-data-starved; the size depends on the measured wait); at 3, num_workers=1
+(cpu-oversubscribed). io_bound at 8 or 4 workers num_workers=1 (cpu-oversubscribed: a 4x slowdown
+for this sleep-bound load), at 2 or 1 num_workers=5 (watch-data-starved): a cycle once applied.
+lightning_fit at 0: watch-data-starved for both loaders (val 4, train 1); 2 workers gained nothing.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -84,19 +95,24 @@ def steady_rate(report: dict[str, Any]) -> float | None:
 
 
 def proposals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The findings that propose a settings change, most severe first (the report's order)."""
+    """The findings that propose a settings change: the train loader's first (the rate measured
+    is its rate, and a ``[dataloader]`` table sets every loader), then the report's order (most
+    severe first). A finding names its loader only in its symptom ("loader 2 (DataLoader, ...")."""
     out = []
+    train = (train_loader(report) or {}).get("loader")
     for f in report.get("findings") or []:
         if f.get("settings_change"):
             gain = f.get("expected_gain")
+            named = re.match(r"loader (\d+)\b", f.get("symptom") or "")
             out.append({"rule_id": f.get("rule_id"), "severity": f.get("severity"),
+                        "loader": int(named.group(1)) if named else None,
                         "symptom": f.get("symptom"), "settings_change": dict(f["settings_change"]),
                         "expected_gain": float(gain) if isinstance(gain, (int, float)) else None})
-    return out
+    return sorted(out, key=lambda p: p["loader"] != train or train is None)  # stable: keeps severity order
 
 
 def merged_change(props: list[dict[str, Any]]) -> dict[str, Any]:
-    """One change from several findings: per key, the first (most severe) finding's value."""
+    """One change from several findings: per key, the first finding's value (see proposals)."""
     change: dict[str, Any] = {}
     for p in props:
         for key, value in p["settings_change"].items():
@@ -225,7 +241,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     rows = [head]
     for loop, res in results.items():
         for r in res["rounds"]:
-            rules = ", ".join(f"{p['rule_id']}: {_kv(p['settings_change'])}" for p in r["findings"])
+            rules = ", ".join(f"{p['rule_id']}" + (f" (loader {p['loader']})" if p.get("loader") else "")
+                              + f": {_kv(p['settings_change'])}" for p in r["findings"])
             seen = r["settings_seen"]
             note = "" if not r["settings"] or all(seen) else " (NOT applied)"
             rows.append((loop, str(r["round"]), _kv(r["settings"]) + note,

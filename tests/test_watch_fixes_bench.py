@@ -37,6 +37,13 @@ def test_changes_merge_most_severe_first_and_gain_multiplies():
     assert wf.expected_gain(wf.proposals(report(10, 1, 1, finding("a", {"num_workers": 2}))), {"num_workers": 2}) is None
 
 
+def test_the_train_loaders_finding_comes_first():
+    props = wf.proposals(report(10, 1, 1, finding("starved", {"num_workers": 4}) | {"symptom": "loader 1 (val) is starved"},
+                                finding("starved", {"num_workers": 1}) | {"symptom": "loader 2 (train) is starved"}))
+    assert [p["loader"] for p in props] == [2, 1]
+    assert wf.merged_change(props) == {"num_workers": 1}
+
+
 def test_repeats_that_disagree_take_the_majority():
     assert wf.pick_change([{"num_workers": 3}, {"num_workers": 2}, {"num_workers": 2}]) == {"num_workers": 2}
     assert wf.pick_change([{"num_workers": 3}, {"num_workers": 2}]) == {"num_workers": 3}

@@ -24,7 +24,7 @@ WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATC
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.usage = ("loaderdoc watch [--report FILE] [--json] [--apply FILE] -- COMMAND [ARGS...]\n"
+    parser.usage = ("loaderdoc watch [--report FILE] [--json] [--apply FILE] [--fixes FILE] -- COMMAND [ARGS...]\n"
                     "       loaderdoc watch --merge REPORT [REPORT ...] [--report FILE] [--json]")
     parser.epilog = (
         "exit code: the command's own (128+N when signal N killed it), so a job script acts on it as before;\n"
@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc watch -- python train.py --lr 3e-4\n"
         "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
         "  loaderdoc watch --apply fast.toml -- python train.py  (run with the settings 'loaderdoc --export fast.toml' chose)\n"
+        "  loaderdoc watch --fixes next.toml -- python train.py  (the changes the findings propose, per loader)\n"
+        "  loaderdoc watch --apply next.toml --fixes next2.toml -- python train.py  (try them; again until none)\n"
         "  kill -USR1 <pid of loaderdoc watch>  (findings so far on stderr, and in FILE with --report)\n"
         "  loaderdoc watch --merge node0.json node1.json --report job.json  (one report for a job's nodes)\n"
     )
@@ -54,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "persistent_workers, pin_memory, in_order, timeout, multiprocessing_context; never "
                              "batch_size, shuffle or drop_last), per loader where FILE names train/val/test; "
                              "no code change")
+    parser.add_argument("--fixes", metavar="FILE",
+                        help="write the settings to try next as a file --apply reads (TOML, per loader: what --apply "
+                             "set plus the changes the findings propose); not written when nothing is to change")
     parser.add_argument("--merge", nargs="+", metavar="REPORT",
                         help="instead of running a command: merge the reports each node's watch wrote into one "
                              "(every rank in one table, stragglers across the job)")
@@ -238,6 +243,9 @@ def run(args: argparse.Namespace) -> int:
     target = Path(args.report) if args.report else None
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
+    fixes = Path(args.fixes) if args.fixes else None
+    if fixes is not None:
+        check_writable(fixes, force=True)
     plan = None
     if args.apply is not None:  # read before the command runs: a bad file runs nothing
         from loaderdoc.watching.apply_file import plan_from_file
@@ -254,7 +262,31 @@ def run(args: argparse.Namespace) -> int:
             report = watch.report(code)
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
-        return _finish(report, code, target, as_json=args.json)
+        code = _finish(report, code, target, as_json=args.json)
+        return _write_fixes(report, fixes, code) if fixes is not None else code
+
+
+def _write_fixes(report: dict, target, code: int) -> int:
+    """--fixes: the next settings to try, or one line saying why there are none; the exit code."""
+    from loaderdoc.errors import EXIT_USAGE, UserError
+    from loaderdoc.safe_write import write_text
+    from loaderdoc.watching.fixes import fix_tables, fixes_toml
+
+    tables, notes = fix_tables(report)
+    if not tables:
+        why = "; ".join(notes) or "nothing to change"
+        print(f"loaderdoc watch: --fixes {target} not written: {why}, and --apply set nothing", file=sys.stderr)
+        return code
+    try:
+        write_text(target, fixes_toml(report, tables, notes), force=True)
+    except UserError as err:  # the run happened: say so, keep a failing child's code
+        print(f"loaderdoc: error: {err}", file=sys.stderr)
+        return code or EXIT_USAGE
+    proposed = any(e.get("proposed") for e in report.get("loaders") or [])
+    print(f"loaderdoc watch: --fixes {target}: " + (
+        "the settings to try next ('loaderdoc watch --apply' it)" if proposed else
+        "no finding proposes a change (a fixed point): it holds the settings this run used"), file=sys.stderr)
+    return code
 
 
 def merge(args: argparse.Namespace) -> int:
@@ -269,8 +301,8 @@ def merge(args: argparse.Namespace) -> int:
 
     if [a for a in args.watched or [] if a != "--"]:
         raise UserError("watch: give a command to run or --merge REPORT ..., not both")
-    if args.apply is not None:
-        raise UserError("watch: --apply goes with a command to run, not with --merge")
+    if args.apply is not None or args.fixes is not None:
+        raise UserError("watch: --apply and --fixes go with a command to run, not with --merge")
     target = Path(args.report) if args.report else None
     if target is not None:
         check_writable(target, force=True)

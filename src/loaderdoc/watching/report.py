@@ -13,6 +13,7 @@ are in :mod:`loaderdoc.advice.watched`.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -106,6 +107,8 @@ def loader_entry(raw: dict[str, Any], records: dict[str, Any] | None = None) -> 
         },
         "timeline": timeline(records.get("samples") or [], raw.get("loader")),
         "judged": waits >= MIN_STEPS,
+        "cpu": None,  # the CPU accounting and what the findings propose, once judged
+        "proposed": None,
     }
 
 
@@ -261,6 +264,25 @@ def cpu_entry(use) -> dict[str, Any] | None:
             "saturated": use.saturated, "rate_per_s": use.rate, "ceiling_per_s": use.ceiling}
 
 
+def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
+    """What one loader's findings propose, as one change: per setting the most severe finding's
+    value (one truth: a report's findings never propose two values for one setting), the rules, and
+    the gain expected (the product of theirs; None where one did not say). None: nothing proposed."""
+    change: dict[str, Any] = {}
+    rules, gains = [], []
+    for f in sorted(findings, key=lambda f: -f.rank):
+        if not f.settings_change:
+            continue
+        for key, value in f.settings_change.items():
+            change.setdefault(key, value)
+        rules.append(f.rule_id)
+        gains.append(f.expected_gain)
+    if not change:
+        return None
+    gain = None if any(g is None for g in gains) else math.prod(gains)
+    return {"change": change, "rules": rules, "expected_gain": gain}
+
+
 def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts,
           ranks: list[dict[str, Any]] | None = None) -> list[Finding]:
     """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
@@ -280,7 +302,9 @@ def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], fact
         entry["cpu"] = cpu_entry(watch.cpu_use(budget))
         if (entry.get("pid"), entry.get("loader")) in trains:
             watch.rank, watch.job = entry.get("rank"), job
-        for f in evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True):
+        fired = evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True)
+        entry["proposed"] = proposed_change(fired)
+        for f in fired:
             if (f.rule_id, f.symptom) in seen:
                 continue
             seen.add((f.rule_id, f.symptom))

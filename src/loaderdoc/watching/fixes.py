@@ -1,0 +1,78 @@
+"""``loaderdoc watch --fixes FILE``: the settings a watched run's findings propose, per loader, as a
+file the next ``loaderdoc watch --apply FILE`` reads, so a fix is tried on the real job without a
+code change and the loop watch -> apply -> watch can run until nothing more is proposed.
+
+Each loader's table holds what ``--apply`` set on it in this run (kept) and the change its findings
+propose (``report["loaders"][i]["proposed"]``). Loaders are tables by their role: ``[dataloader]``
+(every loader) where the run's loaders have no role, ``[train_dataloader]``, ``[val_dataloader]``,
+``[test_dataloader]`` (mmengine's names, which ``--apply`` reads) where a framework built them. Of
+several loaders of one role (the ranks of a job, or two unnamed loaders) the one with the most
+waited batches speaks: the training loop's. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaderdoc.watching.apply import WORKER_ONLY, table_key
+
+TABLE_OF_ROLE = {"": "dataloader", "train": "train_dataloader", "val": "val_dataloader",
+                 "test": "test_dataloader"}
+
+
+def fix_tables(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """(table name -> settings) for the next run, and notes on what could not be put in a table."""
+    tables: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    proposed_any = False
+    for entry in sorted(report.get("loaders") or [], key=lambda e: -(e.get("totals") or {}).get("waits", 0)):
+        role = table_key(entry.get("role")) or ""
+        name = TABLE_OF_ROLE.get(role)
+        change = (entry.get("proposed") or {}).get("change") or {}
+        proposed_any = proposed_any or bool(change)
+        if name is None:
+            if change:
+                notes.append(f"the {role} loader's change ({_kv(change)}) has no table --apply reads; set it in the code")
+            continue
+        if name in tables:
+            continue  # another rank's loader of this role, or a second unnamed loader
+        ran = entry.get("settings") or {}
+        table = {k: ran[k] for k in entry.get("applied") or [] if ran.get(k) is not None}
+        table.update({k: v for k, v in change.items() if v is not None})
+        if not table.get("num_workers"):
+            for key in WORKER_ONLY:
+                table.pop(key, None)
+        if table:
+            tables[name] = table
+    if "dataloader" in tables and len(tables) > 1:  # --apply reads either layout, never both in one file
+        notes.append(f"the unnamed loaders' settings ({_kv(tables.pop('dataloader'))}) are left out beside "
+                     "the named loaders' tables")
+    if not proposed_any:
+        notes.insert(0, "no finding proposes a change")
+    return tables, notes
+
+
+def fixes_toml(report: dict[str, Any], tables: dict[str, dict[str, Any]], notes: list[str]) -> str:
+    """The tables as TOML, with a header saying where they came from and how to use them."""
+    import shlex
+
+    import tomli_w
+
+    command = shlex.join(report.get("command") or ["python", "train.py"])
+    head = ["loaderdoc watch --fixes: the DataLoader settings to try next, from the run of",
+            f"  {command}",
+            "what --apply set in that run, plus the changes its findings propose; try them with",
+            f"  loaderdoc watch --apply THIS_FILE --fixes NEXT_FILE -- {command}"]
+    for entry in report.get("loaders") or []:
+        proposed = entry.get("proposed")
+        if proposed:
+            gain = proposed.get("expected_gain")
+            head.append(f"{entry.get('role') or 'loader ' + str(entry.get('loader'))}: {_kv(proposed['change'])} "
+                        f"({', '.join(proposed['rules'])}"
+                        + (f"; expected {gain:.2f}x the steps/s measured)" if gain is not None else ")"))
+    head += notes
+    return "".join(f"# {line}\n" for line in head) + "\n" + tomli_w.dumps(tables)
+
+
+def _kv(change: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in change.items())

@@ -1,25 +1,33 @@
 """Do `loaderdoc watch`'s proposed fixes pay off? (issue 28) Each of three real training loops
-runs under ``loaderdoc watch --report``; the findings that propose a DataLoader change
-(``settings_change``) are written to a settings file and the loop runs again under
-``loaderdoc watch --apply FILE``, until no finding proposes anything new (a fixed point) or
-``--max-applications`` (3) changes were applied. Every configuration runs ``--repeats`` (2) times
-to show the noise.
+runs under ``loaderdoc watch --report R.json --fixes NEXT.toml``: watch writes NEXT.toml itself,
+per loader role, what ``--apply`` set in that run plus the change that loader's findings propose
+(``[dataloader]`` for unnamed loaders, ``[train_dataloader]``, ``[val_dataloader]``... where
+Lightning or Hugging Face built them). The next round runs the loop under ``loaderdoc watch --apply
+NEXT.toml --fixes NEXT2.toml``, and so on, until watch proposes nothing beyond what was applied (a
+fixed point), a cycle, or ``--max-applications`` (3) rounds applied a file. Every configuration
+runs ``--repeats`` (2) times to show the noise.
 
     PYTHONPATH=src:TVSITE python benchmarks/watch_fixes.py [--dry-run] [--repeats 2]
         [--loops cpu_cnn,io_bound,lightning_fit] [--steps N] [--max-applications 3]
 
-``--dry-run``: no ``--apply``, one round per loop (what watch proposes, and the expected gain
-where a finding gives one); it works with any watch. Without it the driver first checks that
-``loaderdoc watch --help`` lists ``--apply`` and stops with a message where it does not.
+``--dry-run``: one round per loop, nothing applied (what watch proposes, and the gain it expects).
+The driver needs a watch with ``--apply`` and ``--fixes`` (it stops with a message where
+``loaderdoc watch --help`` lists them not).
 
-Read from each report: the train loader (the one with the most waited batches) gives the steady
-rate, ``waits / (wait_s + step_s)`` of its totals (an epoch's first batch is start-up, not
-steady). The findings give ``settings_change`` and, where a finding has one, ``expected_gain``
-(a ratio, e.g. 1.25; None until watch writes it). When several findings propose a change, the
-most severe one's value wins per key; when repeats disagree, the change most repeats proposed is
-taken. Measured gain: the next round's mean rate over this round's. A change that proposes a
-configuration already tried is a cycle, and the run stops there. The settings file is a
-``[dataloader]`` table (every loader of the script gets it).
+Read from each repeat's report: the train loader (role "train", else the one with the most waited
+batches) gives the steady rate, ``waits / (wait_s + step_s)`` of its totals (an epoch's first batch
+is start-up, not steady), and its CPU ceiling (``cpu.ceiling_per_s``: the steps/s these CPUs allow
+at most). Each loader's ``proposed`` gives its change, the rules behind it and the gain expected
+(a ratio, e.g. 1.25; the train loader's is the round's expected gain). The next round's tables are
+``loaderdoc.watching.fixes.fix_tables(report)``, the tables watch wrote to that repeat's
+``--fixes`` file (the driver checks the two agree); when repeats disagree, the tables most repeats
+wrote are taken (ties: the earliest repeat's), and that repeat's file is the next ``--apply``.
+Measured gain: the next round's mean rate over this round's. Tables are compared less what the
+script sets itself (a value every loader of the table ran with in round 0): tables equal to the
+applied ones are a fixed point, tables already applied in an earlier round (round 0: none) a
+cycle, and the run stops there. Each applied table is checked against the settings its loaders
+ran with (``[dataloader]``: every loader; ``[train_dataloader]``: the train loaders...); a round
+whose loaders did not run with them stops the loop (``not-applied``): its rate says nothing.
 
 The table is printed and saved as JSON in ``benchmarks/results/watch_fixes-<timestamp>.json``.
 Not a pass/fail test; ``tests/test_watch_fixes_bench.py`` checks the table logic on fake reports.
@@ -47,41 +55,55 @@ within half an hour; the sleep-bound io_bound did not move; repeat before believ
     cpu_cnn        0 workers 2.45 / 3.53 (quiet minutes: 6.7-7.2 / 6.7-6.8); 2: 5.9 / 6.9; 3: 3.4 / 6.5
     io_bound       8 workers 58.7 / 58.4; 4: 58.8 / 58.8; 2: 30.4 / 30.4; 1: 15.2 / 15.2
     lightning_fit  0 workers 7.6 / 7.7 (both loaders); 2: 7.0 / 7.0
-What watch proposed then: cpu_cnn at 0 workers num_workers=2 once, 1 in both dry-run repeats
-(watch-data-starved; the size depends on the measured wait); at 3, num_workers=1
-(cpu-oversubscribed). io_bound at 8 or 4 workers num_workers=1 (cpu-oversubscribed: a 4x slowdown
-for this sleep-bound load), at 2 or 1 num_workers=5 (watch-data-starved): a cycle once applied.
-lightning_fit at 0: watch-data-starved for both loaders (val 4, train 1); 2 workers gained nothing.
+
+What watch proposed before issue 28's CPU accounting (commit 5c611c1): cpu_cnn at 0 workers
+num_workers=2 once, 1 in both dry-run repeats (watch-data-starved; the size depends on the
+measured wait); at 3, num_workers=1 (cpu-oversubscribed). io_bound at 8 or 4 workers
+num_workers=1 (cpu-oversubscribed: a 4x slowdown for this sleep-bound load), at 2 or 1
+num_workers=5 (watch-data-starved): a cycle once applied. lightning_fit at 0: watch-data-starved
+for both loaders (val 4, train 1); 2 workers gained nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from loaderdoc._compat import tomllib
+from loaderdoc.watching.apply import table_key
+from loaderdoc.watching.fixes import TABLE_OF_ROLE, fix_tables
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPS_DIR = REPO / "benchmarks" / "watch_loops"
 RESULTS = REPO / "benchmarks" / "results"
 LOOPS = ("cpu_cnn", "io_bound", "lightning_fit")
 
+Tables = dict[str, dict[str, Any]]  # table name ("dataloader", "train_dataloader", ...) -> settings
+Repeat = tuple[dict[str, Any], str | None]  # a repeat's report, and the --fixes file it wrote (None: none)
+
 
 # ---- reading reports (pure) ---------------------------------------------------------------------
+def _waits(entry: dict[str, Any]) -> int:
+    return (entry.get("totals") or {}).get("waits", 0)
+
+
 def train_loader(report: dict[str, Any]) -> dict[str, Any] | None:
-    """The loader with the most waited batches: the training loop's, not validation's."""
+    """The training loop's loader: the train role's where a framework named it, else the one with
+    the most waited batches (not validation's)."""
     loaders = report.get("loaders") or []
-    return max(loaders, key=lambda entry: entry["totals"].get("waits", 0), default=None)
+    trains = [e for e in loaders if table_key(e.get("role")) == "train"] or loaders
+    return max(trains, key=_waits, default=None)
 
 
 def steady_rate(report: dict[str, Any]) -> float | None:
@@ -94,132 +116,143 @@ def steady_rate(report: dict[str, Any]) -> float | None:
     return t.get("waits", 0) / seconds if seconds > 0 and t.get("waits") else None
 
 
+def cpu_ceiling(report: dict[str, Any]) -> float | None:
+    """The train loader's CPU ceiling: the steps/s these CPUs allow at most (None: not accounted)."""
+    value = ((train_loader(report) or {}).get("cpu") or {}).get("ceiling_per_s")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def proposals(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The findings that propose a settings change: the train loader's first (the rate measured
-    is its rate, and a ``[dataloader]`` table sets every loader), then the report's order (most
-    severe first). A finding names its loader only in its symptom ("loader 2 (DataLoader, ...")."""
+    """What each loader's findings propose (its entry's ``proposed``): the train loader's first,
+    then the report's order."""
+    train = train_loader(report)
     out = []
-    train = (train_loader(report) or {}).get("loader")
-    for f in report.get("findings") or []:
-        if f.get("settings_change"):
-            gain = f.get("expected_gain")
-            named = re.match(r"loader (\d+)\b", f.get("symptom") or "")
-            out.append({"rule_id": f.get("rule_id"), "severity": f.get("severity"),
-                        "loader": int(named.group(1)) if named else None,
-                        "symptom": f.get("symptom"), "settings_change": dict(f["settings_change"]),
+    for entry in report.get("loaders") or []:
+        proposed = entry.get("proposed") or {}
+        if proposed.get("change"):
+            gain = proposed.get("expected_gain")
+            out.append({"loader": entry.get("loader"), "role": entry.get("role"), "train": entry is train,
+                        "change": dict(proposed["change"]), "rules": list(proposed.get("rules") or []),
                         "expected_gain": float(gain) if isinstance(gain, (int, float)) else None})
-    return sorted(out, key=lambda p: p["loader"] != train or train is None)  # stable: keeps severity order
+    return sorted(out, key=lambda p: not p["train"])  # stable: keeps the report's order
 
 
-def merged_change(props: list[dict[str, Any]]) -> dict[str, Any]:
-    """One change from several findings: per key, the first finding's value (see proposals)."""
-    change: dict[str, Any] = {}
-    for p in props:
-        for key, value in p["settings_change"].items():
-            change.setdefault(key, value)
-    return change
+def expected_gain(props: list[dict[str, Any]]) -> float | None:
+    """The gain the train loader's findings expect (None: none proposed, or no gain given)."""
+    return next((p["expected_gain"] for p in props if p["train"]), None)
 
 
-def pick_change(changes: list[dict[str, Any]]) -> dict[str, Any]:
-    """The change most repeats proposed (ties: the earliest repeat's), so one noisy repeat does
-    not steer the next round."""
-    if not changes:
-        return {}
-    keys = [json.dumps(c, sort_keys=True) for c in changes]
+def table_of(entry: dict[str, Any]) -> str | None:
+    """The role table a loader reads (None: a role no table names, e.g. predict)."""
+    return TABLE_OF_ROLE.get(table_key(entry.get("role")) or "")
+
+
+def applies_to(name: str, entry: dict[str, Any]) -> bool:
+    """Whether --apply gives table ``name`` to the loader: ``[dataloader]`` goes to every loader."""
+    return name == "dataloader" or table_of(entry) == name
+
+
+def pick_tables(candidates: list[Tables]) -> tuple[Tables, int]:
+    """The tables most repeats wrote (ties: the earliest repeat's), so one noisy repeat does not
+    steer the next round, and the first repeat that wrote them (-1: no repeats)."""
+    if not candidates:
+        return {}, -1
+    keys = [json.dumps(c, sort_keys=True) for c in candidates]
     best = max(Counter(keys).items(), key=lambda kv: (kv[1], -keys.index(kv[0])))[0]
-    return changes[keys.index(best)]
+    return candidates[keys.index(best)], keys.index(best)
 
 
-def expected_gain(props: list[dict[str, Any]], change: dict[str, Any]) -> float | None:
-    """The product of the expected gains of the findings whose whole change is being applied
-    (None when none of them gives one)."""
-    gains = [p["expected_gain"] for p in props if p["expected_gain"] is not None
-             and all(change.get(k) == v for k, v in p["settings_change"].items())]
-    return math.prod(gains) if gains else None
+def normalized(tables: Tables, base: dict[str, Any] | None) -> Tables:
+    """``tables`` less what the script sets itself: a value every loader the table applies to ran
+    with in ``base`` (round 0's report, nothing applied), and the tables that leaves empty; so
+    proposing what the script already has is nothing new."""
+    loaders = (base or {}).get("loaders") or []
+    out: Tables = {}
+    for name, table in tables.items():
+        ran = [e.get("settings") or {} for e in loaders if applies_to(name, e)]
+        kept = {k: v for k, v in table.items() if not ran or any(s.get(k) != v for s in ran)}
+        if kept:
+            out[name] = kept
+    return out
 
 
-def next_settings(applied: dict[str, Any], change: dict[str, Any],
-                  base: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The settings for the next round, or None when the change adds nothing (a fixed point).
-    ``base``: the script's own settings (round 0's loader), so proposing a value the script
-    already has is nothing new either."""
-    base = base or {}
-    new = {**applied, **change}
-    return None if {**base, **new} == {**base, **applied} else new
-
-
-def settings_seen(report: dict[str, Any], applied: dict[str, Any]) -> bool | None:
-    """Whether the train loader ran with the applied settings (None: nothing was applied)."""
-    if not applied:
+def settings_seen(report: dict[str, Any], tables: Tables) -> bool | None:
+    """Whether every loader an applied table goes to ran with its values (None: nothing applied;
+    False too where no loader of the table's role ran)."""
+    if not tables:
         return None
-    entry = train_loader(report) or {}
-    used = entry.get("settings") or {}
-    return all(used.get(k) == v for k, v in applied.items())
-
-
-def to_toml(settings: dict[str, Any]) -> str:
-    """A ``[dataloader]`` table (what ``loaderdoc export`` writes; every loader gets it)."""
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if v is None:
-            return '"none"'  # TOML has no null: the export spells an unset value "none"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        return json.dumps(str(v))
-    return "[dataloader]\n" + "".join(f"{k} = {value(v)}\n" for k, v in sorted(settings.items()))
+    loaders = report.get("loaders") or []
+    for name, table in tables.items():
+        ran = [e.get("settings") or {} for e in loaders if applies_to(name, e)]
+        if not ran or any(s.get(k) != v for s in ran for k, v in table.items()):
+            return False
+    return True
 
 
 # ---- one loop's rounds (pure given the runner) --------------------------------------------------
-def round_entry(index: int, applied: dict[str, Any], reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """One configuration's repeats: rates, what each proposed, the change taken."""
-    props = [proposals(r) for r in reports]
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def round_entry(index: int, applied: Tables, reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's repeats: rates, CPU ceilings, what each loader proposed, the next tables."""
+    by_repeat = [fix_tables(r)[0] for r in reports]
+    chosen, which = pick_tables(by_repeat)
+    props = proposals(reports[which]) if reports else []
     rates = [steady_rate(r) for r in reports]
-    known = [r for r in rates if r is not None]
-    change = pick_change([merged_change(p) for p in props])
-    chosen = next((p for p, r in zip(props, reports, strict=True) if merged_change(p) == change), [])
-    return {"round": index, "settings": dict(applied), "rates": rates,
-            "mean_rate": statistics.fmean(known) if known else None,
+    ceilings = [cpu_ceiling(r) for r in reports]
+    return {"round": index, "tables": applied, "rates": rates, "mean_rate": _mean(rates),
+            "ceilings": ceilings, "ceiling": _mean(ceilings),
+            "train_cpu": [(train_loader(r) or {}).get("cpu") for r in reports],
             "settings_seen": [settings_seen(r, applied) for r in reports],
-            "findings": chosen, "proposed_by_repeat": [merged_change(p) for p in props],
-            "change": change, "expected_gain": expected_gain(chosen, change), "measured_gain": None}
+            "proposals": props, "tables_by_repeat": by_repeat, "next_tables": chosen, "chosen_repeat": which,
+            "expected_gain": expected_gain(props), "measured_gain": None}
 
 
-def iterate(run, max_applications: int, dry_run: bool = False) -> dict[str, Any]:
-    """Rounds until a fixed point, a cycle, a failure or ``max_applications`` changes.
-    ``run(settings) -> list of reports`` (one per repeat; raises RuntimeError on a failed run)."""
+def iterate(run: Callable[[Tables, str | None], list[Repeat]], max_applications: int,
+            dry_run: bool = False) -> dict[str, Any]:
+    """Rounds until a fixed point, a cycle, a failure or ``max_applications`` applied files.
+    ``run(tables, apply_file) -> [(report, fixes_file or None), ...]``, one per repeat: the loop
+    under ``watch --apply apply_file`` (None in round 0), whose tables are ``tables``; raises
+    RuntimeError on a failed run."""
     rounds: list[dict[str, Any]] = []
-    applied: dict[str, Any] = {}
-    base: dict[str, Any] = {}  # the script's own settings, as round 0's train loader ran
-    tried: list[dict[str, Any]] = []
+    applied: Tables = {}
+    apply_file: str | None = None
+    base: dict[str, Any] | None = None  # round 0's report: the script's own settings
+    tried: list[Tables] = [{}]  # normalized: round 0 applies nothing
     outcome = "max-applications"
     while True:
         try:
-            reports = run(applied)
+            repeats = run(applied, apply_file)
         except RuntimeError as exc:
             outcome = f"failed: {exc}"
             break
-        if not rounds:
-            base = dict((train_loader(reports[0]) or {}).get("settings") or {}) if reports else {}
-            tried.append(base)
+        reports = [report for report, _ in repeats]
+        if base is None:
+            base = reports[0] if reports else {}
         rounds.append(round_entry(len(rounds), applied, reports))
         if not all(seen is not False for seen in rounds[-1]["settings_seen"]):
-            outcome = "not-applied"  # the loader ran without the settings: its rate says nothing
+            outcome = "not-applied"  # the loaders ran without the tables: the rate says nothing
             break
-        new = next_settings(applied, rounds[-1]["change"], base)
-        if new is None:
+        chosen = rounds[-1]["next_tables"]
+        if normalized(chosen, base) == normalized(applied, base):
             outcome = "fixed-point"
             break
         if dry_run:
             outcome = "dry-run"
             break
-        if {**base, **new} in tried:
+        if normalized(chosen, base) in tried:
             outcome = "cycle"  # back to a configuration already measured
             break
         if len(rounds) > max_applications:
             break
-        applied = new
-        tried.append({**base, **new})
+        apply_file = repeats[rounds[-1]["chosen_repeat"]][1]
+        if apply_file is None:
+            outcome = "failed: the repeat whose tables were taken wrote no --fixes file"
+            break
+        applied = chosen
+        tried.append(normalized(chosen, base))
     for this, after in zip(rounds, rounds[1:], strict=False):
         if this["mean_rate"] and after["mean_rate"] is not None:
             this["measured_gain"] = after["mean_rate"] / this["mean_rate"]
@@ -233,23 +266,33 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
 
 
 def _kv(d: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(d.items())) or "(script's own)"
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items()))
+
+
+def tables_text(tables: Tables) -> str:
+    """``train: num_workers=2; val: num_workers=1`` (``all``: the [dataloader] table)."""
+    def short(name: str) -> str:
+        return "all" if name == "dataloader" else name.removesuffix("_dataloader")
+    return "; ".join(f"{short(n)}: {_kv(t)}" for n, t in sorted(tables.items())) or "(script's own)"
+
+
+def proposals_text(props: list[dict[str, Any]]) -> str:
+    """``train: num_workers=1 (watch-data-starved)``; a loader without a role by its number."""
+    return "; ".join(f"{p['role'] or 'loader ' + str(p['loader'])}: {_kv(p['change'])}"
+                     + (f" ({', '.join(p['rules'])})" if p["rules"] else "") for p in props) or "none"
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
-    head = ("loop", "round", "settings", "steps/s (each repeat)", "proposed change (finding)", "expected", "measured")
+    head = ("loop", "round", "applied", "steps/s (each repeat)", "CPU ceiling", "proposed (per loader)",
+            "expected", "measured")
     rows = [head]
     for loop, res in results.items():
         for r in res["rounds"]:
-            rules = ", ".join(f"{p['rule_id']}" + (f" (loader {p['loader']})" if p.get("loader") else "")
-                              + f": {_kv(p['settings_change'])}" for p in r["findings"])
-            seen = r["settings_seen"]
-            note = "" if not r["settings"] or all(seen) else " (NOT applied)"
-            rows.append((loop, str(r["round"]), _kv(r["settings"]) + note,
-                         " ".join(_fmt(x) for x in r["rates"]), rules or "none",
-                         _fmt(r["expected_gain"]),
-                         _fmt(r["measured_gain"])))
-        rows.append((loop, "", f"-> {res['outcome']} after {res['applications']} application(s)", "", "", "", ""))
+            note = "" if not r["tables"] or all(r["settings_seen"]) else " (NOT applied)"
+            rows.append((loop, str(r["round"]), tables_text(r["tables"]) + note,
+                         " ".join(_fmt(x) for x in r["rates"]), _fmt(r["ceiling"], ".1f"),
+                         proposals_text(r["proposals"]), _fmt(r["expected_gain"]), _fmt(r["measured_gain"])))
+        rows.append((loop, "", f"-> {res['outcome']} after {res['applications']} application(s)", "", "", "", "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
@@ -261,19 +304,19 @@ def _env() -> dict[str, str]:
     return env
 
 
-def watch_has_apply() -> bool:
+def watch_has_fixes() -> bool:
     proc = subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--help"], capture_output=True,
                           text=True, env=_env(), cwd=REPO)
-    return "--apply" in proc.stdout
+    return "--apply" in proc.stdout and "--fixes" in proc.stdout
 
 
-def watch_once(loop: str, settings: dict[str, Any], workdir: Path, tag: str, steps: int | None) -> dict[str, Any]:
-    report = workdir / f"{tag}.json"
-    cmd = [sys.executable, "-m", "loaderdoc", "watch", "--report", str(report)]
-    if settings:
-        toml = workdir / f"{tag}.toml"
-        toml.write_text(to_toml(settings))
-        cmd += ["--apply", str(toml)]
+def watch_once(loop: str, apply_file: str | None, workdir: Path, tag: str, steps: int | None) -> Repeat:
+    """One run of the loop under ``watch --report --fixes [--apply]``: its report, and its --fixes
+    file (None: watch wrote none, having nothing to set). The file must hold ``fix_tables(report)``."""
+    report, fixes = workdir / f"{tag}.json", workdir / f"{tag}.toml"
+    cmd = [sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--fixes", str(fixes)]
+    if apply_file:
+        cmd += ["--apply", apply_file]
     cmd += ["--", sys.executable, str(LOOPS_DIR / f"{loop}.py")]
     if steps:
         cmd += ["--steps", str(steps)]
@@ -282,14 +325,19 @@ def watch_once(loop: str, settings: dict[str, Any], workdir: Path, tag: str, ste
     if proc.returncode != 0 or not report.exists():
         raise RuntimeError(f"{tag} exited {proc.returncode}: {proc.stderr.strip()[-600:]}")
     data = json.loads(report.read_text())
-    print(f"  {tag}: {_fmt(steady_rate(data))} steps/s, {time.perf_counter() - started:.0f} s wall, "
-          f"proposes {_kv(merged_change(proposals(data))) if proposals(data) else 'nothing'}", flush=True)
-    return data
+    tables = fix_tables(data)[0]
+    written = tomllib.loads(fixes.read_text()) if fixes.exists() else {}
+    if written != tables:
+        raise RuntimeError(f"{tag}: --fixes wrote {written or 'nothing'}, fix_tables(report) gives {tables or 'nothing'}")
+    print(f"  {tag}: {_fmt(steady_rate(data))} steps/s (CPU ceiling {_fmt(cpu_ceiling(data), '.1f')}), "
+          f"{time.perf_counter() - started:.0f} s wall, proposes {proposals_text(proposals(data))}; "
+          f"next: {tables_text(tables) if tables else 'no --fixes file'}", flush=True)
+    return data, str(fixes) if fixes.exists() else None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dry-run", action="store_true", help="no --apply: one round per loop")
+    parser.add_argument("--dry-run", action="store_true", help="nothing applied: one round per loop")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--loops", default=",".join(LOOPS))
     parser.add_argument("--steps", type=int, help="passed to every loop (default: each loop's own)")
@@ -299,9 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [name for name in loops if name not in LOOPS]
     if unknown:
         parser.error(f"unknown loop(s) {', '.join(unknown)}; known: {', '.join(LOOPS)}")
-    if not args.dry_run and not watch_has_apply():
-        print("watch_fixes: this loaderdoc's `watch --help` lists no --apply, so a proposed fix cannot be "
-              "applied yet; run with --dry-run (one round per loop, no changes applied)", file=sys.stderr)
+    if not watch_has_fixes():
+        print("watch_fixes: this loaderdoc's `watch --help` lists no --apply or no --fixes; the driver runs "
+              "`loaderdoc watch --apply PREV.toml --fixes NEXT.toml`", file=sys.stderr)
         return 2
 
     results: dict[str, dict[str, Any]] = {}
@@ -310,10 +358,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{loop}:", flush=True)
             counter = {"round": 0}
 
-            def run(settings: dict[str, Any], loop: str = loop, counter: dict = counter) -> list[dict[str, Any]]:
+            def run(tables: Tables, apply_file: str | None, loop: str = loop,
+                    counter: dict = counter) -> list[Repeat]:
                 k = counter["round"]
                 counter["round"] += 1
-                return [watch_once(loop, settings, Path(tmp), f"{loop}-r{k}-{i}", args.steps)
+                if tables:
+                    print(f" round {k}: --apply {tables_text(tables)}", flush=True)
+                return [watch_once(loop, apply_file, Path(tmp), f"{loop}-r{k}-{i}", args.steps)
                         for i in range(args.repeats)]
 
             results[loop] = iterate(run, args.max_applications, dry_run=args.dry_run)

@@ -87,7 +87,17 @@ from loaderdoc.watching.fixes import TABLE_OF_ROLE, fix_tables
 REPO = Path(__file__).resolve().parent.parent
 LOOPS_DIR = REPO / "benchmarks" / "watch_loops"
 RESULTS = REPO / "benchmarks" / "results"
-LOOPS = ("cpu_cnn", "io_bound", "lightning_fit")
+# name -> (script in watch_loops/, its arguments): the three loops as their authors wrote them, and
+# four started from settings a user copies (a large worker count, a single worker, one thread)
+LOOPS = {
+    "cpu_cnn": ("cpu_cnn", []),
+    "cpu_cnn_w6": ("cpu_cnn", ["--workers", "6"]),
+    "cpu_cnn_t1": ("cpu_cnn", ["--threads", "1"]),  # one torch thread: loading and step take turns on 1 CPU
+    "io_bound": ("io_bound", []),
+    "io_bound_w1": ("io_bound", ["--workers", "1"]),
+    "lightning_fit": ("lightning_fit", []),
+    "lightning_fit_t1": ("lightning_fit", ["--threads", "1"]),  # train and val loaders: per-role tables
+}
 
 Tables = dict[str, dict[str, Any]]  # table name ("dataloader", "train_dataloader", ...) -> settings
 Repeat = tuple[dict[str, Any], str | None]  # a repeat's report, and the --fixes file it wrote (None: none)
@@ -317,7 +327,8 @@ def watch_once(loop: str, apply_file: str | None, workdir: Path, tag: str, steps
     cmd = [sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--fixes", str(fixes)]
     if apply_file:
         cmd += ["--apply", apply_file]
-    cmd += ["--", sys.executable, str(LOOPS_DIR / f"{loop}.py")]
+    script, script_args = LOOPS[loop]
+    cmd += ["--", sys.executable, str(LOOPS_DIR / f"{script}.py"), *script_args]
     if steps:
         cmd += ["--steps", str(steps)]
     started = time.perf_counter()

@@ -255,6 +255,30 @@ def test_a_per_loader_file_under_a_lightning_fit_reaches_the_train_loader_only(t
     assert "train loader (DataLoader, num_workers=2" in flat(proc.stderr) and "val loader (DataLoader" in flat(proc.stderr)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed")
+def test_loaders_passed_to_fit_are_named_by_the_loop_that_iterates_them_and_get_their_roles_table(tmp_path):
+    # issue 28: trainer.fit(model, train, val) with loaders the script built itself; Lightning knows
+    # them as train and val, so does the report, and --apply's per-role tables reach them
+    script = tmp_path / "fit.py"
+    script.write_text(LIGHTNING.replace(".fit(Tiny())", ".fit(Tiny(), DataLoader(items(32), batch_size=4), "
+                                                         "DataLoader(items(12), batch_size=3))"), encoding="utf-8")
+    per_loader = tmp_path / "per.toml"
+    per_loader.write_text("[train_dataloader]\nnum_workers = 1\npersistent_workers = true\n"
+                          "[val_dataloader]\npin_memory = true\n")
+    proc = watch("--json", "--apply", str(per_loader), "--", sys.executable, str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = split_output(proc.stdout)[1]
+    loaders = by_role(report)
+    assert sorted(loaders) == ["train", "val"], [e.get("role") for e in report["loaders"]]
+    train, val = loaders["train"], loaders["val"]
+    assert train["asked"]["num_workers"] == 0 and train["settings"]["num_workers"] == 1
+    assert train["settings"]["persistent_workers"] is True and train["settings"]["prefetch_factor"] == 2
+    assert sorted(train["applied"]) == ["num_workers", "persistent_workers", "prefetch_factor"]
+    assert [e["steps"] for e in train["epochs"]] == [8, 8]
+    assert val["settings"]["num_workers"] == 0 and val["settings"]["pin_memory"] is True
+    assert report["apply"]["loaders_matched"] == 2 and report["apply"]["unmatched"] == []
+
+
 def test_torchrun_ranks_inherit_the_tables(tmp_path):
     pytest.importorskip("torch.distributed")
     settings_file = tmp_path / "fast.json"

@@ -1,10 +1,11 @@
 """A CPU image-classification loop: ImageFolder over real JPEGs, the ImageNet training
 transforms (RandomResizedCrop, flip, ToTensor, Normalize), a small CNN, SGD, batch 64.
 
-    python benchmarks/watch_loops/cpu_cnn.py [--steps N]
+    python benchmarks/watch_loops/cpu_cnn.py [--steps N] [--workers N] [--threads N]
 
-The DataLoader settings are hard-coded as a script author would write them (num_workers=0);
-``loaderdoc watch --apply`` is what changes them. Needs torch, torchvision and Pillow.
+The DataLoader settings are hard-coded as a script author would write them (num_workers=0, or
+the author's ``--workers N``); ``loaderdoc watch --apply`` is what changes them. Needs torch,
+torchvision and Pillow.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ STEPS_PER_EPOCH = _common.IMAGES // 64
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3 * STEPS_PER_EPOCH, help="training steps in all")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="the script author's num_workers (default 0); --apply changes it")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (a user's OMP_NUM_THREADS=1)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
     dataset = _common.train_folder(_common.image_root())
-    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=0)
+    loader = DataLoader(dataset, batch_size=64, shuffle=True, num_workers=args.workers)
     model = _common.small_cnn()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     clock = _common.SteadyClock()

@@ -36,9 +36,11 @@ class SlowReads(Dataset):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3 * SAMPLES_PER_EPOCH // 8, help="training steps in all")
+    parser.add_argument("--workers", type=int, default=8,
+                        help="the script author's num_workers (default 8); --apply changes it")
     args = parser.parse_args()
 
-    loader = DataLoader(SlowReads(), batch_size=8, shuffle=True, num_workers=8)
+    loader = DataLoader(SlowReads(), batch_size=8, shuffle=True, num_workers=args.workers)
     clock = _common.SteadyClock()
     total = 0.0
     while clock.steps < args.steps:

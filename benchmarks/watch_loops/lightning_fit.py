@@ -2,7 +2,7 @@
 ImageFolder (the ImageNet training transforms), batch 64, a validation loader over a 640-image
 slice of the same files (resize + centre crop), 3 epochs, no checkpoints, logger or progress bar.
 
-    python benchmarks/watch_loops/lightning_fit.py [--steps N]
+    python benchmarks/watch_loops/lightning_fit.py [--steps N] [--threads N]
 
 Both DataLoaders are hard-coded with num_workers=0, as a script author would write them;
 ``loaderdoc watch --apply`` is what changes them. Needs torch, lightning, torchvision and Pillow.
@@ -61,7 +61,10 @@ class Clock(L.Callback):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=-1, help="training steps in all (default: 3 epochs)")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (a user's OMP_NUM_THREADS=1)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     # Lightning's "consider increasing num_workers" hint: loaderdoc is the one judging that here
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 

@@ -201,6 +201,71 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
     _set(loader, APPLIED_KEYS, [k for k in APPLIED if k in changes or k in inherited])
 
 
+# a loader built outside any framework hook (passed to trainer.fit(model, train, val)) is known by
+# the loop that iterates it: the nearest caller of iter(loader) that is a method of one of these
+LOOP_ROLE = {"_FitLoop": "train", "_TrainingEpochLoop": "train", "_EvaluationLoop": "val",
+             "_PredictionLoop": "predict", "_inner_training_loop": "train", "evaluation_loop": "eval"}
+LIGHTNING_TEST_STAGE = "test"  # _EvaluationLoop._stage under trainer.test()
+
+
+def role_at_iteration(frame) -> str | None:
+    """The role of a loader from the callers of ``iter(loader)``: Lightning's fit, training-epoch,
+    evaluation and prediction loops, the Hugging Face Trainer's training and evaluation loops."""
+    try:
+        for _ in range(MAX_FRAMES):
+            if frame is None:
+                return None
+            code = frame.f_code
+            owner = getattr(code, "co_qualname", code.co_name).split(".")[0]  # Python 3.10: no qualname
+            role = LOOP_ROLE.get(owner) or LOOP_ROLE.get(code.co_name)
+            if role is None and "self" in code.co_varnames:
+                role = LOOP_ROLE.get(type(frame.f_locals.get("self")).__name__)
+            if role == "val":
+                stage = getattr(frame.f_locals.get("self"), "_stage", None)
+                if getattr(stage, "value", stage) == LIGHTNING_TEST_STAGE:
+                    role = "test"
+            if role is not None:
+                return role
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
+
+
+def at_iteration(loader, applier: Applier, frame) -> None:
+    """Before ``iter(loader)``: a loader its construction did not name is named by the loop that
+    iterates it, and under --apply gets its role's table now (the settings torch lets change on a
+    built DataLoader; before its first workers exist where they persist)."""
+    if getattr(loader, ROLE, None) is not None or getattr(loader, "_iterator", None) is not None:
+        return
+    role = role_at_iteration(frame)
+    if role is None:
+        return
+    _set(loader, ROLE, role)
+    key = table_key(role)
+    table = (applier.tables or {}).get(key)
+    used = list(getattr(loader, TABLES_USED, None) or [])
+    if not table or key in used:
+        return
+    asked = getattr(loader, ASKED, None) or {k: plain(getattr(loader, k, None)) for k in RECORDED}
+    changes = {k: v for k, v in table.items() if hasattr(loader, k) and getattr(loader, k) != v}
+    workers = changes.get("num_workers", getattr(loader, "num_workers", 0))
+    if workers and getattr(loader, "prefetch_factor", None) is None and "prefetch_factor" not in changes:
+        changes["prefetch_factor"] = 2  # torch's default with workers; a loader built without them has None
+    if not workers:
+        for k in WORKER_ONLY:
+            changes.pop(k, None)
+    try:
+        for k, v in changes.items():
+            object.__setattr__(loader, k, v)  # past DataLoader's guard on persistent_workers
+    except Exception as exc:
+        applier.say(f"could not set {_list(changes)} on the {role} loader ({exc})")
+        return
+    _set(loader, ASKED, asked)
+    _set(loader, TABLES_USED, [*used, key])
+    _set(loader, APPLIED_KEYS, sorted({*(getattr(loader, APPLIED_KEYS, None) or []), *changes}))
+
+
 def _list(changes: dict) -> str:
     return ", ".join(f"{k}={plain(v)!r}" for k, v in changes.items())
 

@@ -407,14 +407,14 @@ class Recorder:
 
 
 def patch(module, recorder: Recorder, applier=None) -> bool:
-    """Wrap ``module.DataLoader.__iter__`` once, and its ``__init__`` (:mod:`apply`: the loader's
-    role; ``applier``'s --apply tables); True when ``__iter__`` is (now) wrapped."""
+    """Wrap ``module.DataLoader.__iter__`` and ``__init__`` once (:mod:`apply`: roles, --apply's tables)."""
     cls = getattr(module, "DataLoader", None)
     original = getattr(cls, "__iter__", None)
     if original is None:
         return False
+    applier = applier if applier is not None else apply.Applier(None)
     try:
-        apply.wrap_init(cls, applier if applier is not None else apply.Applier(None))
+        apply.wrap_init(cls, applier)
     except Exception as exc:  # the measurement goes on without the names
         _warn(f"could not name the DataLoaders: {exc}")
     if getattr(original, _MARK, False):
@@ -422,6 +422,8 @@ def patch(module, recorder: Recorder, applier=None) -> bool:
 
     def __iter__(self):
         started = clock()
+        with contextlib.suppress(Exception):  # a name (and --apply's table) by the loop iterating it
+            apply.at_iteration(self, applier, sys._getframe(1))
         return recorder.wrap(self, original(self), started)
 
     __iter__.__wrapped__ = original  # type: ignore[attr-defined]

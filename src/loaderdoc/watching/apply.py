@@ -250,13 +250,14 @@ def at_iteration(loader, applier: Applier, frame) -> None:
     asked = getattr(loader, ASKED, None) or {k: plain(getattr(loader, k, None)) for k in RECORDED}
     changes = {k: v for k, v in table.items() if hasattr(loader, k) and getattr(loader, k) != v}
     workers = changes.get("num_workers", getattr(loader, "num_workers", 0))
+    implied = {}
     if workers and getattr(loader, "prefetch_factor", None) is None and "prefetch_factor" not in changes:
-        changes["prefetch_factor"] = 2  # torch's default with workers; a loader built without them has None
+        implied["prefetch_factor"] = 2  # torch's default with workers (its constructor sets it; None without)
     if not workers:
         for k in WORKER_ONLY:
             changes.pop(k, None)
     try:
-        for k, v in changes.items():
+        for k, v in {**changes, **implied}.items():
             object.__setattr__(loader, k, v)  # past DataLoader's guard on persistent_workers
     except Exception as exc:
         applier.say(f"could not set {_list(changes)} on the {role} loader ({exc})")

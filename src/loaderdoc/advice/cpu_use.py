@@ -142,8 +142,13 @@ class CpuUse:
         if n == 0:
             return step
         wall = self.load_wall_s
-        busy = 1.0 if self.load_is_cpu or not wall else min(1.0, self.load_cpu_s / wall)
-        return n * busy + (step if self.step_is_cpu else 0.0)
+        if self.load_is_cpu:
+            workers = float(n)
+        elif wall:  # each worker on a CPU for its batch's CPU share of the load time
+            workers = n * min(1.0, self.load_cpu_s / wall)
+        else:  # workers that kept up: together they used what the batches took
+            workers = min(float(n), self.load_cpu_s * self.rate)
+        return workers + (step if self.step_is_cpu else 0.0)
 
     @property
     def others_runnable(self) -> float:

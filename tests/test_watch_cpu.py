@@ -56,14 +56,18 @@ def test_the_workers_cpu_time_is_counted_whether_they_are_reaped_or_kept(persist
 def test_the_loops_own_loading_and_step_are_told_apart_without_workers():
     from loaderdoc.watching.api import watch
 
-    watched = watch(torch.utils.data.DataLoader(_Burning(40, 0.004), batch_size=2))  # 8 ms a batch
+    watched = watch(torch.utils.data.DataLoader(_Burning(200, 0.004), batch_size=2))  # 8 ms a batch
     for _batch in watched:
         _burn(0.004)  # a 4 ms CPU step
     (epoch,) = watched.records()["loaders"][0]["epochs"]
     assert epoch["workers_cpu_s"] is None
-    per_wait = epoch["cpu_wait_s"] / epoch["waits"]
-    per_step = epoch["cpu_step_s"] / epoch["steps_timed"]
+    # the first 64 batches are CPU-timed, then every 16th: 66 of these 100
+    assert 0.5 * epoch["step_s"] < epoch["cpu_step_wall_s"] < 0.8 * epoch["step_s"]
+    (loader,) = watched.report()["loaders"]
+    cpu = loader["cpu"]
+    per_wait, per_step = cpu["load_cpu_per_batch_s"], cpu["step_cpu_per_step_s"]
     assert 0.0075 < per_wait < 0.012 and 0.0035 < per_step < 0.007, (per_wait, per_step)
+    assert cpu["load_is_cpu"] and cpu["step_is_cpu"] and cpu["handover_per_batch_s"] == 0
 
 
 def _use(**kw) -> CpuUse:

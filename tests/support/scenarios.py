@@ -163,6 +163,7 @@ def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float
             e = eps[-1]
             e.cpu_wait_s = waits * cpu["wait_cpu"] / 1000
             e.cpu_step_s = batches * cpu["step_cpu"] / 1000
+            e.cpu_wait_wall_s, e.cpu_step_wall_s = e.wait_s, e.step_s  # every batch CPU-timed
             e.proc_cpu_s = e.cpu_wait_s + e.cpu_step_s
             if workers:
                 e.workers_cpu_s = batches * cpu["load_cpu"] / 1000

@@ -210,7 +210,8 @@ class CpuUse:
 
 
 def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps_timed: int, wait_s: float,
-            step_s: float, cpu_wait_s: float | None, cpu_step_s: float | None, workers_cpu_s: float | None,
+            step_s: float, cpu_wait_s: float | None, cpu_step_s: float | None, cpu_wait_wall_s: float,
+            cpu_step_wall_s: float, workers_cpu_s: float | None,
             workers_runq_s: float | None,
             tree_cpu_s: float | None, others_cpu_s: float | None, cpu_wall_s: float | None,
             torch_threads: int | None = None) -> CpuUse | None:
@@ -218,15 +219,20 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
     records file) or too little ran to divide by."""
     if not budget or not waits or not steps_timed or cpu_wait_s is None or cpu_step_s is None:
         return None
+    if cpu_step_wall_s <= 0 or cpu_wait_wall_s <= 0:
+        return None  # no batch was CPU-timed (a run of a few batches)
+    # the loop's CPU time is read on a sample of the batches: its share of their wall time, over all
+    step_cpu = cpu_step_s / cpu_step_wall_s * step_s / steps_timed
+    wait_cpu = cpu_wait_s / cpu_wait_wall_s * wait_s / waits
     if workers and workers_cpu_s is None:
         return None
-    load_cpu = (workers_cpu_s or 0.0) / waits if workers else cpu_wait_s / waits
+    load_cpu = (workers_cpu_s or 0.0) / waits if workers else wait_cpu
     used = others = None
     if cpu_wall_s and tree_cpu_s is not None:
         used = tree_cpu_s / cpu_wall_s
         others = (others_cpu_s / cpu_wall_s) if others_cpu_s is not None else None
     return CpuUse(workers=workers, budget=float(budget), step_wall_s=step_s / steps_timed,
-                  step_cpu_s=cpu_step_s / steps_timed, wait_wall_s=wait_s / waits, wait_cpu_s=cpu_wait_s / waits,
+                  step_cpu_s=step_cpu, wait_wall_s=wait_s / waits, wait_cpu_s=wait_cpu,
                   load_cpu_s=load_cpu, load_queued_s=(workers_runq_s / waits
                                                       if workers and workers_runq_s is not None else None),
                   used_cpus=used, others_cpus=others, torch_threads=torch_threads)

@@ -42,6 +42,8 @@ class WatchedEpoch:
     # workers'; what other processes took from its CPUs meanwhile; torch's thread count
     cpu_wait_s: float | None = None
     cpu_step_s: float | None = None
+    cpu_wait_wall_s: float | None = None  # the wall time of the waits and steps CPU-timed (a sample)
+    cpu_step_wall_s: float | None = None
     proc_cpu_s: float | None = None
     workers_cpu_s: float | None = None
     workers_runq_s: float | None = None  # the workers' time runnable, waiting for a CPU
@@ -117,6 +119,8 @@ class WatchEvidence:
             workers=self.workers, budget=budget, waits=self.waits, steps=sum(e.steps for e in epochs),
             steps_timed=sum(e.steps_timed for e in epochs), wait_s=self.wait_s, step_s=self.step_s,
             cpu_wait_s=sum(e.cpu_wait_s for e in epochs), cpu_step_s=sum(e.cpu_step_s for e in epochs),
+            cpu_wait_wall_s=sum(e.wait_s if e.cpu_wait_wall_s is None else e.cpu_wait_wall_s for e in epochs),
+            cpu_step_wall_s=sum(e.step_s if e.cpu_step_wall_s is None else e.cpu_step_wall_s for e in epochs),
             workers_cpu_s=_steady(epochs, "workers_cpu_s", "workers_cpu_first_s"),
             workers_runq_s=_steady(epochs, "workers_runq_s", "workers_runq_first_s"),
             tree_cpu_s=tree, others_cpu_s=sum(others) if len(others) == len(ended) else None,

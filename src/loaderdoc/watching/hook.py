@@ -45,6 +45,9 @@ _MARK = "_loaderdoc_watch"
 
 clock = time.perf_counter
 cpu_clock = time.process_time  # this process's CPU time, every thread (torch's intra-op pool included)
+# the wait and step of an epoch's first CPU_ALL batches are CPU-timed, then every CPU_EVERY-th:
+# a long fast loop pays 3 clock reads per 16 batches, a short one is timed throughout
+CPU_ALL, CPU_EVERY = 64, 16
 
 
 def _sibling(name: str):
@@ -63,10 +66,10 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import apply, cpuacct, gpuidle, procinfo, sampler
+    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, procinfo, sampler
 else:  # loaded by path under ``loaderdoc watch``
-    apply, cpuacct, gpuidle, procinfo, sampler = (
-        _sibling(name) for name in ("apply", "cpuacct", "gpuidle", "procinfo", "sampler"))
+    apply, cpuacct, gpuidle, importpatch, procinfo, sampler = (
+        _sibling(name) for name in ("apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "sampler"))
 
 
 class EpochRecord:
@@ -76,7 +79,7 @@ class EpochRecord:
                  "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
                  "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
                  "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
-                 "workers_cpu_first", "workers_runq_first")
+                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -100,8 +103,10 @@ class EpochRecord:
         self.gpu_pending = 0  # GPU-timed waits whose events had not completed yet
         # CPU accounting (cpuacct): this process's CPU time in the waits, the steps, the whole epoch;
         # its workers'; every process's busy time on its CPUs (what others took)
-        self.cpu_wait_s = 0.0
+        self.cpu_wait_s = 0.0  # in the CPU-timed waits and steps (CPU_ALL, then CPU_EVERY) ...
         self.cpu_step_s = 0.0
+        self.cpu_wait_wall_s = 0.0  # ... whose wall time is this
+        self.cpu_step_wall_s = 0.0
         self.cpu_start = cpu_clock()
         self.proc_cpu_s: float | None = None  # set when the epoch ends
         self.workers_cpu_s: float | None = None  # None: no worker processes (or none read)
@@ -137,6 +142,8 @@ class EpochRecord:
             "gpu_waits_unresolved": self.gpu_pending,
             "cpu_wait_s": self.cpu_wait_s,
             "cpu_step_s": self.cpu_step_s,
+            "cpu_wait_wall_s": self.cpu_wait_wall_s,
+            "cpu_step_wall_s": self.cpu_step_wall_s,
             "proc_cpu_s": self.proc_cpu_s,
             "workers_cpu_s": self.workers_cpu_s,
             "workers_runq_s": self.workers_runq_s,
@@ -163,7 +170,7 @@ class WatchedIterator:
         self._next = iterator.__next__
         self._epoch = epoch
         self._returned: float | None = None  # when the previous batch was handed to the loop
-        self._returned_cpu = 0.0  # this process's CPU time then
+        self._returned_cpu: float | None = None  # this process's CPU time then, where read
         self._on_end = on_end
         self._on_first = on_first  # once an epoch, at its first batch: the workers' start-up is over
 
@@ -172,13 +179,13 @@ class WatchedIterator:
 
     def __next__(self):
         t0 = clock()
-        c0 = cpu_clock()
+        before = self._returned_cpu
+        c0 = cpu_clock() if before is not None else None
         try:
             batch = self._next()
         except StopIteration:
-            self._end(t0, c0)
+            self._end(t0, c0, before)
             raise
-        c1 = cpu_clock()
         t1 = clock()
         e = self._epoch
         returned = self._returned
@@ -190,8 +197,11 @@ class WatchedIterator:
             wait = t1 - t0
             e.step_s += t0 - returned
             e.wait_s += wait
-            e.cpu_step_s += c0 - self._returned_cpu
-            e.cpu_wait_s += c1 - c0
+            if c0 is not None:
+                e.cpu_step_s += c0 - before
+                e.cpu_wait_s += cpu_clock() - c0
+                e.cpu_step_wall_s += t0 - returned
+                e.cpu_wait_wall_s += wait
             e.waited += 1
             if e.waited % e.stride == 0:
                 samples = e.samples
@@ -202,16 +212,19 @@ class WatchedIterator:
         e.steps += 1
         e.last = t1
         self._returned = t1
-        self._returned_cpu = c1
+        # the next batch is CPU-timed: read the CPU clock where its step starts
+        self._returned_cpu = cpu_clock() if e.steps < CPU_ALL or e.steps % CPU_EVERY == 0 else None
         return batch
 
-    def _end(self, t0: float, c0: float) -> None:
+    def _end(self, t0: float, c0: float | None, before: float | None) -> None:
         e = self._epoch
         if e.finished:
             return
         if self._returned is not None:
             e.step_s += t0 - self._returned
-            e.cpu_step_s += c0 - self._returned_cpu
+            if c0 is not None:
+                e.cpu_step_s += c0 - before
+                e.cpu_step_wall_s += t0 - self._returned
         e.last = t0
         e.finished = True
         self._on_end(e)
@@ -434,46 +447,6 @@ def patch(module, recorder: Recorder, applier=None) -> bool:
     return True
 
 
-class _PatchOnImport:
-    """A ``sys.meta_path`` finder that only answers for TARGET: it lets the real finders find the
-    module, and wraps that spec's ``exec_module`` so the patch runs right after the module ran.
-    One string comparison per import is all it costs other modules; it removes itself once used."""
-
-    def __init__(self, on_load) -> None:
-        self._on_load = on_load
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != TARGET:
-            return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        spec = None
-        for finder in list(sys.meta_path):
-            find = getattr(finder, "find_spec", None)
-            if find is not None:
-                spec = find(fullname, path, target)
-                if spec is not None:
-                    break
-        if spec is None:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            _warn(f"cannot instrument {TARGET} (loaded by {loader!r}); DataLoaders are not measured")
-            return spec
-        on_load = self._on_load
-
-        def exec_and_patch(module):
-            exec_module(module)
-            on_load(module)
-
-        try:
-            loader.exec_module = exec_and_patch  # a per-spec loader instance: only this import sees it
-        except (AttributeError, TypeError):
-            _warn(f"cannot instrument {TARGET}; DataLoaders are not measured")
-        return spec
-
-
 def install(directory: str | None) -> Recorder:
     """Measure every DataLoader this process iterates and write the records into ``directory`` at
     each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
@@ -490,7 +463,7 @@ def install(directory: str | None) -> Recorder:
     if TARGET in sys.modules:
         on_load(sys.modules[TARGET])
     else:
-        sys.meta_path.insert(0, _PatchOnImport(on_load))
+        sys.meta_path.insert(0, importpatch.PatchOnImport(TARGET, on_load))
     atexit.register(recorder.at_exit)
     return recorder
 

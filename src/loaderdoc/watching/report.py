@@ -138,6 +138,7 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
                            workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
                            workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
                            cpu_wait_s=e.get("cpu_wait_s"), cpu_step_s=e.get("cpu_step_s"),
+                           cpu_wait_wall_s=e.get("cpu_wait_wall_s"), cpu_step_wall_s=e.get("cpu_step_wall_s"),
                            proc_cpu_s=e.get("proc_cpu_s"), workers_cpu_s=e.get("workers_cpu_s"),
                            workers_runq_s=e.get("workers_runq_s"), workers_cpu_first_s=e.get("workers_cpu_first_s"),
                            workers_runq_first_s=e.get("workers_runq_first_s"),

@@ -35,7 +35,9 @@ SATURATED_SHARE = 0.9  # the process tree and the others used >= 90 % of the CPU
 CPU_WORK_SHARE = 0.5  # loading (or the step) is CPU work when >= half its wall time is CPU time
 SATURATED_STEP_SHARE = 0.2  # ... the step, where the CPUs were saturated: it waited for them too
 GAIN_WORTH = 1.05  # a change is proposed for speed only when it is expected to gain >= 5 %
-NEAR_BEST = 0.97  # the fewest workers whose predicted rate is within 3 % of the best
+NEAR_BEST = 0.99  # the fewest workers whose predicted rate is within 1 % of the best (a worker count
+#                   that only just keeps up leaves the loop waiting at every hiccup)
+CEILING_SHOWN = 3.0  # the CPUs' ceiling is said where it is within 3x of the rate reached
 MAX_WORKERS = 64
 
 
@@ -190,8 +192,13 @@ class CpuUse:
         serial = 1.0 / (self.step_wall_s + hand)
         return min(ceiling, serial, n / (io + load_cpu * self._slow(n)))
 
+    @property
+    def ceiling_matters(self) -> bool:
+        """The CPUs could be what limits this loop: its ceiling is within reach of its rate."""
+        return self.ceiling <= CEILING_SHOWN * self.rate
+
     def best_workers(self, needed: int | None = None) -> tuple[int, float] | None:
-        """The fewest workers above this run's whose predicted rate is within 3 % of the best
+        """The fewest workers above this run's whose predicted rate is within 1 % of the best
         (looked for up to what keeping up needs, the CPU cap for CPU-bound loading), and that
         rate; None where the run cannot predict."""
         cap = self.worker_cap

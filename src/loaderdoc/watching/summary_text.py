@@ -11,6 +11,7 @@ import shlex
 import textwrap
 from typing import Any
 
+from loaderdoc.advice.cpu_use import CEILING_SHOWN
 from loaderdoc.policy import WATCH_MIN_BATCHES
 from loaderdoc.units import fmt_bytes, fmt_seconds
 
@@ -90,7 +91,8 @@ def _cpu_lines(entry: dict[str, Any]) -> list[str]:
         text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
         if cpu.get("others_cpus"):
             text += f" (+{cpu['others_cpus']:.1f} other processes)"
-    text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
+    if cpu["ceiling_per_s"] <= CEILING_SHOWN * cpu["rate_per_s"]:  # else the CPUs are far from the limit
+        text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
     return _wrap(text, "    ", "    ")
 
 

@@ -78,8 +78,9 @@ def cpu_lines(use: CpuUse) -> list[str]:
         if use.others_cpus:
             busy += f", other processes {use.others_cpus:.2f}"
         lines.append(busy + (": the CPUs were saturated" if use.saturated else ""))
-    lines.append(f"ceiling: one trained batch needs {fmt_seconds(use.cpu_per_batch_s)} of CPU, so at most about "
-                 f"{use.ceiling:.1f} steps/s on {cpus_text(use.budget)} (the run reached {use.rate:.1f})")
+    if use.ceiling_matters:
+        lines.append(f"ceiling: one trained batch needs {fmt_seconds(use.cpu_per_batch_s)} of CPU, so at most about "
+                     f"{use.ceiling:.1f} steps/s on {cpus_text(use.budget)} (the run reached {use.rate:.1f})")
     return lines
 
 

@@ -1,8 +1,8 @@
 """CPU accounting for the watch hook: the DataLoader workers' CPU time per epoch, what other
 processes took from this process's CPUs, and the readings of ``/proc`` they stand on.
 
-Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
-beside ``hook.py``. Read per epoch (its start and end) and per sampler tick, never per batch: the
+Standard library only: under ``loaderdoc watch`` this file is loaded by path beside ``hook.py``
+(and reads ``/proc`` with the ``sampler.py`` loaded there before it). Read per epoch (its start and end) and per sampler tick, never per batch: the
 per-batch CPU time of the training process comes from ``time.process_time`` in the hook.
 """
 
@@ -13,18 +13,10 @@ import sys
 import threading
 import time
 
-
-def _read(path: str, size: int = 1 << 16) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+if __package__:  # imported as loaderdoc.watching.cpuacct
+    from loaderdoc.watching.sampler import _read
+else:  # loaded by path beside hook.py, which loads sampler.py first
+    _read = sys.modules["_loaderdoc_watch_sampler"]._read
 
 
 try:

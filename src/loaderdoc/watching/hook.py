@@ -68,8 +68,8 @@ def _sibling(name: str):
 if __package__:  # imported as loaderdoc.watching.hook
     from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, procinfo, sampler
 else:  # loaded by path under ``loaderdoc watch``
-    apply, cpuacct, gpuidle, importpatch, procinfo, sampler = (
-        _sibling(name) for name in ("apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "sampler"))
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo = (  # sampler first: cpuacct reads with it
+        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo"))
 
 
 class EpochRecord:

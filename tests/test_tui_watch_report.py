@@ -248,3 +248,35 @@ async def test_each_loader_of_each_rank_gets_its_own_chart(tmp_path):
         assert len(titles) == 2 and "rank 1, pid 4243" in titles[1]
         first, other = (app.screen.query_one(f"#run-chart-{i}", WaitShareChart) for i in (0, 1))
         assert first.render().plain != other.render().plain
+
+
+# ---- the CPU accounting (issue 28) ------------------------------------------------------------
+CPU = {"budget_cpus": 2.0, "load_cpu_per_batch_s": 0.132, "load_is_cpu": True, "load_queued_per_batch_s": None,
+       "step_cpu_per_step_s": 0.152, "step_wall_per_step_s": 0.0792, "step_is_cpu": True, "step_threads": 1.9,
+       "torch_threads": 2, "handover_per_batch_s": 0.0, "idle_wait_share": 0.452, "cpu_per_batch_s": 0.285,
+       "used_cpus": 1.96, "others_cpus": 0.01, "saturated": True, "rate_per_s": 6.9, "ceiling_per_s": 7.0}
+
+
+def _with_cpu(tmp_path: Path, cpu) -> Path:
+    doc = json.loads(STARVED.read_text(encoding="utf-8"))
+    doc["loaders"][0]["cpu"] = cpu
+    return _write(tmp_path, doc)
+
+
+async def test_the_run_view_says_where_each_loaders_cpu_time_went(tmp_path):
+    path = _with_cpu(tmp_path, CPU)
+    (loader,) = load_watch_report(path).loaders
+    assert loader.cpu_line.startswith("CPU: loading 132 ms/batch (CPU work), step 152 ms of CPU per 79.2 ms")
+    assert "at most about 7.0 steps/s on these CPUs (ran 6.9)" in loader.cpu_line
+    app = app_with(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        shown = str(app.screen.query_one(".run-cpu", Static).render())
+        assert "at most about 7.0 steps/s" in shown  # wrapped at 80 columns, not cut
+
+
+def test_a_report_from_before_the_cpu_accounting_shows_no_cpu_line_and_a_broken_one_is_refused(tmp_path):
+    (loader,) = load_watch_report(STARVED).loaders
+    assert loader.cpu_line is None
+    with pytest.raises(WatchReportError, match=r"loaders\[0\]\.cpu: not a CPU accounting"):
+        load_watch_report(_with_cpu(tmp_path, {"budget_cpus": 2.0}))

@@ -48,6 +48,7 @@ class LoaderRun:
     pid: int | None = None
     workers_pss_max_bytes: int | None = None
     gpu_idle_share: float | None = None
+    cpu_line: str | None = None  # where its CPU time went (summary_text.cpu_text); None: not recorded
 
 
 @dataclass
@@ -118,6 +119,7 @@ def _loader(raw: Any, where: str) -> LoaderRun:
         rank=get(raw, "rank", int, where, optional=True), pid=get(raw, "pid", int, where, optional=True),
         workers_pss_max_bytes=get(totals, "workers_pss_max_bytes", int, at, optional=True),
         gpu_idle_share=get(totals, "gpu_idle_share", float, at, optional=True),
+        cpu_line=_cpu_line(raw, where),
     )
     timeline = get(raw, "timeline", list, where, optional=True)
     if timeline:
@@ -165,3 +167,16 @@ def _memory(run: WatchRun, data: dict) -> None:
     run.main_pss_peak_bytes = max(main, default=None)
     run.workers_pss_peak_bytes = max(workers, default=None)
     run.shm_peak_bytes = max(shm, default=None)
+
+
+def _cpu_line(raw: dict[str, Any], where: str) -> str | None:
+    """The loader's CPU accounting as one line, where the report has it (older ones do not)."""
+    from loaderdoc.watching.summary_text import cpu_text
+
+    cpu = get(raw, "cpu", dict, where, optional=True)
+    if not cpu:
+        return None
+    try:
+        return cpu_text(cpu)
+    except (KeyError, TypeError, ValueError):
+        raise Bad(f"{where}.cpu: not a CPU accounting this build can read") from None

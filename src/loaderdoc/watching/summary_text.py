@@ -80,10 +80,15 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
 
 
 def _cpu_lines(entry: dict[str, Any]) -> list[str]:
-    """Where the loader's CPU time went and the ceiling the CPUs allow (when the run recorded it)."""
-    cpu = entry.get("cpu")
-    if not cpu or not entry.get("judged"):
-        return []
+    text = cpu_text(entry.get("cpu")) if entry.get("judged") else None
+    return _wrap(text, "    ", "    ") if text else []
+
+
+def cpu_text(cpu: dict[str, Any] | None) -> str | None:
+    """Where a loader's CPU time went and the ceiling the CPUs allow (None: not recorded), for the
+    summary and the app alike."""
+    if not cpu:
+        return None
     text = (f"CPU: loading {fmt_seconds(cpu['load_cpu_per_batch_s'])}/batch "
             f"({'CPU work' if cpu['load_is_cpu'] else 'mostly waiting'}), step "
             f"{fmt_seconds(cpu['step_cpu_per_step_s'])} of CPU per {fmt_seconds(cpu['step_wall_per_step_s'])}")
@@ -93,7 +98,7 @@ def _cpu_lines(entry: dict[str, Any]) -> list[str]:
             text += f" (+{cpu['others_cpus']:.1f} other processes)"
     if cpu["ceiling_per_s"] <= CEILING_SHOWN * cpu["rate_per_s"]:  # else the CPUs are far from the limit
         text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
-    return _wrap(text, "    ", "    ")
+    return text
 
 
 def _applied_text(entry: dict[str, Any]) -> str:

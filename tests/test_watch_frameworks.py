@@ -112,8 +112,8 @@ def needs(module: str):
                               reason=f"{module} is not installed (pip install '.[test]')")
 
 
-def watch_script(tmp_path: Path, source: str) -> tuple[dict, dict]:
-    """Run the script under ``loaderdoc watch --json``; (the script's truth line, the report)."""
+def watch_script(tmp_path: Path, source: str, *watch_args: str) -> tuple[dict, dict]:
+    """Run the script under ``loaderdoc watch --json [watch_args]``; (the script's truth line, the report)."""
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(source), encoding="utf-8")
     env = dict(os.environ)
@@ -121,7 +121,7 @@ def watch_script(tmp_path: Path, source: str) -> tuple[dict, dict]:
     # no network here: nothing may be fetched from a hub, and nothing cached outside tmp_path
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
                TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--json", "--", sys.executable,
+    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "watch", "--json", *watch_args, "--", sys.executable,
                            str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     start = proc.stdout.index("{\n")  # the report follows the child's own output
@@ -155,6 +155,8 @@ def test_lightning_fit_is_watched_train_and_val_loaders_apart(tmp_path):
     by_batch = {entry["settings"]["batch_size"]: entry for entry in report["loaders"]}
     assert sorted(by_batch) == [3, BATCH], report["loaders"]
     train, val = by_batch[BATCH], by_batch[3]
+    # built by the script and passed to fit(): named by the Lightning loop that iterates them
+    assert (train["role"], val["role"]) == ("train", "val")
     check_train_loader(train, truth)
     # the sanity check (2 batches, then abandoned) and the two validation runs (4 batches each) are
     # epochs of one val loader; with 7 waits it is too short to judge, so the finding is train's
@@ -173,8 +175,24 @@ def test_hugging_face_trainer_is_watched_through_accelerates_wrapper(tmp_path):
     # accelerate's DataLoaderShard is no DataLoader subclass (it only fakes __class__): what the
     # hook sees is the DataLoader it wraps, once, so no batch is counted twice
     (train,) = report["loaders"]
+    assert train["role"] == "train"  # built in Trainer.get_train_dataloader
     check_train_loader(train, truth)
     # built with batch_sampler= (torch then sets batch_size None): read off the batch sampler
     assert train["settings"]["batch_size"] == BATCH
     assert report["steps"] == EPOCHS * TRAIN_BATCHES
     check_starved(report)
+
+
+@needs("transformers")
+@needs("accelerate")
+def test_hugging_face_trainer_takes_a_training_arguments_file_through_apply(tmp_path):
+    # the file a user already has: TrainingArguments keys; its dataloader_num_workers reaches the
+    # DataLoader the Trainer builds (and accelerate re-builds), its batch size never does
+    args = tmp_path / "args.yaml"
+    args.write_text("per_device_train_batch_size: 64\ndataloader_num_workers: 1\n", encoding="utf-8")
+    truth, report = watch_script(tmp_path, HUGGING_FACE, "--apply", str(args))
+    (train,) = report["loaders"]
+    assert train["role"] == "train" and train["asked"]["num_workers"] == 0
+    assert train["settings"]["num_workers"] == 1 and train["applied"] == ["num_workers"]
+    assert train["settings"]["batch_size"] == BATCH and train["totals"]["steps"] == EPOCHS * TRAIN_BATCHES
+    assert report["apply"]["loaders_matched"] == 1 and report["apply"]["unmatched"] == []

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
-from benchmarks import watch_fixes as wf
 from loaderdoc.watching.fixes import fix_tables
+
+# by path: `pytest` (the README's line) does not put the repository root on sys.path
+_spec = importlib.util.spec_from_file_location(
+    "_loaderdoc_bench_watch_fixes", Path(__file__).resolve().parents[1] / "benchmarks" / "watch_fixes.py")
+wf = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wf)
 
 
 def loader(number: int, role: str | None = None, *, waits: int = 100, wait_s: float = 15.0, step_s: float = 5.0,

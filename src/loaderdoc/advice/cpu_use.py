@@ -39,6 +39,7 @@ NEAR_BEST = 0.99  # the fewest workers whose predicted rate is within 1 % of the
 #                   that only just keeps up leaves the loop waiting at every hiccup)
 CEILING_SHOWN = 3.0  # the CPUs' ceiling is said where it is within 3x of the rate reached
 MAX_WORKERS = 64
+TINY = 1e-9  # seconds: a divisor that was 0 (a loop whose loading or step took no time) stays finite
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class CpuUse:
     @property
     def rate(self) -> float:
         """The steady batches per second the run reached."""
-        return 1.0 / (self.wait_wall_s + self.step_wall_s)
+        return 1.0 / max(self.wait_wall_s + self.step_wall_s, TINY)
 
     @property
     def handover_cpu_s(self) -> float:
@@ -76,7 +77,7 @@ class CpuUse:
 
     @property
     def idle_share(self) -> float:
-        return self.idle_wait_s / (self.wait_wall_s + self.step_wall_s)
+        return self.idle_wait_s * self.rate
 
     @property
     def cpu_per_batch_s(self) -> float:
@@ -128,7 +129,7 @@ class CpuUse:
         """The most steady batches per second the CPUs allow: the CPUs the process tree can get
         (with at least as many workers as CPUs) over the CPU time one trained batch needs."""
         cpus = self._cpus(max(self.workers, cpu_limit(self.budget)))
-        return cpus / self.cpu_per_batch_s if self.cpu_per_batch_s > 0 else math.inf
+        return cpus / max(self.cpu_per_batch_s, TINY)
 
     @property
     def worker_cap(self) -> int | None:
@@ -186,11 +187,11 @@ class CpuUse:
         load_cpu = min(self.load_cpu_s, wall)
         io = max(0.0, wall - load_cpu * self._slow(self.workers))  # the part of loading no CPU speeds up
         hand = self.handover_cpu_s if n else 0.0
-        ceiling = self._cpus(n) / (self.load_cpu_s + self.step_cpu_s + hand)
+        ceiling = self._cpus(n) / max(self.load_cpu_s + self.step_cpu_s + hand, TINY)
         if n == 0:
-            return min(ceiling, 1.0 / (io + load_cpu + self.step_wall_s))
-        serial = 1.0 / (self.step_wall_s + hand)
-        return min(ceiling, serial, n / (io + load_cpu * self._slow(n)))
+            return min(ceiling, 1.0 / max(io + load_cpu + self.step_wall_s, TINY))
+        serial = 1.0 / max(self.step_wall_s + hand, TINY)
+        return min(ceiling, serial, n / max(io + load_cpu * self._slow(n), TINY))
 
     @property
     def ceiling_matters(self) -> bool:

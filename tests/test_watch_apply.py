@@ -299,3 +299,26 @@ def test_the_epilog_and_the_argument_say_what_apply_never_changes():
     proc = watch("--help")
     text = " ".join(proc.stdout.split())  # the epilog's own line breaks aside
     assert "--apply FILE" in text and "batch_size, shuffle and drop_last change the training itself" in text
+
+
+def test_a_role_table_applied_at_iteration_sets_the_workers_first_and_is_all_or_nothing(capsys):
+    import torch
+
+    from loaderdoc.watching import apply
+
+    def _inner_training_loop(loader, applier):  # the HF Trainer's loop: the role "train"
+        apply.at_iteration(loader, applier, sys._getframe())
+
+    table = {"multiprocessing_context": "spawn", "num_workers": 2}  # the context's setter needs workers
+    loader = torch.utils.data.DataLoader([1, 2, 3], batch_size=1)
+    _inner_training_loop(loader, apply.Applier({"file": "f.toml", "tables": {"train": table}}))
+    assert getattr(loader, apply.ROLE) == "train" and loader.num_workers == 2
+    assert loader.multiprocessing_context is not None and loader.prefetch_factor == 2
+    assert sorted(getattr(loader, apply.APPLIED_KEYS)) == ["multiprocessing_context", "num_workers"]
+
+    bad = torch.utils.data.DataLoader([1, 2, 3], batch_size=1)
+    _inner_training_loop(bad, apply.Applier({"file": "f.toml", "tables": {"train": {
+        "num_workers": 2, "multiprocessing_context": "no-such-method"}}}))
+    assert bad.num_workers == 0 and bad.multiprocessing_context is None  # as the script built it
+    assert not getattr(bad, apply.APPLIED_KEYS, None)
+    assert "runs with the script's own settings" in capsys.readouterr().err

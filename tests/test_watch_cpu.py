@@ -47,6 +47,10 @@ def test_the_workers_cpu_time_is_counted_whether_they_are_reaped_or_kept(persist
     epochs = watched.records()["loaders"][0]["epochs"]
     total = sum(e["workers_cpu_s"] for e in epochs)
     assert 0.45 < total < 0.48 + 2 * 0.6, total  # + up to two workers' start-up per epoch
+    # past each epoch's first batch: the steady loading, without start-up (a few batches were in
+    # flight by then); a reaped worker counted twice would add its whole life again
+    steady = sum(e["workers_cpu_s"] - e["workers_cpu_first_s"] for e in epochs)
+    assert 0.25 < steady < 0.55, steady
     for e in epochs:
         assert e["workers_cpu_s"] >= 0.2, e  # each epoch loaded its own 12 batches
         assert e["cpu_wait_s"] < 0.2  # the loop only received the batches
@@ -118,3 +122,102 @@ def test_a_saturated_run_expects_no_gain_from_more_workers():
                load_cpu_s=0.053, load_queued_s=0.04, used_cpus=1.9)
     assert use.saturated and use.load_is_cpu and use.step_is_cpu  # a fifth of its wall is CPU: it waited
     assert use.worker_cap == 2 and use.best_workers(needed=3) is None
+
+
+# ---- review findings: the ledger's reaped workers, ranks, GPU steps, contention --------------------
+class _FakeProc:
+    """/proc as the ledger reads it: this process's (own, children's) CPU seconds, and live pids'."""
+
+    def __init__(self) -> None:
+        self.children = 0.0
+        self.live: dict[int, float] = {}
+
+    def cpu_times(self, pid="self"):
+        if pid == "self":
+            return 1.0, self.children
+        return (self.live[pid], 0.0) if pid in self.live else None
+
+    def reap(self, pid: int, total: float) -> None:
+        del self.live[pid]
+        self.children += total
+
+
+class _Epoch:
+    workers_cpu_s = None
+    workers_runq_s = None
+
+
+@pytest.fixture
+def fake_proc(monkeypatch):
+    from loaderdoc.watching import cpuacct
+
+    proc = _FakeProc()
+    monkeypatch.setattr(cpuacct, "cpu_times", proc.cpu_times)
+    monkeypatch.setattr(cpuacct, "runqueue_seconds", lambda pid: None)
+    return proc, cpuacct.CpuLedger()
+
+
+def test_a_worker_reaped_between_two_reads_counts_once(fake_proc, monkeypatch):
+    proc, ledger = fake_proc
+    epoch = _Epoch()
+    proc.live[11] = 0.0
+    ledger.track([11], epoch)
+    proc.live[11] = 5.0
+    ledger.settle()
+    assert epoch.workers_cpu_s == pytest.approx(5.0)
+    # the worker is reaped after the ledger read this process's children's time, before its own
+    from loaderdoc.watching import cpuacct
+
+    real = proc.cpu_times
+
+    def racing(pid="self"):
+        out = real(pid)
+        if pid == "self" and 11 in proc.live:
+            proc.reap(11, 6.0)  # a 6 s life: 1 s after the last reading
+        return out
+
+    monkeypatch.setattr(cpuacct, "cpu_times", racing)
+    ledger.settle()
+    ledger.settle()
+    assert epoch.workers_cpu_s == pytest.approx(6.0)
+
+
+def test_another_child_the_script_reaps_is_not_the_workers(fake_proc):
+    proc, ledger = fake_proc
+    epoch = _Epoch()
+    proc.live[11] = 0.0
+    ledger.track([11], epoch)
+    proc.live[11] = 2.0
+    proc.reap(11, 2.5)
+    ledger.settle()
+    assert epoch.workers_cpu_s == pytest.approx(2.5)
+    proc.children += 3.0  # a `subprocess.run` of the script's, reaped later
+    ledger.settle()
+    assert epoch.workers_cpu_s == pytest.approx(2.5)
+
+
+def test_sibling_ranks_are_not_other_processes():
+    from loaderdoc.advice.cpu_use import cpu_use
+
+    # one of 2 ranks on 2 CPUs (budget 1 each), each keeping 1 CPU busy at 25 batches/s
+    n = 1000
+    kw = dict(workers=1, budget=1.0, waits=n, steps=n, steps_timed=n, wait_s=n * 0.001, step_s=n * 0.039,
+              cpu_wait_s=n * 0.001, cpu_step_s=n * 0.015, cpu_wait_wall_s=n * 0.001, cpu_step_wall_s=n * 0.039,
+              workers_cpu_s=n * 0.024, workers_runq_s=0.0, tree_cpu_s=n * 0.04, others_cpu_s=n * 0.04,
+              cpu_wall_s=n * 0.04)
+    alone, beside = cpu_use(**kw), cpu_use(**kw, ranks=2)
+    assert beside.others_cpus == pytest.approx(0.0)
+    assert beside.ceiling >= beside.rate  # never a ceiling below the rate the run reached
+    assert alone.ceiling < alone.rate  # the same numbers read as a stranger's load: wrong
+
+
+def test_a_gpu_step_that_spins_on_a_sync_is_no_cpu_trained_model():
+    use = _use(on_gpu=True)
+    assert not use.step_is_cpu and _use().step_is_cpu
+
+
+def test_the_hand_over_is_at_most_the_wait_and_others_count_towards_saturation():
+    spun = _use(workers=2, wait_wall_s=0.002, wait_cpu_s=0.004, load_cpu_s=0.04)  # OpenMP spinning in the wait
+    assert spun.handover_cpu_s == pytest.approx(0.002)
+    assert not _use(used_cpus=1.0, others_cpus=0.0).saturated and _use(used_cpus=1.0, others_cpus=1.0).saturated
+    assert not _use(used_cpus=1.0, others_cpus=1.0).saturated_by_itself

@@ -705,6 +705,15 @@ def _watched() -> list[Scenario]:
             expect=frozenset({"watch-loader-healthy"}),
         ),
         Scenario(
+            "watch-io-workers-beside-a-busy-neighbour",
+            "8 workers reading 64 ms batches (8 ms of CPU each) that keep an 8 ms step fed while another "
+            "process keeps one of the 2 CPUs busy: the CPUs are full, but not with this job's work",
+            "ci-2core", LoaderSettings(batch_size=8, num_workers=8, persistent_workers=True),
+            watch=watched(8, batches=300, wait_ms=1.1, step_ms=8.0,
+                          cpu={"wait_cpu": 0.9, "step_cpu": 0.4, "load_cpu": 8.0, "queued": 2.0, "others": 1.0}),
+            expect=frozenset({"watch-loader-healthy"}),
+        ),
+        Scenario(
             "watch-keeps-up",
             "a watched run whose 4 persistent workers keep a 50 ms step fed (1 ms waits), /dev/shm 5 % used",
             "h100x8-node", LoaderSettings(batch_size=64, num_workers=4, persistent_workers=True),

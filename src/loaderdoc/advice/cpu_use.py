@@ -57,6 +57,7 @@ class CpuUse:
     used_cpus: float | None  # CPUs this process and its workers used while the loader ran
     others_cpus: float | None  # CPUs other processes took from this process's CPUs meanwhile
     torch_threads: int | None = None
+    on_gpu: bool = False  # the run timed its waits on a GPU: the step is GPU work (a spinning sync is no CPU model)
 
     # ---- what was measured -------------------------------------------------------------------
     @property
@@ -90,10 +91,17 @@ class CpuUse:
         return max(1.0, min(self.budget, self.step_cpu_s / self.step_wall_s)) if self.step_wall_s > 0 else 1.0
 
     @property
+    def saturated_by_itself(self) -> bool:
+        """This process and its workers alone kept >= 90 % of the rank's CPUs busy."""
+        return self.used_cpus is not None and self.used_cpus >= SATURATED_SHARE * self.budget
+
+    @property
     def step_is_cpu(self) -> bool:
         """The step is CPU work (a model trained on the CPU), not a wait for a GPU: half its wall
         time on a CPU, or a fifth where the CPUs were saturated (a CPU step that waits for CPUs
         the workers hold takes longer than its CPU time; a sleeping or GPU-waiting step needs little)."""
+        if self.on_gpu:
+            return False
         share = SATURATED_STEP_SHARE if self.saturated else CPU_WORK_SHARE
         return self.step_wall_s > 0 and self.step_cpu_s >= share * self.step_wall_s
 
@@ -222,9 +230,10 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
             cpu_step_wall_s: float, workers_cpu_s: float | None,
             workers_runq_s: float | None,
             tree_cpu_s: float | None, others_cpu_s: float | None, cpu_wall_s: float | None,
-            torch_threads: int | None = None) -> CpuUse | None:
+            torch_threads: int | None = None, ranks: int = 1, on_gpu: bool = False) -> CpuUse | None:
     """The accounting from a loader's sums, None where the run did not record CPU time (an older
-    records file) or too little ran to divide by."""
+    records file) or too little ran to divide by. ``ranks``: the ranks on this node, whose CPU
+    time the other processes' includes (each rank's budget is its share of the node already)."""
     if not budget or not waits or not steps_timed or cpu_wait_s is None or cpu_step_s is None:
         return None
     if cpu_step_wall_s <= 0 or cpu_wait_wall_s <= 0:
@@ -239,8 +248,10 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
     if cpu_wall_s and tree_cpu_s is not None:
         used = tree_cpu_s / cpu_wall_s
         others = (others_cpu_s / cpu_wall_s) if others_cpu_s is not None else None
+        if others is not None and ranks > 1:  # the sibling ranks, as busy as this one, are not "others"
+            others = max(0.0, others - (ranks - 1) * used)
     return CpuUse(workers=workers, budget=float(budget), step_wall_s=step_s / steps_timed,
                   step_cpu_s=step_cpu, wait_wall_s=wait_s / waits, wait_cpu_s=wait_cpu,
                   load_cpu_s=load_cpu, load_queued_s=(workers_runq_s / waits
                                                       if workers and workers_runq_s is not None else None),
-                  used_cpus=used, others_cpus=others, torch_threads=torch_threads)
+                  used_cpus=used, others_cpus=others, torch_threads=torch_threads, on_gpu=on_gpu)

@@ -106,8 +106,9 @@ class WatchEvidence:
             return None
         return wait if self.workers == 0 else self.workers * (wait + step)
 
-    def cpu_use(self, budget: float | None) -> CpuUse | None:
-        """The loader's CPU accounting against ``budget`` CPUs (None: not recorded)."""
+    def cpu_use(self, budget: float | None, ranks: int = 1) -> CpuUse | None:
+        """The loader's CPU accounting against ``budget`` CPUs, this rank's share of the node's
+        among ``ranks`` ranks (None: not recorded)."""
         epochs = self.epochs
         if any(e.cpu_wait_s is None or e.cpu_step_s is None for e in epochs):
             return None
@@ -125,7 +126,8 @@ class WatchEvidence:
             workers_runq_s=_steady(epochs, "workers_runq_s", "workers_runq_first_s"),
             tree_cpu_s=tree, others_cpu_s=sum(others) if len(others) == len(ended) else None,
             cpu_wall_s=sum(e.wall_s for e in ended) if ended else None,
-            torch_threads=max(threads) if threads else None)
+            torch_threads=max(threads) if threads else None, ranks=ranks,
+            on_gpu=any(e.gpu_idle_s is not None for e in epochs))
 
 
 def _steady(epochs: list[WatchedEpoch], total: str, first: str) -> float | None:

@@ -256,11 +256,20 @@ def at_iteration(loader, applier: Applier, frame) -> None:
     if not workers:
         for k in WORKER_ONLY:
             changes.pop(k, None)
+    # num_workers first: multiprocessing_context's setter refuses a loader without workers
+    ordered = sorted({**changes, **implied}.items(), key=lambda kv: kv[0] != "num_workers")
+    before = {k: getattr(loader, k, None) for k, _ in ordered}
+    done = []
     try:
-        for k, v in {**changes, **implied}.items():
+        for k, v in ordered:
             object.__setattr__(loader, k, v)  # past DataLoader's guard on persistent_workers
+            done.append(k)
     except Exception as exc:
-        applier.say(f"could not set {_list(changes)} on the {role} loader ({exc})")
+        for k in reversed(done):  # all or nothing: the loader runs as the script built it
+            with contextlib.suppress(Exception):
+                object.__setattr__(loader, k, before[k])
+        applier.say(f"could not set {_list(changes)} on the {role} loader ({exc}); it runs with the "
+                    "script's own settings")
         return
     _set(loader, ASKED, asked)
     _set(loader, TABLES_USED, [*used, key])

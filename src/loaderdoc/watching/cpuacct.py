@@ -86,7 +86,9 @@ class CpuLedger:
         self._queued: dict[int, float] = {}  # pid -> run-queue seconds read at the last settle
         own = cpu_times()
         self._reaped = own[1] if own else None
-        self._last_reaped: list = []  # the epochs whose workers were reaped last
+        # workers gone from /proc whose whole lives the children's time has not shown yet: (the
+        # epoch, CPU seconds already counted for it)
+        self._pending: list[tuple[object, float]] = []
         self._lock = threading.Lock()
 
     def track(self, pids: list[int], epoch) -> None:
@@ -104,6 +106,12 @@ class CpuLedger:
         with self._lock:
             self._settle()
 
+    def settled(self, epoch) -> tuple[float | None, float | None]:
+        """Settle, then the epoch's workers' (CPU, run-queue) seconds, read under the lock."""
+        with self._lock:
+            self._settle()
+            return epoch.workers_cpu_s, epoch.workers_runq_s
+
     def _settle(self) -> None:
         own = cpu_times()  # first: a worker reaped after this read is still alive below, or gone next time
         reaped = own[1] if own else None
@@ -119,20 +127,23 @@ class CpuLedger:
             if queued is not None:
                 epoch.workers_runq_s = (epoch.workers_runq_s or 0.0) + max(0.0, queued - self._queued[pid])
                 self._queued[pid] = queued
+        for pid in gone:
+            self._pending.append((self._owner.pop(pid), self._seen.pop(pid)))
+            del self._queued[pid]
         if reaped is None or self._reaped is None:
             return
-        # the reaped workers' CPU after their last reading: the children's time grew by their whole
-        # lives (a worker reaped between the two reads above shows up in the next settle's growth:
-        # it goes to the owners of the workers reaped last)
-        grown = reaped - self._reaped - sum(self._seen[p] for p in gone)
-        owners = [self._owner[p] for p in gone] or self._last_reaped
-        if owners and grown > 0:
-            for epoch in owners:
-                epoch.workers_cpu_s = (epoch.workers_cpu_s or 0.0) + grown / len(owners)
-        if gone:
-            self._last_reaped = owners
-        for pid in gone:
-            del self._owner[pid], self._seen[pid], self._queued[pid]
+        if not self._pending:
+            self._reaped = reaped  # another child's growth (a subprocess the script ran): not the workers'
+            return
+        # the kernel grew the children's time by each reaped worker's whole life; a worker reaped
+        # after `own` was read is gone already but not in this growth: wait for the next settle
+        counted = sum(seen for _, seen in self._pending)
+        grown = reaped - self._reaped
+        if grown + 1e-6 < counted:
+            return
+        for epoch, _ in self._pending:
+            epoch.workers_cpu_s = (epoch.workers_cpu_s or 0.0) + (grown - counted) / len(self._pending)
+        self._pending.clear()
         self._reaped = reaped
 
 
@@ -155,8 +166,7 @@ def first_batch(recorder, epoch) -> None:
     the dataset copied in) and the first batches in flight, which the steady per-batch figures leave out."""
     try:
         if epoch.workers_cpu_s is not None:
-            recorder.cpu.settle()
-            epoch.workers_cpu_first, epoch.workers_runq_first = epoch.workers_cpu_s, epoch.workers_runq_s
+            epoch.workers_cpu_first, epoch.workers_runq_first = recorder.cpu.settled(epoch)
     except Exception:
         pass
 
@@ -167,9 +177,8 @@ def end_epoch(recorder, epoch) -> None:
     if epoch.proc_cpu_s is not None:
         return
     try:
-        recorder.cpu.settle()
+        epoch.workers_cpu_at_end = recorder.cpu.settled(epoch)[0]
         epoch.proc_cpu_s = time.process_time() - epoch.cpu_start
-        epoch.workers_cpu_at_end = epoch.workers_cpu_s
         busy = busy_seconds(recorder.cpus)
         if busy is not None and epoch.busy_start is not None:
             epoch.busy_s = busy - epoch.busy_start

@@ -274,10 +274,12 @@ def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
     for f in sorted(findings, key=lambda f: -f.rank):
         if not f.settings_change:
             continue
+        taken = all(change.get(key, value) == value for key, value in f.settings_change.items())
         for key, value in f.settings_change.items():
             change.setdefault(key, value)
-        rules.append(f.rule_id)
-        gains.append(f.expected_gain)
+        if taken:  # a finding whose value lost to a more severe one's neither speaks nor counts
+            rules.append(f.rule_id)
+            gains.append(f.expected_gain)
     if not change:
         return None
     gain = None if any(g is None for g in gains) else math.prod(gains)
@@ -297,10 +299,11 @@ def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], fact
     out: list[Finding] = []
     seen: set[tuple[str, str]] = set()
     budget = policy.cpus_per_rank(facts)
+    ranks = max(1, facts.distributed.ranks_on_this_node)
     for entry in entries:
         mem = memory.get(entry.get("pid"))
         watch = evidence_of(entry, mem, where=where)
-        entry["cpu"] = cpu_entry(watch.cpu_use(budget))
+        entry["cpu"] = cpu_entry(watch.cpu_use(budget, ranks))
         if (entry.get("pid"), entry.get("loader")) in trains:
             watch.rank, watch.job = entry.get("rank"), job
         fired = evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True)

@@ -52,7 +52,7 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     if per_rank is None or not policy.oversubscribed(n, per_rank):
         return None  # no CPU count was read, or within the budget
     if i.watch is not None:
-        use = i.watch.cpu_use(per_rank)
+        use = i.watch.cpu_use(per_rank, i.ranks)
         if use is not None:  # a measured run: its CPU time, not the count, says whether workers contend
             return _watched_oversubscribed(i, use, n, per_rank)
     target = worker_target(per_rank)
@@ -101,8 +101,10 @@ def _watched_oversubscribed(i: Inputs, use, n: int, per_rank: float) -> Finding 
     from loaderdoc.advice.rules.watch import cpu_lines
 
     cap = use.worker_cap
-    if cap is None or not use.saturated or n <= cap:
-        return None  # workers that mostly wait (I/O) do not contend for CPUs: more of them are fine
+    if cap is None or not use.saturated_by_itself or n <= cap:
+        # workers that mostly wait (I/O) do not contend for CPUs, and where others' processes fill the
+        # CPUs a run cannot tell CPU-bound workers that kept up from waiting ones: more are fine
+        return None
     evidence = [f"num_workers = {n}"] + _cpu_evidence(i) + cpu_lines(use)
     peaks = [e.workers_pss_max_bytes for e in i.watch.epochs if e.workers_pss_max_bytes]
     pss = max(peaks) if peaks else None

@@ -44,7 +44,7 @@ def _workers_needed(w: WatchEvidence) -> int | None:
 
 
 def _use(i: Inputs, w: WatchEvidence) -> CpuUse | None:
-    return w.cpu_use(i.per_rank)
+    return w.cpu_use(i.per_rank, i.ranks)
 
 
 def _idle_share(w: WatchEvidence, use: CpuUse | None) -> float:

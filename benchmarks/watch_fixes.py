@@ -56,10 +56,10 @@ within half an hour; the sleep-bound io_bound did not move; repeat before believ
     io_bound       8 workers 58.7 / 58.4; 4: 58.8 / 58.8; 2: 30.4 / 30.4; 1: 15.2 / 15.2
     lightning_fit  0 workers 7.6 / 7.7 (both loaders); 2: 7.0 / 7.0
 
-With the CPU accounting (results/watch_fixes-20261124-212557.json, quiet machine, 2 repeats):
-every loop reached a fixed point within 2 applications; expected vs measured gain 1.00/0.97
-(cpu_cnn_w6: 6 -> 2 workers), 1.54/1.58 (cpu_cnn_t1: 0 -> 1), 3.75/3.87 (io_bound_w1: 1 -> 4),
-1.50/1.67 (lightning_fit_t1: train 0 -> 1, val 0 -> 2); cpu_cnn, io_bound and lightning_fit as
+With the CPU accounting (results/watch_fixes-20261124-221026.json, quiet machine, 2 repeats):
+every loop reached a fixed point within 1 application; expected vs measured gain 1.00/0.99
+(cpu_cnn_w6: 6 -> 2 workers), 1.52/1.48 (cpu_cnn_t1: 0 -> 1), 3.76/3.89 (io_bound_w1: 1 -> 4),
+1.59/1.41 (lightning_fit_t1: train 0 -> 1, val 0 -> 2); cpu_cnn, io_bound and lightning_fit as
 written drew no proposal (the CPU loops sit at their CPU ceiling, io_bound is fed).
 
 What watch proposed before issue 28's CPU accounting (commit 5c611c1): cpu_cnn at 0 workers

@@ -364,12 +364,16 @@ class Holding(Dataset):
         return i
 
 def seen():
+    # a sample of both workers, and one that fell inside an epoch (a sample between two epochs of
+    # these 20 ms epochs belongs to none): the records hold what the test checks
     try:
         with open(os.path.join(os.environ["LOADERDOC_WATCH_DIR"], f"records-{os.getpid()}.json")) as fh:
-            samples = json.load(fh)["samples"]
+            records = json.load(fh)
     except (OSError, ValueError):
         return False
-    return any(s["workers"] == 2 and s["workers_pss_bytes"] for s in samples)
+    epochs = records["loaders"][0]["epochs"] if records["loaders"] else []
+    return (any(s["workers"] == 2 and s["workers_pss_bytes"] for s in records["samples"])
+            and any(e["workers_pss_max_bytes"] for e in epochs))
 
 loader = DataLoader(Holding(), batch_size=2, num_workers=2, persistent_workers=True)
 deadline = time.monotonic() + 60

@@ -254,7 +254,8 @@ async def test_each_loader_of_each_rank_gets_its_own_chart(tmp_path):
 CPU = {"budget_cpus": 2.0, "load_cpu_per_batch_s": 0.132, "load_is_cpu": True, "load_queued_per_batch_s": None,
        "step_cpu_per_step_s": 0.152, "step_wall_per_step_s": 0.0792, "step_is_cpu": True, "step_threads": 1.9,
        "torch_threads": 2, "handover_per_batch_s": 0.0, "idle_wait_share": 0.452, "cpu_per_batch_s": 0.285,
-       "used_cpus": 1.96, "others_cpus": 0.01, "saturated": True, "rate_per_s": 6.9, "ceiling_per_s": 7.0}
+       "used_cpus": 1.96, "others_cpus": 0.01, "saturated": True, "rate_per_s": 6.9, "ceiling_per_s": 7.0,
+       "ceiling_matters": True}
 
 
 def _with_cpu(tmp_path: Path, cpu) -> Path:

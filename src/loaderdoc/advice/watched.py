@@ -53,6 +53,11 @@ class WatchedEpoch:
     torch_threads: int | None = None
 
 
+# the CPU accounting's fields, named as the hook's records name them
+CPU_FIELDS = ("cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s", "cpu_step_wall_s", "proc_cpu_s", "workers_cpu_s",
+              "workers_runq_s", "workers_cpu_first_s", "workers_runq_first_s", "others_cpu_s", "torch_threads")
+
+
 @dataclass
 class WatchEvidence:
     """One DataLoader of a real run and the /dev/shm of the node it ran on."""

@@ -295,8 +295,8 @@ class Recorder:
         self.t0 = clock()  # the samples' and epochs' clock starts here
         self.loaders: list[LoaderRecord] = []
         self._by_id: dict[int, LoaderRecord] = {}
-        self.interval = interval if interval is not None else procinfo.env_positive(ENV_INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL)
-        self.write_s = write_s if write_s is not None else procinfo.env_positive(ENV_WRITE_S, DEFAULT_WRITE_S, MIN_INTERVAL)
+        self.interval = interval if interval is not None else procinfo.env_positive(ENV_INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, _warn)
+        self.write_s = write_s if write_s is not None else procinfo.env_positive(ENV_WRITE_S, DEFAULT_WRITE_S, MIN_INTERVAL, _warn)
         self._sample = sample
         self._per_epoch = sample_per_epoch
         self.sampler = None  # created at the first iteration
@@ -339,7 +339,7 @@ class Recorder:
             return
         if self.sampler is None:
             self.sampler = sampler.Sampler(self, self.interval, self.write_s if self.directory else None,
-                                           max_busy=procinfo.env_positive(ENV_MAX_BUSY, sampler.MAX_BUSY, 0.001))
+                                           max_busy=procinfo.env_positive(ENV_MAX_BUSY, sampler.MAX_BUSY, 0.001, _warn))
         self.sampler.start()
 
     def to_dict(self) -> dict:
@@ -463,7 +463,7 @@ def install(directory: str | None) -> Recorder:
     if TARGET in sys.modules:
         on_load(sys.modules[TARGET])
     else:
-        sys.meta_path.insert(0, importpatch.PatchOnImport(TARGET, on_load))
+        sys.meta_path.insert(0, importpatch.PatchOnImport(TARGET, on_load, _warn))
     atexit.register(recorder.at_exit)
     return recorder
 

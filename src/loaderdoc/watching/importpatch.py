@@ -16,9 +16,10 @@ class PatchOnImport:
     module, and wraps that spec's ``exec_module`` so the patch runs right after the module ran.
     One string comparison per import is all it costs other modules; it removes itself once used."""
 
-    def __init__(self, target: str, on_load) -> None:
+    def __init__(self, target: str, on_load, warn) -> None:
         self._target = target
         self._on_load = on_load
+        self._warn = warn  # the hook's one line on stderr
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self._target:
@@ -37,7 +38,7 @@ class PatchOnImport:
         loader = spec.loader
         exec_module = getattr(loader, "exec_module", None)
         if exec_module is None:
-            _say(f"cannot instrument {self._target} (loaded by {loader!r}); DataLoaders are not measured")
+            self._warn(f"cannot instrument {self._target} (loaded by {loader!r}); DataLoaders are not measured")
             return spec
         on_load = self._on_load
 
@@ -48,10 +49,6 @@ class PatchOnImport:
         try:
             loader.exec_module = exec_and_patch  # a per-spec loader instance: only this import sees it
         except (AttributeError, TypeError):
-            _say(f"cannot instrument {self._target}; DataLoaders are not measured")
+            self._warn(f"cannot instrument {self._target}; DataLoaders are not measured")
         return spec
 
-
-def _say(message: str) -> None:
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"loaderdoc watch: {message}\n")

@@ -7,7 +7,6 @@ beside ``hook.py``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
@@ -31,9 +30,9 @@ def process_info() -> dict:
     return out
 
 
-def env_positive(name: str, default: float, floor: float) -> float:
+def env_positive(name: str, default: float, floor: float, warn) -> float:
     """A positive number from the environment variable ``name`` (at least ``floor``), else ``default``
-    with one line on stderr."""
+    with one line through ``warn`` (the hook's)."""
     raw = os.environ.get(name)
     if not raw:
         return default
@@ -42,7 +41,6 @@ def env_positive(name: str, default: float, floor: float) -> float:
     except ValueError:
         value = -1.0
     if not value > 0 or value == float("inf"):
-        with contextlib.suppress(Exception):
-            sys.stderr.write(f"loaderdoc watch: {name}={raw!r} is not a positive number; using {default:g}\n")
+        warn(f"{name}={raw!r} is not a positive number; using {default:g}")
         return default
     return max(value, floor)

@@ -20,7 +20,7 @@ from typing import Any
 from loaderdoc import policy
 from loaderdoc.advice.findings import Finding, worst
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
-from loaderdoc.advice.watched import WatchedEpoch, WatchEvidence
+from loaderdoc.advice.watched import CPU_FIELDS, WatchedEpoch, WatchEvidence
 from loaderdoc.watching.summary_text import describe_loader, render_summary
 
 __all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "describe_loader",
@@ -137,12 +137,7 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
                            wall_s=_wall(e), finished=bool(e.get("finished")) or e.get("end_s") is not None,
                            workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
                            workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
-                           cpu_wait_s=e.get("cpu_wait_s"), cpu_step_s=e.get("cpu_step_s"),
-                           cpu_wait_wall_s=e.get("cpu_wait_wall_s"), cpu_step_wall_s=e.get("cpu_step_wall_s"),
-                           proc_cpu_s=e.get("proc_cpu_s"), workers_cpu_s=e.get("workers_cpu_s"),
-                           workers_runq_s=e.get("workers_runq_s"), workers_cpu_first_s=e.get("workers_cpu_first_s"),
-                           workers_runq_first_s=e.get("workers_runq_first_s"),
-                           others_cpu_s=e.get("others_cpu_s"), torch_threads=e.get("torch_threads"))
+                           **{name: e.get(name) for name in CPU_FIELDS})
               for n, e in enumerate(entry["epochs"])]
     longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})
     workers = s.get("num_workers")
@@ -262,7 +257,8 @@ def cpu_entry(use) -> dict[str, Any] | None:
             "step_is_cpu": use.step_is_cpu, "step_threads": use.step_threads, "torch_threads": use.torch_threads,
             "handover_per_batch_s": use.handover_cpu_s, "idle_wait_share": use.idle_share,
             "cpu_per_batch_s": use.cpu_per_batch_s, "used_cpus": use.used_cpus, "others_cpus": use.others_cpus,
-            "saturated": use.saturated, "rate_per_s": use.rate, "ceiling_per_s": use.ceiling}
+            "saturated": use.saturated, "rate_per_s": use.rate, "ceiling_per_s": use.ceiling,
+            "ceiling_matters": use.ceiling_matters}
 
 
 def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:

@@ -11,7 +11,6 @@ import shlex
 import textwrap
 from typing import Any
 
-from loaderdoc.advice.cpu_use import CEILING_SHOWN
 from loaderdoc.policy import WATCH_MIN_BATCHES
 from loaderdoc.units import fmt_bytes, fmt_seconds
 
@@ -96,7 +95,7 @@ def cpu_text(cpu: dict[str, Any] | None) -> str | None:
         text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
         if cpu.get("others_cpus"):
             text += f" (+{cpu['others_cpus']:.1f} other processes)"
-    if cpu["ceiling_per_s"] <= CEILING_SHOWN * cpu["rate_per_s"]:  # else the CPUs are far from the limit
+    if cpu.get("ceiling_matters"):  # else the CPUs are far from the limit
         text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
     return text
 

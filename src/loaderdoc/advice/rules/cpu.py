@@ -51,10 +51,8 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     n = i.settings.num_workers
     if per_rank is None or not policy.oversubscribed(n, per_rank):
         return None  # no CPU count was read, or within the budget
-    if i.watch is not None:
-        use = i.watch.cpu_use(per_rank, i.ranks)
-        if use is not None:  # a measured run: its CPU time, not the count, says whether workers contend
-            return _watched_oversubscribed(i, use, n, per_rank)
+    if i.cpu_use is not None:  # a measured run: its CPU time, not the count, says whether workers contend
+        return _watched_oversubscribed(i, i.cpu_use, n, per_rank)
     target = worker_target(per_rank)
     evidence = [f"num_workers = {n}"] + _cpu_evidence(i)
     if i.ranks > 1:

@@ -22,6 +22,7 @@ from typing import Any
 
 from loaderdoc import policy
 from loaderdoc.advice.context import TrainingContext
+from loaderdoc.advice.cpu_use import CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, SEVERITY_ORDER, WARNING, Finding
 from loaderdoc.advice.watched import WatchEvidence
 from loaderdoc.probing.result import ConfigResult, ProbeReport
@@ -109,6 +110,12 @@ class Inputs:
             return None
         return policy.choose(self.probe.results, per_rank=self.per_rank, room=self.room,
                              batch_bytes=self.batch_bytes)
+
+    @cached_property
+    def cpu_use(self) -> CpuUse | None:
+        """The watched loader's CPU accounting against this rank's CPUs (several rules read it;
+        one evaluate() computes it once); None without a watched run or its CPU time."""
+        return self.watch.cpu_use(self.per_rank, self.ranks) if self.watch is not None else None
 
     @property
     def on_gpu(self) -> bool:

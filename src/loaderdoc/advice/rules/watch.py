@@ -43,10 +43,6 @@ def _workers_needed(w: WatchEvidence) -> int | None:
     return max(1, math.ceil(round(load / step, 6)))  # 4.0000001 workers are 4
 
 
-def _use(i: Inputs, w: WatchEvidence) -> CpuUse | None:
-    return w.cpu_use(i.per_rank, i.ranks)
-
-
 def _idle_share(w: WatchEvidence, use: CpuUse | None) -> float:
     """The share of the steady time the loop waited for a batch not yet loaded: the wait beyond
     the hand-over of a ready batch (which no worker count removes), where CPU time was recorded."""
@@ -95,7 +91,7 @@ def _watch_starved(i: Inputs) -> Finding | None:
     w = _judged(i.watch)
     if w is None:
         return None
-    use = _use(i, w)
+    use = i.cpu_use
     pct = 100 * _idle_share(w, use)
     if pct < policy.NOT_STARVED_PCT:
         return None
@@ -157,7 +153,7 @@ def _watch_healthy(i: Inputs) -> Finding | None:
     w = _judged(i.watch)
     if w is None:
         return None
-    use = _use(i, w)
+    use = i.cpu_use
     share = _idle_share(w, use)
     if 100 * share >= policy.NOT_STARVED_PCT:
         return None
@@ -181,7 +177,7 @@ def _watch_healthy(i: Inputs) -> Finding | None:
       "loading (loaderdoc.advice.cpu_use); it proposes no change: it says what the CPUs allow")
 def _watch_cpu_shared(i: Inputs) -> Finding | None:
     w = _judged(i.watch)
-    use = _use(i, w) if w is not None else None
+    use = i.cpu_use if w is not None else None
     if use is None or not (use.step_is_cpu and use.load_is_cpu):
         return None
     evidence = cpu_lines(use)

@@ -44,6 +44,7 @@ COMMANDS = {
     "facts": "print the detected machine facts (JSON records a fixture)",
     "tradeoffs": "what each DataLoader knob costs and buys on this machine (measured with --probe-report)",
     "watch": "run a training command and measure its DataLoaders (exit code: the command's)",
+    "tune": "try DataLoader settings on the real training job, a few runs, and pick the best measured",
 }
 
 
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  loaderdoc check --config train.yaml         lint a config against this machine\n"
         "  loaderdoc probe image --batch-size 64       measure and recommend\n"
         "  loaderdoc watch -- python train.py          measure the real training loop's data wait\n"
+        "  loaderdoc tune -- python train.py           try settings on the real job, pick the best measured\n"
         "  loaderdoc --export loader.toml              write recommended settings\n"
         "  loaderdoc --report run.json                 open a watched run in the app (written by 'watch --report')\n"
         "  loaderdoc --report job.json                 open a job's table of nodes (check --distributed --json)\n",
@@ -83,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true", help="overwrite an existing export file")
     from loaderdoc.commands import check, facts, probe  # none imports torch or textual at load
     from loaderdoc.commands import tradeoffs as tradeoffs_cmd
+    from loaderdoc.commands import tune as tune_cmd
     from loaderdoc.commands import watch as watch_cmd
     from loaderdoc.commands.common import add_workload_arguments
 
@@ -95,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "table of nodes in Job); its findings lead Diagnoses")
     add_workload_arguments(parser, with_probe=True)
 
-    modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd, "watch": watch_cmd}
+    modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd, "watch": watch_cmd,
+               "tune": tune_cmd}
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, help_text in COMMANDS.items():
         sp = sub.add_parser(
@@ -134,7 +138,7 @@ def _contained(args: argparse.Namespace):
     factory's or a dataset's servers and daemons do not outlive the command."""
     import contextlib
 
-    if args.command not in (None, "probe"):
+    if args.command not in (None, "probe", "tune"):
         return contextlib.nullcontext()
     from loaderdoc.probing.reaper import contained
 

@@ -46,6 +46,8 @@ ROLE = "_loaderdoc_role"
 ASKED = "_loaderdoc_asked"
 APPLIED_KEYS = "_loaderdoc_applied"
 TABLES_USED = "_loaderdoc_tables"
+SITE = "_loaderdoc_site"  # where the script built it ("train.py:42"): a table "site:train.py:42" is its own
+SITE_PREFIX = "site:"
 _MARK = "_loaderdoc_watch"
 
 
@@ -60,6 +62,22 @@ def plain(value):
         return value
     name = getattr(value, "_name", None)  # a multiprocessing context object
     return name if isinstance(name, str) else repr(value)
+
+
+def site_of(frame, loader) -> str | None:
+    """The line that built ``loader``: the nearest caller of ``DataLoader.__init__`` that is not a
+    subclass's ``__init__`` of the same object. The same line in the next run of the script builds
+    the same loader, which is how ``loaderdoc tune`` changes one loader and leaves the others."""
+    try:
+        for _ in range(MAX_FRAMES):
+            if frame is None:
+                return None
+            if frame.f_code.co_name != "__init__" or frame.f_locals.get("self") is not loader:
+                return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            frame = frame.f_back
+        return None
+    finally:
+        del frame
 
 
 def role_from_stack(frame, loader) -> tuple[str | None, object | None]:
@@ -112,11 +130,12 @@ class Applier:
             self._said.add(message)
             _say(f"--apply {self.file}: {message}")
 
-    def table_for(self, role: str | None) -> tuple[dict, list[str]]:
-        """The settings for a loader of ``role`` and the tables they came from ("" first)."""
+    def table_for(self, role: str | None, site: str | None = None) -> tuple[dict, list[str]]:
+        """The settings for a loader of ``role`` built at ``site`` and the tables they came from
+        ("" first, then the role's, then the site's: the more particular one wins)."""
         out: dict = {}
         used = []
-        for key in ("", table_key(role)):
+        for key in ("", table_key(role), SITE_PREFIX + site if site else None):
             table = (self.tables or {}).get(key) if key is not None else None
             if table:
                 out.update(table)
@@ -141,20 +160,22 @@ def wrap_init(cls, applier: Applier) -> bool:
     def __init__(self, *args, **kwargs):
         try:
             role, source = role_from_stack(sys._getframe(1), self)
+            site = getattr(source, SITE, None) if source is not None else site_of(sys._getframe(1), self)
         except Exception:  # naming is a nicety: never a reason to fail a construction
-            role, source = None, None
+            role, source, site = None, None, None
         if signature is None:
             original(self, *args, **kwargs)
             _set(self, ROLE, role)
+            _set(self, SITE, site)
             return
-        _construct(applier, signature, original, self, role, source, args, kwargs)
+        _construct(applier, signature, original, self, role, source, args, kwargs, site)
 
     setattr(__init__, _MARK, True)
     cls.__init__ = __init__
     return True
 
 
-def _construct(applier: Applier, signature, original, loader, role, source, args, kwargs) -> None:
+def _construct(applier: Applier, signature, original, loader, role, source, args, kwargs, site=None) -> None:
     try:
         bound = signature.bind(loader, *args, **kwargs)
     except TypeError:  # the script's own call is wrong: torch says how, as it would without us
@@ -163,7 +184,7 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
     bound.apply_defaults()
     received = bound.arguments
     asked = dict(getattr(source, ASKED, None) or {k: plain(received[k]) for k in RECORDED if k in received})
-    table, used = applier.table_for(role)
+    table, used = applier.table_for(role, site)
     name = f"the {role} loader" if role else "a loader"
     final = {k: received[k] for k in APPLIED if k in received}
     for key, value in table.items():
@@ -193,6 +214,7 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
                         "script's own settings")
             changes = {}
     _set(loader, ROLE, role)
+    _set(loader, SITE, site)
     _set(loader, ASKED, asked)
     _set(loader, TABLES_USED, used)
     # a re-build copies its source's values (accelerate passes prefetch_factor=2 where the script

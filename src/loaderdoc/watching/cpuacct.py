@@ -146,6 +146,11 @@ class CpuLedger:
         self._pending.clear()
         self._reaped = reaped
 
+    def now(self, cpus: frozenset[int] | None) -> dict:
+        """This process's CPU time (every thread) and every process's busy time on ``cpus``, now:
+        the sampler keeps them beside the loaders' sums, so a window between two samples has both."""
+        return {"proc_cpu_s": time.process_time(), "busy_s": busy_seconds(cpus)}
+
 
 def begin_epoch(recorder, epoch, iterator) -> None:
     """The epoch's CPU accounting starts: its workers (a multiprocessing iterator's ``_workers``;

@@ -238,7 +238,7 @@ class WatchedIterator:
 
 
 class LoaderRecord:
-    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables")
+    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site")
 
     def __init__(self, number: int, loader) -> None:
         self.number = number
@@ -252,6 +252,7 @@ class LoaderRecord:
         # set by apply.wrap_init at construction: the role ("train", ... or None) and, under --apply,
         # what the script asked, the keys --apply changed and the tables that matched
         self.role = getattr(loader, apply.ROLE, None)
+        self.site = getattr(loader, apply.SITE, None)  # the line that built it ("train.py:42")
         self.asked = getattr(loader, apply.ASKED, None)
         self.applied = getattr(loader, apply.APPLIED_KEYS, None)
         self.tables = getattr(loader, apply.TABLES_USED, None)
@@ -262,7 +263,7 @@ class LoaderRecord:
         return self.ref is None or self.ref() is loader
 
     def to_dict(self, t0: float) -> dict:
-        out = {"loader": self.number, "role": self.role, "class": self.cls, "settings": self.settings,
+        out = {"loader": self.number, "role": self.role, "site": self.site, "class": self.cls, "settings": self.settings,
                "epochs": [e.to_dict(t0) for e in list(self.epochs)]}
         if self.asked is not None:  # under --apply only: readers take a record without them
             out.update(asked=self.asked, applied=self.applied or [], apply_tables=self.tables or [])

@@ -252,12 +252,14 @@ class Sampler:
         prev = self._prev if self._prev is not None else rec.t0
         for lrec in list(rec.loaders):
             epochs = list(lrec.epochs)
-            loaders[str(lrec.number)] = [sum(e.steps for e in epochs), sum(e.wait_s for e in epochs),
-                                         sum(e.step_s for e in epochs)]
+            loaders[str(lrec.number)] = cumulative(epochs)
             _attribute(epochs, workers_pss, prev, heap_grown)
-        self.samples.append({"t_s": t - rec.t0, "main_pss_bytes": pss_bytes("self"), "workers": len(known),
-                             "workers_pss_bytes": workers_pss, "workers_heap_grown_bytes": heap_grown,
-                             "shm_used_bytes": used, "shm_total_bytes": total, "loaders": loaders})
+        sample = {"t_s": t - rec.t0, "main_pss_bytes": pss_bytes("self"), "workers": len(known),
+                  "workers_pss_bytes": workers_pss, "workers_heap_grown_bytes": heap_grown,
+                  "shm_used_bytes": used, "shm_total_bytes": total, "loaders": loaders}
+        if ledger is not None:  # this process's CPU time and every process's busy time on its CPUs, now
+            sample.update(ledger.now(getattr(rec, "cpus", None)))
+        self.samples.append(sample)
         if len(self.samples) >= self.cap:
             del self.samples[1::2]
             self.base *= 2
@@ -294,6 +296,32 @@ class Sampler:
             self._failed = True
             self._stop.set()
             with_warning(f"sampling stopped: {exc!r}")
+
+
+# a sample's per-loader list: every epoch's counters summed at the tick, so that any two samples
+# give a window's figures (loaderdoc tune measures its steady windows from them); the first three
+# are the timeline's
+CUMULATIVE = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
+              "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s")
+
+
+def cumulative(epochs: list) -> list:
+    """The :data:`CUMULATIVE` sums over ``epochs`` (hook EpochRecords) as they stand now."""
+    steps = wait = step = cw = cs = cww = csw = wcpu = wq = 0.0
+    waits = timed = 0
+    for e in epochs:
+        steps += e.steps
+        wait += e.wait_s
+        step += e.step_s
+        waits += e.waited
+        timed += e.waited + (1 if e.finished and e.steps else 0)
+        cw += e.cpu_wait_s
+        cs += e.cpu_step_s
+        cww += e.cpu_wait_wall_s
+        csw += e.cpu_step_wall_s
+        wcpu += e.workers_cpu_s or 0.0
+        wq += e.workers_runq_s or 0.0
+    return [int(steps), wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq]
 
 
 def _attribute(epochs: list, workers_pss: int, since: float, heap_grown: int | None = None) -> None:

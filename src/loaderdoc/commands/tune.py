@@ -1,0 +1,331 @@
+"""`loaderdoc tune -- COMMAND [ARGS...]`: the best DataLoader settings, measured on the user's real job.
+
+Runs the command a few times (:mod:`loaderdoc.tuning.trial`), the first with the script's own
+settings, each later one with the settings the search (:mod:`loaderdoc.tuning.search`) chose from
+what the earlier trials measured, put into the training loader as it is built (``watch --apply``'s
+mechanism, no code change). Prints the trials and the pick on stdout (progress on stderr), writes
+the pick with ``--export`` in any export format and the whole report with ``--report`` (JSON,
+``loaderdoc.tune/1``, which ``loaderdoc --report FILE`` opens). The launcher imports neither torch
+nor textual.
+
+Exit code: 0 the script's own settings are within the tolerance of the fastest trial; 1 the pick
+is faster (worth changing); 4 the script's own settings could not be measured (it failed, hung
+before its first batch, or never iterated a DataLoader); 3 bad usage; 130 interrupted (the trials
+so far are printed and written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from loaderdoc.tuning.result import TUNE_SCHEMA
+
+DEFAULT_BUDGET_S = 900.0
+DEFAULT_STEPS = 40
+DEFAULT_FIRST_BATCH_S = 180.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from loaderdoc.export import FORMATS
+
+    parser.usage = ("loaderdoc tune [--budget S] [--steps N] [--trials N] [--export FILE [--format F]] "
+                    "[--report FILE] -- COMMAND [ARGS...]")
+    parser.epilog = (
+        "exit code: 0 your settings are within tolerance of the fastest trial; 1 the pick is faster (worth\n"
+        "  changing); 4 your own settings could not be measured (the command failed, hung before its first\n"
+        "  batch or never iterated a DataLoader); 3 bad usage, before anything runs; 130 interrupted\n"
+        "\nThe command runs for real, a few times (3-6 trials), each stopped once its steady window settled\n"
+        "  (its whole process tree: workers and helpers too). Every trial sets LOADERDOC_TUNE_TRIAL=<n> in\n"
+        "  its environment: a script may skip checkpoints and uploads when it is set. Only the training\n"
+        "  loader (the one with the most batches, known by the line that built it) is changed, and only\n"
+        "  num_workers and prefetch_factor: batch size, shuffle, sampler and collate stay as written.\n"
+        "\nexamples:\n"
+        "  loaderdoc tune -- python train.py --epochs 1\n"
+        "  loaderdoc tune --export loader.toml --report tune.json -- python train.py\n"
+        "  loaderdoc --report tune.json  (the trials in the app)\n"
+        "  loaderdoc watch --apply loader.toml -- python train.py  (run with the pick, watched)\n"
+    )
+    parser.add_argument("--budget", type=_positive, default=DEFAULT_BUDGET_S, metavar="S",
+                        help=f"seconds for all trials together (default {DEFAULT_BUDGET_S:.0f}); no trial starts "
+                             "that would end past it")
+    parser.add_argument("--steps", type=_count, default=DEFAULT_STEPS, metavar="N",
+                        help=f"steady batches a trial's window holds at least (default {DEFAULT_STEPS})")
+    parser.add_argument("--trials", type=_count, default=6, metavar="N",
+                        help="at most this many trials, your settings' included (default 6)")
+    parser.add_argument("--first-batch-timeout", type=_positive, default=DEFAULT_FIRST_BATCH_S, metavar="S",
+                        help=f"a trial with no DataLoader batch this long after its start is stopped "
+                             f"(default {DEFAULT_FIRST_BATCH_S:.0f})")
+    parser.add_argument("--export", metavar="FILE", help="write the pick to FILE ('-' = stdout) in an export format")
+    parser.add_argument("--format", choices=FORMATS, help="the export's format (default: from FILE's suffix)")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --export file")
+    parser.add_argument("--report", metavar="FILE",
+                        help=f"write the report (JSON, schema {TUNE_SCHEMA}) to FILE, replacing it; "
+                             "'loaderdoc --report FILE' opens it")
+    parser.add_argument("tuned", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
+                        help="the training command, e.g. python train.py --epochs 1")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 < value < 1e7):
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1e7 seconds, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not (1 <= value <= 100000):
+        raise argparse.ArgumentTypeError(f"must be between 1 and 100000, got {text}")
+    return value
+
+
+def command_of(args: argparse.Namespace) -> list[str]:
+    from loaderdoc.errors import UserError
+
+    command = list(args.tuned or [])
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command or not command[0]:
+        raise UserError("tune: no command given; run it as: loaderdoc tune -- python train.py [ARGS...]")
+    import shutil
+
+    if "/" not in command[0] and shutil.which(command[0]) is None:
+        raise UserError(f"tune: command not found: {command[0]}")
+    return command
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_WARNING
+    from loaderdoc.export import format_for
+    from loaderdoc.safe_write import check_writable
+
+    command = command_of(args)
+    for name, default in (("budget", DEFAULT_BUDGET_S), ("steps", DEFAULT_STEPS), ("trials", 6),
+                          ("first_batch_timeout", DEFAULT_FIRST_BATCH_S)):
+        if getattr(args, name, None) is None:  # a top-level option of that name (the probe's --budget) kept its None
+            setattr(args, name, default)
+    fmt = None
+    if args.export is not None:  # refused before any trial runs
+        fmt = format_for(args.export, args.format)
+        if args.export != "-":
+            check_writable(Path(args.export).expanduser(), force=args.force)
+    if args.report is not None:
+        check_writable(Path(args.report), force=True)
+    tuner = Tuner(command, args)
+    interrupted = False
+    try:
+        tuner.search()
+    except KeyboardInterrupt:
+        interrupted = True
+        tuner.report.stopped = "interrupted"
+    report = tuner.finish()
+    sys.stdout.write(render(report))
+    sys.stdout.flush()
+    code = (EXIT_INTERRUPTED if interrupted else EXIT_PROBE_FAILED if report.pick is None else
+            EXIT_OK if report.pick.user_within_tolerance else EXIT_WARNING)
+    report.exit_code = code
+    _write_outputs(report, args, fmt, tuner)
+    return code
+
+
+class Tuner:
+    """One ``loaderdoc tune``: the machine, the trials as they run, the report."""
+
+    def __init__(self, command: list[str], args: argparse.Namespace) -> None:
+        from loaderdoc import policy
+        from loaderdoc.system.detect import detect
+        from loaderdoc.tuning.result import TuneReport
+        from loaderdoc.tuning.search import TuneSearch
+        from loaderdoc.tuning.trial import TrialLimits
+
+        self.command = command
+        self.facts = detect()
+        self.per_rank = policy.cpus_per_rank(self.facts)
+        self.limits = TrialLimits(steps=args.steps, first_batch_s=args.first_batch_timeout,
+                                  max_s=min(args.budget, max(60.0, args.first_batch_timeout + 120.0)))
+        self.started = time.monotonic()
+        self.deadline = self.started + args.budget
+        self.key: str | None = None
+        self.report = TuneReport(command=command, cpu_budget=self.per_rank, steps_asked=args.steps,
+                                 budget_s=args.budget)
+        self.search_state = TuneSearch(run=self._trial, per_rank=self.per_rank, room=policy.Room.of(self.facts),
+                                       max_trials=args.trials, deadline=self.deadline)
+
+    def search(self) -> None:
+        from loaderdoc.tuning.trial import ENV_TRIAL
+
+        _say(f"runs `{_shell(self.command)}` up to {self.search_state.max_trials} times, each stopped once its "
+             f"steady window settled; each trial sets {ENV_TRIAL}=<n> (skip checkpoints and uploads when it is "
+             "set); Ctrl+C stops")
+        try:
+            self.search_state.search()
+        finally:
+            self.report.trials = list(self.search_state.trials)
+
+    def _trial(self, settings, purpose: str, predicted):
+        from loaderdoc.tuning.search import window_cpu_use
+        from loaderdoc.tuning.trial import run_trial
+
+        number = len(self.search_state.trials) + 1
+        what = settings.text() if settings is not None else "your settings"
+        _say(f"trial {number}: {what}" + (f" ({purpose}) ..." if settings is not None else " ..."))
+        search = self.search_state
+
+        def evidence(trial, windows, records) -> None:
+            slowest = min(windows, key=lambda w: w.rate)
+            on_gpu = any((r.get("gpu") or {}).get("timing") == "cuda-events" for r in records)
+            search.note_use(trial, window_cpu_use(slowest, trial.settings.num_workers, self.per_rank,
+                                                  ranks=max(1, len(windows)), on_gpu=on_gpu))
+
+        deadline = self.deadline if number > 1 else None  # your own settings are always measured
+        run = run_trial(self.command, number, settings, self.key, self.limits, evidence=evidence, deadline=deadline)
+        trial = run.trial
+        trial.purpose = purpose
+        if number == 1 and run.key is not None:
+            from loaderdoc.tuning.window import settings_of
+
+            self.key = run.key
+            self.report.loader = {"key": run.key, **(settings_of(run.records, run.key) or {})}
+        if trial.ok:
+            predicted_text = f", predicted {predicted:.1f}" if predicted else ""
+            _say(f"trial {number}: {trial.steps_per_s:.1f} steps/s{predicted_text}, waited "
+                 f"{_pct(trial.wait_share)} ({trial.window_steps} batches in {trial.window_s:.1f} s"
+                 f"{'' if trial.settled else ', not settled'}; {trial.duration_s:.0f} s in all)")
+        else:
+            code = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
+            _say(f"trial {number} ({what}): {trial.status}{code}: {trial.reason}")
+            for line in run.log_tail:
+                _say(f"  | {line}")
+        return trial
+
+    def finish(self):
+        report = self.report
+        report.trials = list(self.search_state.trials)
+        report.pick = self.search_state.pick() if report.trials and report.trials[0].ok else None
+        report.stopped = report.stopped or self.search_state.stopped
+        report.elapsed_s = time.monotonic() - self.started
+        if report.loader.get("key", "").startswith("loader:"):
+            report.notes.append("the training loader has neither a role nor a known line: every DataLoader of the "
+                                "script got the trial's settings")
+        return report
+
+
+def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
+    import json
+    from pathlib import Path
+
+    from loaderdoc.safe_write import write_text
+
+    if args.export is not None and report.pick is not None:
+        from loaderdoc.export import write_export
+
+        written = write_export(args.export, export_settings(report), fmt=fmt, force=args.force,
+                               header=export_lines(report, tuner.facts))
+        if written is not None:
+            _say(f"wrote {written} ({fmt})")
+    elif args.export is not None:
+        _say(f"--export {args.export} not written: nothing was measured to pick from")
+    if args.report is not None:
+        write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)
+        _say(f"wrote {args.report} (open it with: loaderdoc --report {args.report})")
+
+
+def export_settings(report):
+    """The training loader as the script built it, with the pick's workers and prefetch depth."""
+    from loaderdoc.settings import LoaderSettings
+
+    ran = dict((report.loader or {}).get("asked") or (report.loader or {}).get("settings") or {})
+    pick = report.pick.settings
+    settings = LoaderSettings(
+        batch_size=ran.get("batch_size") if isinstance(ran.get("batch_size"), int) else None,
+        drop_last=bool(ran.get("drop_last")),
+        pin_memory=bool(ran.get("pin_memory")),
+        num_workers=pick.num_workers,
+        prefetch_factor=pick.prefetch_factor if pick.num_workers else None,
+        persistent_workers=bool(ran.get("persistent_workers")) and pick.num_workers > 0,
+    )
+    return settings
+
+
+def export_lines(report, facts) -> list[str]:
+    from loaderdoc.summary import machine_line
+
+    pick = report.pick
+    lines = [f"measured by loaderdoc tune on the real job: {_shell(report.command)}", f"for {machine_line(facts)}",
+             f"pick: {pick.reason}"]
+    if pick.gain is not None:
+        lines.append(f"{pick.gain:.2f}x the steps/s of the script's own settings")
+    return lines
+
+
+# ---- text ----------------------------------------------------------------------------------
+def render(report) -> str:
+    from loaderdoc.units import fmt_bytes, fmt_cpus
+
+    out = [f"loaderdoc tune: {_shell(report.command)}"]
+    loader = report.loader or {}
+    if loader:
+        where = (loader.get("site") or "").rsplit("/", 1)[-1] or loader.get("role") or "loader"
+        asked = loader.get("asked") or loader.get("settings") or {}
+        out.append(f"training loader: {where} ({loader.get('class') or 'DataLoader'}, batch_size="
+                   f"{asked.get('batch_size')}); {fmt_cpus(report.cpu_budget)} CPUs per rank")
+    out.append("")
+    head = f"{'trial':<6}{'settings':<36}{'steps/s':>8}{'predicted':>10}{'wait':>6}{'step ms':>9}{'workers mem':>13}  purpose"
+    out.append(head)
+    for t in report.trials:
+        if t.ok:
+            row = (f"{t.number:<6}{t.settings.text():<36}{t.steps_per_s:>8.1f}"
+                   f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{_pct(t.wait_share):>6}"
+                   f"{(f'{t.step_ms:.1f}' if t.step_ms is not None else '-'):>9}"
+                   f"{(fmt_bytes(t.workers_pss_bytes) if t.workers_pss_bytes else '-'):>13}  {t.purpose}")
+        else:
+            row = f"{t.number:<6}{t.settings.text():<36}{t.status:>8}  {t.reason or ''}"
+        out.append(row)
+    out.append("")
+    pick = report.pick
+    if pick is None:
+        user = report.user
+        why = user.reason if user is not None and user.reason else "no trial measured"
+        out.append(f"no pick: your own settings could not be measured ({why})")
+    else:
+        pred = ""
+        if pick.predicted_per_s:
+            pred = f" (predicted {pick.predicted_per_s:.1f}, {100 * (pick.steps_per_s / pick.predicted_per_s - 1):+.0f} %)"
+        out.append(f"pick: {pick.settings.text()}: {pick.steps_per_s:.1f} steps/s measured in trial {pick.trial}{pred}")
+        out.append(f"why: {pick.reason}")
+        if pick.gain is not None:
+            verdict = ("your settings are already within tolerance of the fastest trial" if pick.user_within_tolerance
+                       else "worth changing")
+            out.append(f"gain over your settings: {pick.gain:.2f}x ({verdict})")
+        for key, why in pick.excluded.items():
+            out.append(f"not picked: {key}: {why}")
+    for note in report.notes:
+        out.append(f"note: {note}")
+    stopped = {"settled": "the search settled", "budget": "the --budget was spent", "trials": "--trials reached",
+               "interrupted": "interrupted"}.get(report.stopped or "", report.stopped or "")
+    out.append(f"{len(report.trials)} trials in {report.elapsed_s:.0f} s; {stopped}")
+    return "\n".join(out) + "\n"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def _shell(command: list[str]) -> str:
+    import shlex
+
+    return shlex.join(command)
+
+
+def _say(message: str) -> None:
+    print(f"loaderdoc tune: {message}", file=sys.stderr, flush=True)

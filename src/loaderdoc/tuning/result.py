@@ -1,0 +1,125 @@
+"""What ``loaderdoc tune`` measured: one :class:`Trial` per run of the user's job, and the
+:class:`TuneReport` (schema ``loaderdoc.tune/1``) that the text, ``--report`` and the app read.
+
+Every figure here was measured on the user's real job (the trial's steady window) or is named as a
+prediction (``predicted_per_s``). No torch, no textual; round-trips through JSON (``_serde``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loaderdoc._serde import from_dict, to_dict
+
+TUNE_SCHEMA = "loaderdoc.tune/1"
+
+OK = "ok"
+FAILED = "failed"  # the command exited (non-zero, or before a settled window) or could not start
+NO_BATCH = "no-batch"  # no batch of a DataLoader within the time allowed (a hang before the first batch)
+NO_LOADER = "no-loader"  # the command ended without iterating a torch DataLoader
+SHORT = "too-short"  # the job ended before its window settled: measured, but on fewer batches
+STOPPED = "stopped"  # Ctrl+C or the budget ended it
+
+
+@dataclass
+class TrialSettings:
+    """What a trial changed on the training loader (None: as the script wrote it)."""
+
+    num_workers: int = 0
+    prefetch_factor: int | None = None
+    persistent_workers: bool | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """(workers, prefetch depth) as policy.choose compares them (torch's 2 where unset)."""
+        return self.num_workers, (self.prefetch_factor or 2) if self.num_workers else 0
+
+    def text(self) -> str:
+        parts = [f"num_workers={self.num_workers}"]
+        if self.num_workers and self.prefetch_factor is not None:
+            parts.append(f"prefetch_factor={self.prefetch_factor}")
+        return ", ".join(parts)
+
+
+@dataclass
+class RankRate:
+    rank: int | None
+    pid: int | None
+    steps_per_s: float
+    steps: int
+    seconds: float
+
+
+@dataclass
+class Trial:
+    number: int  # 1: the user's own settings
+    settings: TrialSettings = field(default_factory=TrialSettings)
+    purpose: str = ""  # why the search ran it
+    status: str = OK
+    reason: str | None = None  # one line, for a trial that did not measure
+    exit_code: int | None = None  # the command's, where it ended on its own; None: tune stopped it
+    predicted_per_s: float | None = None  # what the earlier trials predicted for these settings
+    steps_per_s: float | None = None  # the slowest rank's steady rate
+    window_steps: int = 0
+    window_s: float = 0.0
+    settled: bool = False
+    wait_share: float | None = None  # the loop's share of the window spent waiting for a batch
+    idle_share: float | None = None  # ... beyond taking a ready batch (the hand-over)
+    step_ms: float | None = None  # the training step, per batch
+    wait_ms: float | None = None
+    workers_pss_bytes: int | None = None  # summed over the workers, peak in the window
+    shm_peak_bytes: int | None = None  # /dev/shm above what it held when the job started sampling
+    proc_cpus: float | None = None  # CPUs the training process used in the window (every thread)
+    workers_cpus: float | None = None  # ... its workers
+    others_cpus: float | None = None  # ... other processes, on its CPUs
+    load_is_cpu: bool | None = None
+    step_is_cpu: bool | None = None
+    ranks: list[RankRate] = field(default_factory=list)
+    first_batch_s: float | None = None  # from the command's start to the training loader's first batch
+    duration_s: float = 0.0  # the whole trial, start-up and stop included
+    applied: bool | None = None  # the settings reached the loader (the hook says so)
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (OK, SHORT) and bool(self.steps_per_s)
+
+
+@dataclass
+class Pick:
+    settings: TrialSettings
+    steps_per_s: float
+    trial: int  # the trial that measured it
+    reason: str
+    predicted_per_s: float | None = None
+    best_trial: int | None = None  # the fastest allowed trial (the pick is the cheapest within tolerance of it)
+    tolerance: float = 0.0
+    gain: float | None = None  # the pick's rate over the user's own settings'
+    user_within_tolerance: bool = False
+    excluded: dict[str, str] = field(default_factory=dict)  # trial settings measured but not allowed, and why
+
+
+@dataclass
+class TuneReport:
+    schema: str = TUNE_SCHEMA
+    command: list[str] = field(default_factory=list)
+    loader: dict = field(default_factory=dict)  # the training loader: site, role, class, what the script asked
+    cpu_budget: float | None = None  # CPUs per rank
+    steps_asked: int = 0
+    budget_s: float | None = None
+    trials: list[Trial] = field(default_factory=list)
+    pick: Pick | None = None
+    notes: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the search ended ("settled", "budget", "trials", "interrupted", a failure)
+    elapsed_s: float = 0.0
+    exit_code: int = 0
+
+    @property
+    def user(self) -> Trial | None:
+        return self.trials[0] if self.trials else None
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TuneReport:
+        return from_dict(cls, data)

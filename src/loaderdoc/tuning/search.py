@@ -1,0 +1,290 @@
+"""Which settings ``loaderdoc tune`` tries on the user's job, and which one it recommends.
+
+Predict, then verify, as the probe does, but every measurement is a real run of the user's job:
+
+1. The user's own settings. Its window's CPU accounting (``advice.cpu_use``: whether loading and the
+   step are CPU work, the hand-over, what the CPUs allow) predicts the rate of every worker count.
+2. **Predict**: the fewest workers whose predicted rate is within 1 % of the best the model sees
+   (``CpuUse.best_workers``), never past the CPUs for CPU-bound loading. Measure it.
+3. **Climb** while the fastest trial is the largest measured and still waits for data: the next
+   size its own window predicts. Where loading is CPU work and that trial sits at the CPU count
+   but the CPUs were not all used (the step or the hand-over leaves them idle), one size past the
+   CPUs is measured, and kept only on the policy's evidence (``policy.beyond_cpus_evidence``: 20 %
+   in one run, or repeated runs in turns, which are then measured).
+4. **Lean**: the cheapest trial within the tolerance of the fastest, against fewer workers not yet
+   measured (bisected down): a leaner configuration as fast wins (memory, /dev/shm, start-up).
+
+The pick is ``policy.choose`` over the trials, as for the probe: the cheapest within tolerance of
+the fastest allowed (memory and /dev/shm fits, evidence for more workers than CPUs). Pure logic:
+``run(settings, purpose, predicted)`` runs a trial (the real one, or a fake in tests).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loaderdoc import policy
+from loaderdoc.advice.cpu_use import CpuUse, cpu_use
+from loaderdoc.policy import Room
+from loaderdoc.probing.result import ConfigResult, WaitStats
+from loaderdoc.settings import LoaderSettings
+from loaderdoc.tuning.result import Pick, Trial, TrialSettings
+from loaderdoc.tuning.window import Window
+
+MAX_TRIALS = 6
+STARVED_SHARE = 0.05  # the loop waited >= 5 % beyond the hand-over: more loading capacity could help
+SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none left idle
+
+RunTrial = Callable[[TrialSettings | None, str, float | None], Trial]
+
+
+def window_cpu_use(w: Window, workers: int, budget: float | None, ranks: int = 1, on_gpu: bool = False) -> CpuUse | None:
+    """The CPU accounting of one trial's window (the slowest rank's)."""
+    tree = w.proc_cpu_s + w.workers_cpu_s if w.proc_cpu_s is not None else None
+    return cpu_use(workers=workers, budget=budget, waits=w.waits, steps=w.steps, steps_timed=w.steps_timed,
+                   wait_s=w.wait_s, step_s=w.step_s, cpu_wait_s=w.cpu_wait_s, cpu_step_s=w.cpu_step_s,
+                   cpu_wait_wall_s=w.cpu_wait_wall_s, cpu_step_wall_s=w.cpu_step_wall_s,
+                   workers_cpu_s=w.workers_cpu_s if workers else None, workers_runq_s=w.workers_runq_s,
+                   tree_cpu_s=tree, others_cpu_s=w.others_cpu_s, cpu_wall_s=w.seconds, ranks=ranks, on_gpu=on_gpu)
+
+
+def config_result(trial: Trial, use: CpuUse | None) -> ConfigResult:
+    """A trial as the policy reads a probe's measurement."""
+    s = trial.settings
+    fetch_cpu = None
+    if s.num_workers == 0 and use is not None and use.wait_wall_s > 0:
+        fetch_cpu = 100.0 * min(1.0, use.wait_cpu_s / use.wait_wall_s)
+    return ConfigResult(
+        settings=LoaderSettings(batch_size=None, num_workers=s.num_workers,
+                                prefetch_factor=s.prefetch_factor if s.num_workers else None),
+        status="ok", batches=trial.window_steps, wait=WaitStats(mean_ms=trial.wait_ms), duration_s=trial.window_s, batches_per_s=trial.steps_per_s,
+        starvation_pct=None if trial.wait_share is None else 100 * trial.wait_share,
+        worker_pss_bytes=trial.workers_pss_bytes, shm_peak_bytes=trial.shm_peak_bytes,
+        other_cpus=trial.others_cpus, fetch_cpu_pct=fetch_cpu, purpose=trial.purpose)
+
+
+@dataclass
+class TuneSearch:
+    run: RunTrial
+    per_rank: float | None  # CPUs per rank
+    room: Room = field(default_factory=Room)
+    max_trials: int = MAX_TRIALS
+    deadline: float | None = None  # time.monotonic() past which no trial starts
+    min_trial_s: float = 0.0  # a trial's expected length: none starts that would end past the deadline
+    trials: list[Trial] = field(default_factory=list)
+    uses: dict[int, CpuUse] = field(default_factory=dict)  # trial number -> its CPU accounting
+    stopped: str = ""
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def search(self) -> Pick | None:
+        first = self._run(None, "your settings", None)
+        if not first.ok:
+            self.stopped = "your settings could not be measured"
+            return None
+        while True:
+            if len(self.trials) >= self.max_trials:
+                self.stopped = "trials"
+                break
+            if self.deadline is not None and time.monotonic() + self.min_trial_s > self.deadline:
+                self.stopped = "budget"
+                break
+            nxt = self.next_trial()
+            if nxt is None:
+                self.stopped = "settled"
+                break
+            self._run(*nxt)
+        return self.pick()
+
+    def _run(self, settings: TrialSettings | None, purpose: str, predicted: float | None) -> Trial:
+        trial = self.run(settings, purpose, predicted)
+        trial.purpose = trial.purpose or purpose
+        trial.predicted_per_s = predicted
+        self.trials.append(trial)
+        return trial
+
+    def note_use(self, trial: Trial, use: CpuUse | None) -> None:
+        if use is None:
+            return
+        self.uses[trial.number] = use
+        trial.idle_share = use.idle_share
+        trial.load_is_cpu = use.load_is_cpu
+        trial.step_is_cpu = use.step_is_cpu
+
+    # ---- what was measured ---------------------------------------------------------------------
+    @property
+    def ok(self) -> list[Trial]:
+        return [t for t in self.trials if t.ok]
+
+    def results(self) -> list[ConfigResult]:
+        return [config_result(t, self.uses.get(t.number)) for t in self.ok]
+
+    def tried(self) -> set[tuple[int, int]]:
+        return {t.settings.key for t in self.trials}
+
+    def runs_of(self, key: tuple[int, int]) -> list[Trial]:
+        return [t for t in self.ok if t.settings.key == key]
+
+    def choice(self) -> policy.Choice | None:
+        return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
+
+    def _settings(self, workers: int, prefetch: int | None = None) -> TrialSettings:
+        user = self.trials[0].settings
+        if workers == 0:
+            return TrialSettings(num_workers=0)
+        pf = prefetch if prefetch is not None else (user.prefetch_factor if user.num_workers else None)
+        return TrialSettings(num_workers=workers, prefetch_factor=pf)
+
+    def _model(self) -> tuple[Trial, CpuUse] | None:
+        """The trial whose window tells how long loading takes (one that waited for data, or ran
+        without workers), with the most workers: its calibration is the closest to the pick."""
+        known = [(t, self.uses[t.number]) for t in self.ok if t.number in self.uses
+                 and self.uses[t.number].load_wall_s is not None]
+        return max(known, key=lambda tu: (tu[0].settings.num_workers, tu[0].number)) if known else None
+
+    def predicted(self, workers: int) -> float | None:
+        model = self._model()
+        return model[1].predict(workers) if model else None
+
+    # ---- the next trial ------------------------------------------------------------------------
+    def next_trial(self) -> tuple[TrialSettings, str, float | None] | None:
+        return (self._predicted_best() or self._at_cpu_limit() or self._climb() or self._repeat_beyond()
+                or self._leaner())
+
+    def _predicted_best(self):
+        model = self._model()
+        if model is None:
+            return None
+        trial, use = model
+        best = use.best_workers()
+        if best is None:
+            return None
+        n, rate = best
+        settings = self._settings(n)
+        if settings.key in self.tried():
+            return None
+        return settings, (f"predicted from trial {trial.number}: the fewest workers within 1 % of the best "
+                          f"rate its window allows ({rate:.1f} steps/s)"), rate
+
+    def _at_cpu_limit(self):
+        """A trial past the CPUs is the fastest, without the policy's evidence that more workers than
+        CPUs pay: as many workers as the CPUs is measured (against it the evidence is judged)."""
+        if self.per_rank is None:
+            return None
+        best = self._fastest()
+        if best is None or not policy.oversubscribed(best.settings.num_workers, self.per_rank):
+            return None
+        settings = self._settings(policy.cpu_limit(self.per_rank))
+        if settings.key in self.tried():
+            return None
+        return (settings, f"as many workers as CPUs: {best.settings.num_workers} (trial {best.number}) is past "
+                          f"the {self.per_rank:g} CPUs and counts only if it beats this", self.predicted(settings.num_workers))
+
+    def _fastest(self) -> Trial | None:
+        ok = self.ok
+        return max(ok, key=lambda t: t.steps_per_s) if ok else None
+
+    def _climb(self):
+        best = self._fastest()
+        if best is None or self.per_rank is None:
+            return None
+        use = self.uses.get(best.number)
+        n = best.settings.num_workers
+        if use is None or use.idle_share < STARVED_SHARE or n < max(t.settings.num_workers for t in self.ok):
+            return None
+        limit = policy.cpu_limit(self.per_rank)
+        if use.load_is_cpu and n >= limit:
+            used = (use.used_cpus or 0.0) + (use.others_cpus or 0.0)
+            if n > limit or used >= SATURATED * use.budget:
+                return None  # the CPUs are full, or one past them was measured already
+            settings = self._settings(limit + 1)
+            if settings.key in self.tried():
+                return None
+            return settings, (f"one past the CPUs: {n} CPU-bound workers still left {use.budget - used:.1f} of "
+                              f"{use.budget:g} CPUs idle while the loop waited {use.idle_share:.0%}; kept only on "
+                              "the policy's evidence"), None
+        step = use.best_workers()
+        target = step[0] if step else n + max(1, n // 2)
+        if use.load_is_cpu:
+            target = min(target, limit)
+        settings = self._settings(max(target, n + 1))
+        if settings.key in self.tried():
+            return None
+        return settings, (f"climb: trial {best.number} ({best.settings.num_workers} workers) is the fastest and "
+                          f"still waited {use.idle_share:.0%} for data"), step[1] if step else None
+
+    def _repeat_beyond(self):
+        """More workers than CPUs looked faster in one run each but short of the policy's 20 %: the
+        two are measured again, in turns, so repeated runs decide (what a busy machine's noise cannot fake)."""
+        if self.per_rank is None or len(self.trials) + 2 > self.max_trials:
+            return None
+        choice = self.choice()
+        if choice is None or choice.beyond_cpus is not None:
+            return None
+        limit = policy.cpu_limit(self.per_rank)
+        at = self.runs_of(self._settings(limit).key)
+        past = [t for t in self.ok if policy.oversubscribed(t.settings.num_workers, self.per_rank)]
+        if not at or not past:
+            return None
+        fast = max(past, key=lambda t: t.steps_per_s)
+        at_rate = sum(t.steps_per_s for t in at) / len(at)
+        if fast.steps_per_s <= at_rate * (1 + choice.tolerance):
+            return None
+        mine = self.runs_of(fast.settings.key)
+        if len(at) >= 2 and len(mine) >= 2:
+            return None
+        if len(at) <= len(mine):
+            return self._settings(limit), f"again, in turns with {fast.settings.num_workers} workers (repeated runs decide)", None
+        return fast.settings, f"again, in turns with {limit} workers (repeated runs decide)", None
+
+    def _leaner(self):
+        choice = self.choice()
+        if choice is None or choice.key[0] == 0:
+            return None
+        n = choice.key[0]
+        tol = choice.tolerance
+        slower = [t.settings.num_workers for t in self.ok if t.settings.num_workers < n
+                  and t.steps_per_s < choice.best_rate * (1 - tol)]
+        lo = max(slower) if slower else -1
+        if n - lo <= 1:
+            return None
+        candidates = [m for m in range(lo + 1, n) if self._settings(m).key not in self.tried()]
+        if not candidates:
+            return None
+        # the fewest the model predicts within tolerance, else half way down
+        model = self._model()
+        m = None
+        if model is not None:
+            near = [c for c in candidates if (r := model[1].predict(c)) is not None and r >= choice.best_rate * (1 - tol)]
+            m = min(near) if near else None
+        if m is None:
+            m = candidates[len(candidates) // 2] if lo >= 0 else max(0, n // 2)
+            if self._settings(m).key in self.tried():
+                m = candidates[-1]
+        return (self._settings(m), f"leaner: {m} workers instead of {n}, as fast for less memory?",
+                model[1].predict(m) if model is not None else None)
+
+    # ---- the pick -------------------------------------------------------------------------------
+    def pick(self) -> Pick | None:
+        choice = self.choice()
+        if choice is None:
+            return None
+        by_key = {}
+        for t in self.ok:
+            by_key.setdefault(t.settings.key, t)
+        trial = by_key[choice.key]
+        best = by_key[choice.best_key]
+        user = self.trials[0]
+        user_rate = sum(t.steps_per_s for t in self.runs_of(user.settings.key)) / max(1, len(self.runs_of(user.settings.key)))
+        within = user.ok and user_rate >= choice.best_rate * (1 - choice.tolerance)
+        rate = choice.rate
+        reason = (f"{trial.settings.text()}: {rate:.1f} steps/s measured, the fewest workers within "
+                  f"{choice.tolerance:.0%} of the fastest trial ({best.settings.text()}, {choice.best_rate:.1f})")
+        if choice.beyond_cpus is not None and self.per_rank is not None and policy.oversubscribed(trial.settings.num_workers, self.per_rank):
+            reason += "; more workers than CPUs: " + choice.beyond_cpus.text(self.per_rank)
+        excluded = {policy.key_text(k): why for k, why in choice.excluded.items()}
+        return Pick(settings=trial.settings, steps_per_s=rate, trial=trial.number, reason=reason,
+                    predicted_per_s=trial.predicted_per_s, best_trial=best.number, tolerance=choice.tolerance,
+                    gain=rate / user_rate if user.ok and user_rate else None, user_within_tolerance=within,
+                    excluded=excluded)

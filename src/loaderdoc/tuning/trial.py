@@ -1,0 +1,267 @@
+"""One trial of ``loaderdoc tune``: the user's command, run for real with the training loader built
+with the trial's settings, measured until its steady window settles, then stopped.
+
+The command runs as ``loaderdoc watch`` runs it (the hook on its PYTHONPATH, ``--apply``'s tables
+in its environment), with ``LOADERDOC_TUNE_TRIAL`` set to the trial's number, in a session of its
+own, its output in a log file (the last lines are shown where it fails). The launcher polls the
+records every quarter second. A trial ends when the window settled, when the command exits, when
+no batch came within the time allowed for the first one, or when the trial's time is up. Stopping
+it: SIGTERM to its process group, a grace period, then SIGKILL to everything below the launcher
+that the trial started, in whatever session (the launcher is a child subreaper while tune runs:
+``probing.reaper.contained``), so no worker, helper or daemon of a trial outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loaderdoc.tuning import window as win
+from loaderdoc.tuning.result import (
+    FAILED,
+    NO_BATCH,
+    NO_LOADER,
+    OK,
+    SHORT,
+    STOPPED,
+    RankRate,
+    Trial,
+    TrialSettings,
+)
+
+ENV_TRIAL = "LOADERDOC_TUNE_TRIAL"  # set in every trial: a script may skip checkpoints and uploads
+SAMPLE_INTERVAL_S = "0.2"  # the hook's sampler, in trials (a window's edges are its ticks)
+WRITE_S = "0.5"  # the hook's writes of the records, in trials
+POLL_S = 0.25
+GRACE_S = 3.0  # SIGTERM, then this long before everything left is killed
+LOG_TAIL = 6  # lines of a failed trial's output shown
+
+
+@dataclass
+class TrialLimits:
+    steps: int = 60  # batches a settled window holds at least
+    first_batch_s: float = 180.0  # from the start to the first batch of any DataLoader
+    max_s: float = 300.0  # the whole trial
+
+
+@dataclass
+class TrialRun:
+    """What a trial left: its measurement and what the launcher needs next."""
+
+    trial: Trial
+    key: str | None  # the training loader, as known across runs
+    records: list[dict[str, Any]]
+    windows: list[win.Window]
+    log_tail: list[str]
+
+
+def apply_tables(key: str | None, settings: TrialSettings | None) -> str | None:
+    """--apply's JSON for the hook: the trial's settings on the training loader alone (by the line
+    that built it, else by its role; by neither: every loader, the only way to reach it)."""
+    if settings is None or key is None:
+        return None
+    table: dict[str, Any] = {"num_workers": settings.num_workers}
+    if settings.num_workers and settings.prefetch_factor is not None:
+        table["prefetch_factor"] = settings.prefetch_factor
+    if settings.persistent_workers is not None and settings.num_workers:
+        table["persistent_workers"] = settings.persistent_workers
+    kind, _, name = key.partition(":")
+    target = {"site": key, "role": name}.get(kind, "")
+    return json.dumps({"file": "loaderdoc tune", "tables": {target: table}})
+
+
+def _env(records_dir: str, number: int, apply: str | None) -> dict[str, str]:
+    from loaderdoc.commands.watch import child_env
+
+    env = child_env(records_dir, apply=apply)
+    env[ENV_TRIAL] = str(number)
+    env["LOADERDOC_WATCH_INTERVAL"] = SAMPLE_INTERVAL_S
+    env["LOADERDOC_WATCH_WRITE_S"] = WRITE_S
+    return env
+
+
+def run_trial(command: list[str], number: int, settings: TrialSettings | None, key: str | None,
+              limits: TrialLimits, *, evidence: Callable[[Trial, list[win.Window], list[dict]], None] | None = None,
+              deadline: float | None = None) -> TrialRun:
+    """Run trial ``number``: ``settings`` on the loader ``key`` (None, None: the script as written,
+    which names the training loader). ``evidence`` fills the trial's CPU figures from its windows."""
+    from loaderdoc.errors import UserError
+    from loaderdoc.probing import reaper
+    from loaderdoc.watching.records import RecordsReader
+
+    trial = Trial(number=number, settings=settings or TrialSettings())
+    started = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="loaderdoc-tune-")
+    log_path = Path(tmp) / "output.log"
+    records_dir = Path(tmp) / "records"
+    records_dir.mkdir()
+    reader = RecordsReader(records_dir, stderr=open(os.devnull, "w"))  # noqa: SIM115 - lives with the trial
+    me = os.getpid()
+    try:
+        import psutil
+
+        before = {p.pid for p in psutil.Process(me).children(recursive=True)}
+    except Exception:
+        before = set()
+    records: list[dict[str, Any]] = []
+    windows: list[win.Window] = []
+    proc = None
+    try:
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen(command, env=_env(str(records_dir), number, apply_tables(key, settings)),
+                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            except FileNotFoundError:
+                raise UserError(f"tune: command not found: {command[0]}") from None
+            except OSError as exc:
+                raise UserError(f"tune: cannot run {command[0]}: {exc.strerror or exc}") from None
+            records, windows, key = _follow(proc, trial, reader, key, limits, started, deadline)
+    except KeyboardInterrupt:
+        trial.status, trial.reason = STOPPED, "interrupted"
+        raise
+    finally:
+        if proc is not None:
+            _stop(proc, me, before, reaper)
+        trial.duration_s = time.monotonic() - started
+        tail = _tail(log_path)
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    if trial.status in (OK, SHORT) and windows:
+        _measure(trial, windows, records, key, settings)
+        if evidence is not None:
+            evidence(trial, windows, records)
+    return TrialRun(trial=trial, key=key, records=records, windows=windows, log_tail=tail)
+
+
+def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, started: float,
+            deadline: float | None) -> tuple[list, list, str | None]:
+    """Poll until the trial has its answer; the last records, windows and the training loader."""
+    records: list[dict[str, Any]] = []
+    windows: list[win.Window] = []
+    fixed = key is not None
+    while True:
+        code = proc.poll()
+        records = reader.read()
+        if not fixed:
+            key = win.training_key(records)
+        seen = win.batches_seen(records, None)
+        if seen and trial.first_batch_s is None:
+            trial.first_batch_s = time.monotonic() - started
+        if key is not None:
+            warm = win.WARM_BATCHES + _queued(trial.settings)
+            windows = win.windows(records, key, steps=limits.steps, warm=warm)
+        if code is not None:
+            trial.exit_code = code if code >= 0 else 128 - code
+            _ended(trial, records, windows, code)
+            return records, windows, key
+        if windows and all(w.settled for w in windows):
+            trial.settled = True
+            return records, windows, key
+        now = time.monotonic()
+        if not seen and now - started > limits.first_batch_s:
+            trial.status = NO_BATCH
+            trial.reason = f"no DataLoader batch within {limits.first_batch_s:.0f} s of the start; stopped"
+            return records, windows, key
+        over = now - started > limits.max_s or (deadline is not None and now > deadline)
+        if over:
+            if windows:
+                trial.reason = "the window had not settled when the trial's time was up; measured as it was"
+            else:
+                trial.status = NO_BATCH if not seen else FAILED
+                trial.reason = ("no steady window before the trial's time was up "
+                                f"({win.batches_seen(records, key)} batches of the training loader)")
+            return records, windows, key
+        time.sleep(POLL_S)
+
+
+def _queued(settings: TrialSettings) -> int:
+    """Batches the workers may have buffered before the loop took its first: they flatter it."""
+    return settings.num_workers * (settings.prefetch_factor or 2)
+
+
+def _ended(trial: Trial, records: list, windows: list, code: int) -> None:
+    """The command exited on its own before the window settled."""
+    if not any(r.get("loaders") for r in records):
+        trial.status = NO_LOADER if code == 0 else FAILED
+        trial.reason = (f"the command exited {trial.exit_code} without iterating a torch DataLoader" if code == 0 else
+                        f"the command exited {trial.exit_code} before its first batch")
+    elif code != 0:
+        trial.status = FAILED
+        trial.reason = f"the command exited {trial.exit_code} before the window settled"
+    elif windows:
+        trial.status = SHORT
+        trial.reason = f"the job ended before the window settled ({windows[0].steps} steady batches measured)"
+    else:
+        trial.status = FAILED
+        trial.reason = "the job ended before a steady window opened (too few batches); a longer run is needed"
+
+
+def _stop(proc, me: int, before: set[int], reaper) -> None:
+    """The trial's whole process tree, gone: SIGTERM to its group, then SIGKILL to every process the
+    trial started that is still alive (orphans in other sessions included: we are their subreaper)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.kill()
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=GRACE_S)
+    with contextlib.suppress(Exception):
+        reaper.reap(reaper.kill_descendants(me, spare=before))
+
+
+def _tail(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if line.strip()][-LOG_TAIL:]
+
+
+def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | None, settings) -> None:
+    """The trial's figures from its windows: the slowest rank's rate and that rank's breakdown."""
+    slowest = min(windows, key=lambda w: w.rate)
+    trial.steps_per_s = slowest.rate
+    trial.window_steps = slowest.steps
+    trial.window_s = slowest.seconds
+    trial.settled = trial.settled or all(w.settled for w in windows)
+    trial.wait_share = slowest.wait_share
+    trial.step_ms = 1000 * slowest.step_s / slowest.steps_timed if slowest.steps_timed else None
+    trial.wait_ms = 1000 * slowest.wait_s / slowest.waits if slowest.waits else None
+    pss = [w.workers_pss_bytes for w in windows if w.workers_pss_bytes]
+    trial.workers_pss_bytes = max(pss) if pss else None
+    shm = [w.shm_peak_bytes for w in windows if w.shm_peak_bytes is not None]
+    trial.shm_peak_bytes = max(shm) if shm else None
+    if slowest.seconds > 0:
+        trial.proc_cpus = slowest.proc_cpu_s / slowest.seconds if slowest.proc_cpu_s is not None else None
+        trial.workers_cpus = slowest.workers_cpu_s / slowest.seconds
+        others = slowest.others_cpu_s
+        trial.others_cpus = others / slowest.seconds if others is not None else None
+    trial.ranks = [RankRate(rank=w.rank, pid=w.pid, steps_per_s=w.rate, steps=w.steps, seconds=w.seconds)
+                   for w in windows]
+    ran = win.settings_of(records, key) if key else None
+    workers = (ran or {}).get("settings", {}).get("num_workers")
+    if isinstance(workers, int):
+        if settings is None:
+            trial.settings = TrialSettings(num_workers=workers,
+                                           prefetch_factor=(ran["settings"].get("prefetch_factor") if workers else None),
+                                           persistent_workers=ran["settings"].get("persistent_workers"))
+        trial.applied = settings is None or workers == settings.num_workers
+        if not trial.applied:
+            trial.status = FAILED
+            trial.reason = (f"the settings did not reach the training loader (it ran with num_workers={workers}); "
+                            "see the trial's output")

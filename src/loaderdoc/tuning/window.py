@@ -1,0 +1,174 @@
+"""A trial's steady window, read from the hook's records while the user's job runs.
+
+The hook's sampler keeps, at every tick, each loader's counters summed over its epochs (batches,
+wait, step, the loop's CPU time in each, the workers' CPU time), this process's CPU time and every
+process's busy time on its CPUs (``sampler.CUMULATIVE``, ``CpuLedger.now``). Two samples give a
+window: everything between them, measured on one clock. The window opens once the training loader
+has drained what its workers buffered during start-up (a full queue flatters the first batches)
+and is *settled* when it holds enough batches and its two halves agree on the rate.
+
+The training loader is the one that returned the most batches; it is known across trials by the
+line that built it (``site``), else its role, else its number (a loader re-built each epoch at one
+line is one loader here). Under torchrun each rank writes its own records: every rank's window is
+read, and the slowest rank's rate is the trial's. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
+FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
+          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s")
+WARM_BATCHES = 5  # batches past the start-up queue before the window opens
+MIN_WINDOW_S = 3.0  # a window shorter than this is mostly the sampler's tick (0.2 s)
+SETTLED_SPREAD = 0.10  # the window's two halves within 10 % of each other: settled
+MAX_STEPS_FACTOR = 4  # past 4x the steps asked, a window that never settled is taken as it is
+
+
+def loader_key(raw: dict[str, Any]) -> str:
+    """How a loader is known across runs of the same script."""
+    if raw.get("site"):
+        return f"site:{raw['site']}"
+    if raw.get("role"):
+        return f"role:{raw['role']}"
+    return f"loader:{raw.get('loader')}"
+
+
+def training_key(records: list[dict[str, Any]]) -> str | None:
+    """The loader that returned the most batches in any process (the training loop's)."""
+    steps: dict[str, int] = {}
+    for rec in records:
+        for raw in rec.get("loaders") or []:
+            key = loader_key(raw)
+            n = sum(e.get("steps", 0) for e in raw.get("epochs") or [])
+            steps[key] = max(steps.get(key, 0), n)
+    return max(steps, key=lambda k: steps[k]) if steps else None
+
+
+def loaders_of(rec: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return [raw for raw in rec.get("loaders") or [] if loader_key(raw) == key]
+
+
+@dataclass
+class Window:
+    """One process's training loader between two samples (seconds of the sampler's clock)."""
+
+    pid: int | None
+    rank: int | None
+    seconds: float
+    steps: int
+    wait_s: float
+    step_s: float
+    waits: int
+    steps_timed: int
+    cpu_wait_s: float
+    cpu_step_s: float
+    cpu_wait_wall_s: float
+    cpu_step_wall_s: float
+    workers_cpu_s: float
+    workers_runq_s: float
+    proc_cpu_s: float | None
+    busy_s: float | None
+    workers_pss_bytes: int | None  # the largest summed worker PSS sampled in the window
+    shm_peak_bytes: int | None
+    settled: bool
+    spread: float | None  # the halves' rates, relative difference
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def wait_share(self) -> float | None:
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else None
+
+    @property
+    def others_cpu_s(self) -> float | None:
+        if self.busy_s is None or self.proc_cpu_s is None:
+            return None
+        return max(0.0, self.busy_s - self.proc_cpu_s - self.workers_cpu_s)
+
+
+def _sum_at(sample: dict[str, Any], numbers: list[str]) -> list[float]:
+    total = [0.0] * len(FIELDS)
+    for number in numbers:
+        cum = (sample.get("loaders") or {}).get(number) or []
+        for i, value in enumerate(cum[:len(FIELDS)]):
+            total[i] += value or 0.0
+    return total
+
+
+def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window | None:
+    """The window of ``rec``'s loader ``key``: from the first sample ``warm`` batches in to the
+    latest; None before it has opened. ``steps``: the batches a settled window needs."""
+    numbers = [str(raw.get("loader")) for raw in loaders_of(rec, key)]
+    samples = [s for s in rec.get("samples") or [] if s.get("t_s") is not None]
+    if not numbers or len(samples) < 2:
+        return None
+    sums = [_sum_at(s, numbers) for s in samples]
+    start = next((i for i, cum in enumerate(sums) if cum[0] >= warm), None)
+    if start is None or start == len(samples) - 1:
+        return None
+    a, b = samples[start], samples[-1]
+    delta = [y - x for x, y in zip(sums[start], sums[-1], strict=True)]
+    seconds = b["t_s"] - a["t_s"]
+    done = delta[0]
+    # the halves: the sample nearest the middle batch splits the window
+    mid = min(range(start + 1, len(samples)), key=lambda i: abs(sums[i][0] - sums[start][0] - done / 2))
+    spread = None
+    if start < mid < len(samples) - 1:
+        r1 = (sums[mid][0] - sums[start][0]) / max(samples[mid]["t_s"] - a["t_s"], 1e-9)
+        r2 = (sums[-1][0] - sums[mid][0]) / max(b["t_s"] - samples[mid]["t_s"], 1e-9)
+        spread = abs(r1 - r2) / max(r1, r2) if max(r1, r2) > 0 else None
+    enough = done >= steps and seconds >= MIN_WINDOW_S
+    settled = enough and (done >= MAX_STEPS_FACTOR * steps or (spread is not None and spread <= SETTLED_SPREAD))
+    inside = samples[start:]
+    pss = [s.get("workers_pss_bytes") for s in inside if s.get("workers_pss_bytes")]
+    shm = [s.get("shm_used_bytes") for s in inside if s.get("shm_used_bytes") is not None]
+    base = samples[0].get("shm_used_bytes")
+    cpu = [a.get("proc_cpu_s"), b.get("proc_cpu_s")]
+    busy = [a.get("busy_s"), b.get("busy_s")]
+    values = dict(zip(FIELDS, delta, strict=True))
+    return Window(
+        pid=rec.get("pid"), rank=(rec.get("process") or {}).get("rank"), seconds=seconds,
+        steps=int(values["steps"]), wait_s=values["wait_s"], step_s=values["step_s"], waits=int(values["waits"]),
+        steps_timed=int(values["steps_timed"]), cpu_wait_s=values["cpu_wait_s"], cpu_step_s=values["cpu_step_s"],
+        cpu_wait_wall_s=values["cpu_wait_wall_s"], cpu_step_wall_s=values["cpu_step_wall_s"],
+        workers_cpu_s=values["workers_cpu_s"], workers_runq_s=values["workers_runq_s"],
+        proc_cpu_s=cpu[1] - cpu[0] if None not in cpu else None,
+        busy_s=busy[1] - busy[0] if None not in busy else None,
+        workers_pss_bytes=max(pss) if pss else None,
+        shm_peak_bytes=max(0, max(shm) - (base or 0)) if shm else None,
+        settled=settled, spread=spread)
+
+
+def windows(records: list[dict[str, Any]], key: str, *, steps: int, warm: int) -> list[Window]:
+    """Every process's window of the training loader (the ranks of a job; one otherwise)."""
+    out = []
+    for rec in records:
+        w = window_of(rec, key, steps=steps, warm=warm)
+        if w is not None:
+            out.append(w)
+    return out
+
+
+def batches_seen(records: list[dict[str, Any]], key: str | None) -> int:
+    """Batches the loader ``key`` (any loader when None) returned so far, in the process with the most."""
+    best = 0
+    for rec in records:
+        for raw in rec.get("loaders") or []:
+            if key is None or loader_key(raw) == key:
+                best = max(best, sum(e.get("steps", 0) for e in raw.get("epochs") or []))
+    return best
+
+
+def settings_of(records: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """The training loader's settings as it ran (and, under --apply, what the script asked)."""
+    for rec in records:
+        for raw in loaders_of(rec, key):
+            return {"settings": dict(raw.get("settings") or {}), "asked": raw.get("asked"), "role": raw.get("role"),
+                    "site": raw.get("site"), "class": raw.get("class")}
+    return None

@@ -28,6 +28,7 @@ LAYERS: list[set[str]] = [
     {"summary"},
     {"cluster"},
     {"watching"},
+    {"tuning"},
     {"reports"},
     {"export"},
     {"session"},

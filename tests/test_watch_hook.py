@@ -104,7 +104,11 @@ def test_workers_memory_is_attributed_to_the_epochs_running_at_the_sample(monkey
     # this process as its own "worker": no heap grown beyond itself, read from /proc/<pid>/maps
     assert 0 <= sample["workers_heap_grown_bytes"] <= 1024 * 1024 and live.workers_heap_grown == sample[
         "workers_heap_grown_bytes"]
-    assert sample["loaders"] == {"1": [5, done.wait_s + live.wait_s, done.step_s + live.step_s]}
+    cum = dict(zip(sampler.CUMULATIVE, sample["loaders"]["1"], strict=True))  # every counter, summed over epochs
+    assert cum["steps"] == 5 and cum["waits"] == 3 and cum["steps_timed"] == 4
+    assert cum["wait_s"] == done.wait_s + live.wait_s and cum["step_s"] == done.step_s + live.step_s
+    assert cum["cpu_wait_s"] == done.cpu_wait_s + live.cpu_wait_s and cum["workers_cpu_s"] == 0.0
+    assert sample["proc_cpu_s"] > 0 and (sample["busy_s"] is None or sample["busy_s"] > 0)
 
 
 def test_heap_a_worker_grew_is_read_from_its_maps_against_its_first_sight():

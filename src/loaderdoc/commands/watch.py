@@ -20,6 +20,8 @@ import argparse
 import contextlib
 import sys
 
+from loaderdoc.watching.records import child_env  # noqa: F401 - the child's environment, shared with tune
+
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
 
 
@@ -80,26 +82,6 @@ def command_of(args: argparse.Namespace) -> list[str]:
 def exit_code_of(returncode: int) -> int:
     """A shell's view of the child's status: its code, or 128 + N when signal N killed it."""
     return returncode if returncode >= 0 else 128 - returncode
-
-
-def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: str | None = None) -> dict[str, str]:
-    """The child's environment: the hook's directory first on PYTHONPATH, the user's after it;
-    ``apply``: --apply's tables (JSON) for the hook, else none (not even one inherited)."""
-    import os
-    from pathlib import Path
-
-    from loaderdoc import watching
-    from loaderdoc.watching.apply import ENV_APPLY
-    from loaderdoc.watching.hook import ENV_DIR
-
-    env = dict(os.environ if environ is None else environ)
-    sitedir = str(Path(watching.__file__).resolve().parent / "sitedir")
-    env["PYTHONPATH"] = sitedir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env[ENV_DIR] = records_dir
-    env.pop(ENV_APPLY, None)
-    if apply is not None:
-        env[ENV_APPLY] = apply
-    return env
 
 
 def run_child(command: list[str], env: dict[str, str]) -> int:

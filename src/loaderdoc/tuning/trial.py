@@ -80,7 +80,7 @@ def apply_tables(key: str | None, settings: TrialSettings | None) -> str | None:
 
 
 def _env(records_dir: str, number: int, apply: str | None) -> dict[str, str]:
-    from loaderdoc.commands.watch import child_env
+    from loaderdoc.watching.records import child_env
 
     env = child_env(records_dir, apply=apply)
     env[ENV_TRIAL] = str(number)

@@ -1,6 +1,6 @@
 """Reading what the hook wrote: one ``records-<pid>.json`` per process in the launcher's directory.
 
-Every Python process of the watched command that iterated a DataLoader writes its own file
+:func:`child_env` is the environment a watched (or tuned) command runs with. Every Python process of the watched command that iterated a DataLoader writes its own file
 (``torchrun`` ranks, a launcher script and its children), replacing it atomically every few
 seconds while it runs; the launcher reads them all, at the end and on SIGUSR1 mid-run. A file of
 another schema (an older loaderdoc's hook on the child's path) or one that cannot be parsed is
@@ -55,3 +55,22 @@ class RecordsReader:
             return
         self._warned.add(path.name)
         print(f"loaderdoc watch: {message}", file=self._stderr or sys.stderr)
+
+
+def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: str | None = None) -> dict[str, str]:
+    """The child's environment: the hook's directory first on PYTHONPATH, the user's after it;
+    ``apply``: --apply's tables (JSON) for the hook, else none (not even one inherited)."""
+    import os
+
+    from loaderdoc import watching
+    from loaderdoc.watching.apply import ENV_APPLY
+    from loaderdoc.watching.hook import ENV_DIR
+
+    env = dict(os.environ if environ is None else environ)
+    sitedir = str(Path(watching.__file__).resolve().parent / "sitedir")
+    env["PYTHONPATH"] = sitedir + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[ENV_DIR] = records_dir
+    env.pop(ENV_APPLY, None)
+    if apply is not None:
+        env[ENV_APPLY] = apply
+    return env

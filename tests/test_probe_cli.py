@@ -136,3 +136,16 @@ def test_the_progress_line_of_a_run_that_only_timed_the_restart():
     assert _outcome_text(restart) == "epoch restart 0.68 s, 0.37 s with persistent workers"
     steady = ConfigResult(settings=settings, batches_per_s=45.5, starvation_pct=3.2)
     assert _outcome_text(steady) == "45.5 steps/s, step starved 3% of the time"
+
+
+def test_a_pure_python_decode_is_cpu_work_and_each_window_says_how_many_cpus_the_loader_kept_busy():
+    # probe_pydecode: ~1.5 ms of pure-Python checksum a sample, the held-out decode workload's kind
+    proc = run("--dataset", "probe_pydecode:make", "--batch-size", "16", "--budget", "6", "--json", "--no-progress")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["workload"]["consumer"] == "cpu-sleep"
+    zero = next(r for r in doc["results"] if r["settings"]["num_workers"] == 0)
+    assert zero["fetch_cpu_pct"] >= 70
+    windows = [r for r in doc["results"] if r["status"] == "ok" and r["batches_per_s"]]
+    assert windows and all(r["loader_cpus"] is not None and r["loader_cpus"] > 0 for r in windows)
+    assert max(r["loader_cpus"] for r in windows if r["settings"]["num_workers"] >= 2) > zero["loader_cpus"]

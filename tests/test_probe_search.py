@@ -804,3 +804,81 @@ def test_cpu_work_beside_busy_processes_needs_repeats_clear_of_the_tolerance_onl
     # beside busy processes, a gap within the tolerance is still no evidence
     close = [run(0, 4.33, others=1.0), run(2, 7.12), run(6, 7.2), run(2, 6.9), run(6, 7.15)]
     assert policy.beyond_cpus_evidence(close, 2.0) is None
+
+
+def _decode(rates: dict[int, float], loader_cpus: dict[int, float], starved: dict[int, float] | None = None):
+    """Pure-Python decode on 2 CPUs (60 ms of CPU a batch with 0 workers, a 20 ms sleeping step):
+    the 0-worker run puts the CPUs' ceiling at 33.3 steps/s, and 2 workers measure ``rates[2]``,
+    within 3 % of it, so the climb stops at the CPUs. ``loader_cpus``: the CPUs the process tree
+    kept busy at each size (the rest stood idle); ``rates`` values may be lists, one per run."""
+    model = Model(fetch_ms=60, cpu_share=1.0, step_ms=20)
+    runs: dict[int, int] = {}
+
+    def measure(s, purpose, restart):
+        r = model(s, purpose, restart)
+        n = s.num_workers
+        if r.ok and n in rates and r.batches_per_s:
+            seq = rates[n] if isinstance(rates[n], list) else [rates[n]]
+            r.batches_per_s = seq[min(runs.get(n, 0), len(seq) - 1)]
+            runs[n] = runs.get(n, 0) + 1
+            r.starvation_pct = (starved or {}).get(n, max(0.0, 100 * (1 - 0.020 * r.batches_per_s)))
+            r.loader_cpus = loader_cpus.get(n)
+            r.other_cpus = 0.0
+        return r
+
+    return model, measure
+
+
+def test_cpu_work_measures_one_past_the_cpus_where_they_stood_idle_and_keeps_it_on_repeats():
+    # the held-out decode workload: 2 workers at the model's CPU ceiling, yet the step waited 34 %
+    # of the time while 15 % of the CPUs stood idle (handing batches over, a sleeping step): 3
+    # workers are measured, 12 % faster, and kept because every repeated run in turns says so
+    model, measure = _decode({2: 33.0, 3: 37.0}, {2: 1.7, 3: 1.95})
+    s = Search(measure, LoaderSettings(batch_size=16), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    assert s.predicted == 2 and max(c.num_workers for c in model.calls) == 3
+    assert out.recommended.num_workers == 3
+    assert len(s.measured(3)) >= 2 and len(s.measured(2)) >= 2
+    text = " ".join(out.reasons)
+    assert ("num_workers=2 (as many as the 2 CPUs allow) still waited for data 34.0 % of the time while 15% of the "
+            "CPUs stood idle: measuring 3, one past the CPUs") in text
+    assert "every repeated run faster" in text
+
+
+def test_one_past_the_cpus_is_measured_but_not_kept_on_one_lucky_window():
+    # 3 workers 12 % faster in the first window, no faster in the repeats: the evidence bar holds
+    model, measure = _decode({2: 33.0, 3: [37.0, 32.8, 33.1, 32.9]}, {2: 1.7, 3: 1.95})
+    s = Search(measure, LoaderSettings(batch_size=16), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    assert 3 in {c.num_workers for c in model.calls}
+    assert out.recommended.num_workers == 2
+    # faster by less than the tolerance: one window, no repeats, and the pick stays at the CPUs
+    model, measure = _decode({2: 33.0, 3: 33.5}, {2: 1.7, 3: 1.95})
+    s = Search(measure, LoaderSettings(batch_size=16), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    assert [c.num_workers for c in model.calls].count(3) == 1
+    assert out.recommended.num_workers == 2
+
+
+@pytest.mark.parametrize(("loader_cpus", "starved"), [
+    (1.98, None),  # the CPUs were busy all the window: a worker more only takes turns
+    (1.7, 2.0),  # the step barely waited: no loader can make it 3 % faster
+    (None, None),  # the CPUs' use was not read
+])
+def test_no_size_past_the_cpus_where_the_cpus_or_the_step_leave_no_room(loader_cpus, starved):
+    model, measure = _decode({2: 33.0, 3: 37.0}, {2: loader_cpus, 3: 1.95}, None if starved is None else {2: starved})
+    s = Search(measure, LoaderSettings(batch_size=16), SearchLimits(budget_s=60, cpu_budget=2), clock=model.clock)
+    out = s.run()
+    assert max(c.num_workers for c in model.calls) == 2
+    assert out.recommended.num_workers == 2
+    assert not any("one past the CPUs" in r for r in out.reasons)
+
+
+def test_idle_cpu_share_reads_the_process_tree_else_the_machine():
+    r = ConfigResult(settings=LoaderSettings(batch_size=16, num_workers=2, prefetch_factor=2), batches_per_s=30.0,
+                     loader_cpus=1.5, other_cpus=0.1, cpu_util_pct=99.0)
+    assert policy.idle_cpu_share(r, 2.0) == pytest.approx(0.2)
+    r.loader_cpus = None
+    assert policy.idle_cpu_share(r, 2.0) == pytest.approx(0.01)
+    r.cpu_util_pct = None
+    assert policy.idle_cpu_share(r, 2.0) is None

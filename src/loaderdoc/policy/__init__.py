@@ -221,6 +221,17 @@ def single_windows_trusted(busy_cpus: float, fetch_cpu_pct: float | None) -> boo
     return fetch_cpu_pct is not None and fetch_cpu_pct < 100 * CPU_IDLE_SHARE
 
 
+def idle_cpu_share(result: ConfigResult, per_rank: float) -> float | None:
+    """The share of the rank's CPUs that stood idle in a run's window: what this process and its
+    workers (and other processes) left of ``per_rank``; the whole machine's idle share where the
+    process tree's use was not read (no CPU affinity to read it on). None where neither was read."""
+    if result.loader_cpus is not None and per_rank > 0:
+        return max(0.0, 1.0 - (result.loader_cpus + (result.other_cpus or 0.0)) / per_rank)
+    if result.cpu_util_pct is not None:
+        return max(0.0, 1.0 - result.cpu_util_pct / 100.0)
+    return None
+
+
 def cold_read(result: ConfigResult | None) -> str | None:
     """How much a run read from storage a batch, in words, when that made it wait (cold files:
     :data:`COLD_READ_BYTES`, :data:`COLD_WAIT_SHARE`); None for a warm run."""

@@ -211,7 +211,9 @@ def measure_in_process(
             result.worker_memory_growth = monitor.growth(steady_started, steady_started + steady)
         if plan.steady:  # over no window these say nothing
             result.cpu_util_pct = psutil.cpu_percent(None)
-            result.other_cpus = _other_cpus(use_before, _cpu_use(), steady)
+            use_after = _cpu_use()
+            result.other_cpus = _other_cpus(use_before, use_after, steady)
+            result.loader_cpus = _loader_cpus(use_before, use_after, steady)
     finally:
         monitor.stop()
 
@@ -323,6 +325,13 @@ def _other_cpus(before: tuple[float, float] | None, after: tuple[float, float] |
     if before is None or after is None or wall_s <= 0:
         return None
     return round(max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / wall_s, 2)
+
+
+def _loader_cpus(before: tuple[float, float] | None, after: tuple[float, float] | None, wall_s: float) -> float | None:
+    """How many CPUs this process and its workers kept busy over ``wall_s``."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return round(max(0.0, after[1] - before[1]) / wall_s, 2)
 
 
 def _ready_batches(iterator: Any) -> Callable[[], bool]:

@@ -112,6 +112,9 @@ class ConfigResult:
     # CPUs (of those this process may use) other processes kept busy in the window: with no
     # workers, what they demand; the workers would share the CPUs with them
     other_cpus: float | None = None
+    # CPUs this process and its workers kept busy over the window (the rest of the budget stood idle
+    # or went to other processes)
+    loader_cpus: float | None = None
     h2d_pinned_ms: float | None = None  # host-to-device copy per batch, CUDA only
     h2d_pageable_ms: float | None = None
     batch_bytes: int | None = None  # tensor bytes of one collated batch, as measured

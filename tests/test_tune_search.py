@@ -1,0 +1,202 @@
+"""``loaderdoc tune``'s pure parts: the steady window read from the hook's samples, the tables
+that reach the training loader alone, and the search on fake jobs (no process runs here; the
+real trials are in test_tune_faults.py and test_tune_frameworks.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loaderdoc.advice.cpu_use import CpuUse
+from loaderdoc.tuning import window as win
+from loaderdoc.tuning.result import FAILED, OK, Trial, TrialSettings, TuneReport
+from loaderdoc.tuning.search import TuneSearch
+from loaderdoc.tuning.trial import apply_tables
+
+
+# ---- the window ---------------------------------------------------------------------------------
+def _sample(t, steps, *, wait_per=0.01, step_per=0.02, cpu=None, busy=None, pss=None):
+    cum = [steps, wait_per * steps, step_per * steps, max(0, steps - 1), max(0, steps - 1), 0.0, 0.0,
+           wait_per * steps, step_per * steps, 0.5 * steps * 0.01, 0.0]
+    return {"t_s": t, "loaders": {"1": cum}, "proc_cpu_s": cpu if cpu is not None else t * 0.5,
+            "busy_s": busy if busy is not None else t * 1.5, "workers_pss_bytes": pss, "shm_used_bytes": 1000}
+
+
+def _records(samples, *, site="train.py:12", steps=None):
+    steps = steps if steps is not None else samples[-1]["loaders"]["1"][0]
+    return {"pid": 42, "process": {"rank": None}, "samples": samples,
+            "loaders": [{"loader": 1, "site": site, "role": None, "settings": {"num_workers": 2},
+                         "epochs": [{"steps": steps}]}]}
+
+
+def test_a_steady_window_opens_after_the_warm_up_and_settles_when_its_halves_agree():
+    samples = [_sample(0.2 * i, 10 * i) for i in range(40)]  # 50 batches/s throughout
+    rec = _records(samples)
+    w = win.window_of(rec, "site:train.py:12", steps=60, warm=15)
+    assert w is not None and w.settled
+    assert w.rate == pytest.approx(50.0)
+    assert w.steps == 10 * 39 - 20  # from the first sample with >= 15 batches (20) to the last
+    assert w.wait_share == pytest.approx(1 / 3)
+    assert w.proc_cpu_s == pytest.approx(0.5 * 0.2 * 37) and w.others_cpu_s is not None
+
+
+def test_a_window_whose_halves_disagree_is_not_settled_until_four_times_the_steps():
+    # 50 batches/s, then 20: the second half is slower
+    samples = [_sample(0.2 * i, 10 * i) for i in range(20)]
+    samples += [_sample(0.2 * (20 + i), 190 + 4 * (i + 1)) for i in range(30)]
+    rec = _records(samples)
+    w = win.window_of(rec, "site:train.py:12", steps=100, warm=5)
+    assert w is not None and w.spread is not None and w.spread > win.SETTLED_SPREAD
+    assert not w.settled
+    assert win.window_of(rec, "site:train.py:12", steps=20, warm=5).settled  # past 4x 20 batches: taken as is
+
+
+def test_a_window_needs_its_steps_and_three_seconds():
+    samples = [_sample(0.2 * i, 10 * i) for i in range(10)]  # 1.8 s
+    w = win.window_of(_records(samples), "site:train.py:12", steps=10, warm=5)
+    assert w is not None and not w.settled
+    assert win.window_of(_records(samples[:1]), "site:train.py:12", steps=10, warm=5) is None
+
+
+def test_the_training_loader_is_the_one_with_most_batches_known_by_its_line():
+    rec = {"loaders": [
+        {"loader": 1, "site": "train.py:30", "role": "val", "epochs": [{"steps": 2}, {"steps": 10}]},
+        {"loader": 2, "site": "train.py:20", "role": "train", "epochs": [{"steps": 100}]},
+        {"loader": 3, "site": None, "role": None, "epochs": [{"steps": 5}]}]}
+    assert win.training_key([rec]) == "site:train.py:20"
+    assert win.loader_key(rec["loaders"][2]) == "loader:3"
+    assert win.loader_key({"loader": 4, "role": "train"}) == "role:train"
+    assert win.training_key([]) is None
+
+
+def test_the_trial_settings_reach_the_training_loader_alone():
+    s = TrialSettings(num_workers=3, prefetch_factor=4)
+    assert json.loads(apply_tables("site:/x/train.py:20", s))["tables"] == {
+        "site:/x/train.py:20": {"num_workers": 3, "prefetch_factor": 4}}
+    assert json.loads(apply_tables("role:train", TrialSettings(0, 4)))["tables"] == {"train": {"num_workers": 0}}
+    assert json.loads(apply_tables("loader:1", s))["tables"] == {"": {"num_workers": 3, "prefetch_factor": 4}}
+    assert apply_tables(None, s) is None and apply_tables("site:a:1", None) is None
+
+
+# ---- the search on fake jobs --------------------------------------------------------------------
+class FakeJob:
+    """A job whose rate with n workers follows a simple truth; each trial gets a CpuUse as the
+    window would give it. ``load_ms``/``load_cpu_ms``: one batch's loading by one worker;
+    ``step_ms``: the step (sleeping: no CPU); ``cpus``: the budget; ``beyond``: the rate past the
+    CPUs as a multiple of the rate at the CPUs (CPU-bound loading that leaves CPUs idle)."""
+
+    def __init__(self, *, user=0, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0, cpus=2.0, beyond=1.0,
+                 fail=(), busy_share=1.0) -> None:
+        self.busy_share = busy_share  # of the workers' time on a CPU: < 1 leaves CPUs idle (hand-overs)
+        self.user, self.load, self.load_cpu, self.step, self.cpus, self.beyond = user, load_ms, load_cpu_ms, step_ms, cpus, beyond
+        self.fail = set(fail)
+        self.search: TuneSearch | None = None
+        self.ran: list[int] = []
+
+    def true_rate(self, n: int) -> float:
+        cpu_bound = self.load_cpu >= 0.5 * self.load
+        if n == 0:
+            return 1000.0 / (self.load + self.step)
+        if cpu_bound:
+            rate = min(n, self.cpus) * 1000.0 / self.load
+            if n > self.cpus:
+                rate *= self.beyond
+            return min(rate, 1000.0 / self.step)
+        return min(n * 1000.0 / self.load, 1000.0 / self.step)
+
+    def run(self, settings, purpose, predicted) -> Trial:
+        number = len(self.search.trials) + 1
+        n = self.user if settings is None else settings.num_workers
+        self.ran.append(n)
+        if number in self.fail:
+            return Trial(number=number, settings=settings or TrialSettings(n), status=FAILED, reason="exit 3",
+                         exit_code=3)
+        rate = self.true_rate(n)
+        period = 1.0 / rate
+        wait = max(0.0, period - self.step / 1000.0)
+        trial = Trial(number=number, settings=settings or TrialSettings(n, 2 if n else None), status=OK,
+                      steps_per_s=rate, window_steps=100, window_s=100 / rate, settled=True,
+                      wait_share=wait / period, workers_pss_bytes=n * 100 * 2**20 or None)
+        per_batch_cpu = self.load_cpu / 1000.0
+        used = self.busy_share * rate * per_batch_cpu + 0.02
+        use = CpuUse(workers=n, budget=self.cpus, step_wall_s=self.step / 1000.0, step_cpu_s=0.0005,
+                     wait_wall_s=wait, wait_cpu_s=(per_batch_cpu if n == 0 else 0.0002) if wait else 0.0,
+                     load_cpu_s=per_batch_cpu, load_queued_s=0.0, used_cpus=used, others_cpus=0.0)
+        self.search.note_use(trial, use)
+        return trial
+
+
+def _search(job: FakeJob, **kw) -> TuneSearch:
+    search = TuneSearch(run=job.run, per_rank=job.cpus, **kw)
+    job.search = search
+    return search
+
+
+def test_an_io_bound_job_is_tuned_in_a_few_trials_to_the_fewest_workers_at_the_top():
+    job = FakeJob(user=0, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0)  # needs 4 workers to keep up
+    search = _search(job)
+    pick = search.search()
+    assert pick is not None and len(search.trials) <= 5
+    best = max(job.true_rate(n) for n in range(0, 9))
+    assert pick.steps_per_s >= 0.97 * best
+    assert pick.settings.num_workers == 4  # fewer cannot keep up; 4 past 2 CPUs pays 2x (I/O: the bound's evidence)
+    assert pick.gain == pytest.approx(pick.steps_per_s / job.true_rate(0))
+    assert not pick.user_within_tolerance
+    assert job.ran[0] == 0 and search.trials[1].predicted_per_s is not None  # predicted, then verified
+
+
+def test_a_job_already_fast_with_its_own_settings_is_within_tolerance_and_a_leaner_one_is_tried():
+    job = FakeJob(user=8, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0)  # 8 workers keep up; 4 would too
+    search = _search(job)
+    pick = search.search()
+    assert pick is not None and pick.user_within_tolerance
+    assert pick.settings.num_workers < 8  # the leaner one as fast wins (memory)
+    assert pick.steps_per_s >= 0.97 * job.true_rate(8)
+
+
+def test_cpu_bound_loading_that_leaves_cpus_idle_measures_one_past_them_and_keeps_it_on_evidence_only():
+    # CPU-bound loading (1.5 ms CPU a sample x 16), a sleeping step: 3 workers 15 % faster than 2
+    job = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.15, busy_share=0.8)
+    search = _search(job)
+    pick = search.search()
+    assert 3 in job.ran  # measured one size past the CPUs
+    assert job.ran.count(3) >= 2 and job.ran.count(2) >= 2  # 15 % < 20 %: repeated, in turns
+    assert pick.settings.num_workers == 3  # every repeated run faster: the policy's evidence
+    # CPUs already full at 2 workers: nothing past them is tried
+    full = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.15)
+    _search(full).search()
+    assert 3 not in full.ran
+    # ... and a gain inside the tolerance is not evidence
+    job2 = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.02, busy_share=0.8)
+    search2 = _search(job2)
+    assert search2.search().settings.num_workers == 2
+
+
+def test_a_failing_first_trial_ends_the_search_without_a_pick_and_a_failing_later_one_is_skipped():
+    job = FakeJob(fail={1})
+    search = _search(job)
+    assert search.search() is None and "could not be measured" in search.stopped
+    job = FakeJob(user=0, fail={2})
+    search = _search(job)
+    pick = search.search()
+    assert pick is not None and search.trials[1].status == FAILED
+    assert all(t.number != 2 for t in search.ok)
+
+
+def test_no_trial_starts_past_the_deadline():
+    import time
+
+    job = FakeJob(user=0)
+    search = _search(job, deadline=time.monotonic() - 1)
+    search.search()
+    assert len(search.trials) == 1 and search.stopped == "budget"  # the user's own trial is always measured
+
+
+def test_the_report_round_trips_through_json():
+    job = FakeJob(user=0)
+    search = _search(job)
+    pick = search.search()
+    report = TuneReport(command=["python", "train.py"], trials=search.trials, pick=pick, cpu_budget=2.0)
+    again = TuneReport.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again == report

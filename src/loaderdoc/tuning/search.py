@@ -256,13 +256,17 @@ class TuneSearch:
         model = self._model()
         m = None
         if model is not None:
-            near = [c for c in candidates if (r := model[1].predict(c)) is not None and r >= choice.best_rate * (1 - tol)]
+            predicted = {c: model[1].predict(c) for c in candidates}
+            if all(r is not None for r in predicted.values()) and not any(
+                    r >= choice.best_rate * (1 - tol) for r in predicted.values()):
+                return None  # the model says every leaner one is slower: no trial spent on it
+            near = [c for c, r in predicted.items() if r is not None and r >= choice.best_rate * (1 - tol)]
             m = min(near) if near else None
         if m is None:
             m = candidates[len(candidates) // 2] if lo >= 0 else max(0, n // 2)
             if self._settings(m).key in self.tried():
                 m = candidates[-1]
-        return (self._settings(m), f"leaner: {m} workers instead of {n}, as fast for less memory?",
+        return (self._settings(m), f"leaner: {policy.workers_text(m)} instead of {n}, as fast for less memory?",
                 model[1].predict(m) if model is not None else None)
 
     # ---- the pick -------------------------------------------------------------------------------

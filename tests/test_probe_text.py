@@ -341,3 +341,38 @@ def test_worker_memory_still_rising_is_marked_beside_its_figure(width):
     # the same workload with glibc's mmap threshold fixed: nothing rose, nothing marked
     settled = "\n".join(measured_lines(_recorded("real-large-mmap-threshold.json"), width))
     assert "still rising" not in settled and not re.search(r"\d\+", settled)
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+def test_a_sleeping_step_says_a_real_step_will_be_slower_and_a_gpu_step_does_not(width):
+    from loaderdoc.probing.result import SLEEP_STEP_NOTE
+
+    report = REPORTS["image"]()
+    assert report.workload.consumer == "cpu-sleep"
+    section = " ".join(" ".join(block(render_text(report, [], width), "Predicted vs measured")).split())
+    pick = section.index("pick: num_workers=")
+    assert section.index(f"note: {SLEEP_STEP_NOTE}") > pick  # right under the pick's predicted and measured rate
+    assert "loaderdoc tune -- python train.py" in section
+    report.workload.consumer = "cuda-kernel"
+    assert "simulated with a sleep" not in render_text(report, [], width)
+
+
+def test_the_json_report_and_the_tui_carry_the_sleeping_step_note():
+    from types import SimpleNamespace
+
+    from loaderdoc.probing.api import _fill
+    from loaderdoc.probing.result import SLEEP_STEP_NOTE
+    from loaderdoc.tui import model
+
+    for consumer, expected in (("cpu-sleep", SLEEP_STEP_NOTE), ("cuda-kernel", "")):
+        report = REPORTS["image"]()
+        report.workload.consumer = consumer
+        outcome = SimpleNamespace(recommended=report.recommended, reasons=report.reasons, stopped=report.stopped,
+                                  breakdown=report.breakdown, prediction=report.prediction)
+        report.prediction.step_note = "stale"
+        _fill(report, outcome, 0.0)
+        doc = json.loads(report.to_json())
+        assert doc["prediction"]["step_note"] == expected
+        assert ProbeReport.from_json(report.to_json()).prediction.step_note == expected
+        summary = model.report_summary(report)
+        assert (f"  note: {SLEEP_STEP_NOTE}" in summary) == (consumer == "cpu-sleep")

@@ -18,7 +18,7 @@ from typing import Any
 
 from loaderdoc.commands.layout import LAST_MIN, table_lines, wrap
 from loaderdoc.policy import still_growing
-from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport
+from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport, step_note
 from loaderdoc.summary import finding_lines
 from loaderdoc.units import MiB, fmt_bytes
 
@@ -332,6 +332,9 @@ def prediction_lines(report: ProbeReport, width: int) -> list[str]:
     line = pick_line(p)
     if line:
         out += wrap(line, width, INDENT, INDENT * 2)
+    note = step_note(report.workload.consumer)
+    if note:
+        out += wrap(f"note: {note}", width, INDENT, INDENT * 2)
     return out
 
 

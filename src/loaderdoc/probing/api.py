@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderdoc.errors import UserError
-from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
+from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo, step_note
 from loaderdoc.system.facts import MachineFacts
 
 DEFAULT_BATCH_SIZE = 32
@@ -256,4 +256,6 @@ def _fill(report: ProbeReport, outcome: Any, started: float) -> None:
     report.stopped = outcome.stopped
     report.breakdown = outcome.breakdown
     report.prediction = outcome.prediction
+    if report.prediction is not None:
+        report.prediction.step_note = step_note(report.workload.consumer)
     report.elapsed_s = time.monotonic() - started

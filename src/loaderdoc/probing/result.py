@@ -147,6 +147,18 @@ class WorkloadInfo:
     consumer: str = "cpu-sleep"  # "cuda-kernel" | "cpu-sleep"
 
 
+# where the probe's training step is a sleep: why `loaderdoc tune` on the real job may measure less
+SLEEP_STEP_NOTE = ("the step is simulated with a sleep, which leaves the CPUs to the workers; a training step that "
+                   "uses the CPUs (or a GPU's host threads) will be slower: `loaderdoc tune -- python train.py` "
+                   "measures the settings on the real job")
+
+
+def step_note(consumer: str) -> str:
+    """What a probe's simulated step means for its predicted and measured rates ("" for a step
+    that runs on the GPU as a real one would)."""
+    return SLEEP_STEP_NOTE if consumer == "cpu-sleep" else ""
+
+
 @dataclass
 class StageCost:
     """One stage of a step in the breakdown: its time per batch and the rate it alone would allow."""
@@ -188,6 +200,7 @@ class Prediction:
     pick_workers: int | None = None  # what was recommended after measuring
     pick_predicted_per_s: float | None = None
     pick_measured_per_s: float | None = None
+    step_note: str = ""  # what the simulated step means for these rates (:func:`step_note`)
 
     @property
     def error_pct(self) -> float | None:

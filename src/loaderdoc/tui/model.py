@@ -18,7 +18,7 @@ from typing import Any
 from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import SettingsError
 from loaderdoc.policy import still_growing
-from loaderdoc.probing.result import ConfigResult, ProbeReport
+from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
@@ -309,6 +309,9 @@ def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
         lines.append("cancelled: the search did not finish, so the recommendation was not changed")
     elif report.recommended is not None:
         lines.append(f"recommended: {settings_line(report.recommended)}")
+        note = step_note(w.consumer) if report.prediction is not None else ""
+        if note:
+            lines.append(f"  note: {note}")
         lines += [f"  {r}" for r in report.reasons]
     elif report.results:
         lines.append("no recommendation: no configuration was measured successfully")

@@ -16,9 +16,10 @@ from loaderdoc.tuning.trial import apply_tables
 
 
 # ---- the window ---------------------------------------------------------------------------------
-def _sample(t, steps, *, wait_per=0.01, step_per=0.02, cpu=None, busy=None, pss=None):
+def _sample(t, steps, *, wait_per=0.01, step_per=0.01, cpu=None, busy=None, pss=None):
+    # the loop's own time (wait + step) runs with the clock: 0.01 + 0.01 s a batch at 50 batches/s
     cum = [steps, wait_per * steps, step_per * steps, max(0, steps - 1), max(0, steps - 1), 0.0, 0.0,
-           wait_per * steps, step_per * steps, 0.5 * steps * 0.01, 0.0]
+           wait_per * steps, step_per * steps, 0.5 * steps * 0.01, 0.0, 0.0]
     return {"t_s": t, "loaders": {"1": cum}, "proc_cpu_s": cpu if cpu is not None else t * 0.5,
             "busy_s": busy if busy is not None else t * 1.5, "workers_pss_bytes": pss, "shm_used_bytes": 1000}
 
@@ -37,14 +38,19 @@ def test_a_steady_window_opens_after_the_warm_up_and_settles_when_its_halves_agr
     assert w is not None and w.settled
     assert w.rate == pytest.approx(50.0)
     assert w.steps == 10 * 39 - 20  # from the first sample with >= 15 batches (20) to the last
-    assert w.wait_share == pytest.approx(1 / 3)
+    assert w.wait_share == pytest.approx(1 / 2)
     assert w.proc_cpu_s == pytest.approx(0.5 * 0.2 * 37) and w.others_cpu_s is not None
 
 
 def test_a_window_whose_halves_disagree_is_not_settled_until_four_times_the_steps():
     # 50 batches/s, then 20: the second half is slower
     samples = [_sample(0.2 * i, 10 * i) for i in range(20)]
-    samples += [_sample(0.2 * (20 + i), 190 + 4 * (i + 1)) for i in range(30)]
+    for i in range(1, 31):  # 4 batches a tick of 0.2 s, each waited 0.04 s
+        sample = _sample(0.2 * (19 + i), 190 + 4 * i)
+        cum = sample["loaders"]["1"]
+        cum[1] = 0.01 * 190 + 0.04 * 4 * i  # the wait grew with it: the loop's own time keeps the clock
+        cum[2] = 0.01 * 190 + 0.01 * 4 * i
+        samples.append(sample)
     rec = _records(samples)
     w = win.window_of(rec, "site:train.py:12", steps=100, warm=5)
     assert w is not None and w.spread is not None and w.spread > win.SETTLED_SPREAD

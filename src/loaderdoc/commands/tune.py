@@ -184,13 +184,20 @@ class Tuner:
         def evidence(trial, windows, records) -> None:
             slowest = min(windows, key=lambda w: w.rate)
             on_gpu = any((r.get("gpu") or {}).get("timing") == "cuda-events" for r in records)
-            search.note_use(trial, window_cpu_use(slowest, trial.settings.num_workers, self.per_rank,
-                                                  ranks=max(1, len(windows)), on_gpu=on_gpu))
+            ranks = max(1, len(windows))
+            budget = self.per_rank / ranks if self.per_rank is not None else None
+            search.note_use(trial, window_cpu_use(slowest, trial.settings.num_workers, budget, ranks=ranks,
+                                                  on_gpu=on_gpu))
 
         deadline = self.deadline if number > 1 else None  # your own settings are always measured
         run = run_trial(self.command, number, settings, self.key, self.limits, evidence=evidence, deadline=deadline)
         trial = run.trial
         trial.purpose = purpose
+        if number == 1 and len(run.windows) > 1 and self.per_rank is not None:
+            # ranks of one job on this node (torchrun): each rank's share of the CPUs and /dev/shm
+            search.per_rank = self.per_rank / len(run.windows)
+            search.room.ranks = len(run.windows)
+            self.report.cpu_budget = search.per_rank
         if number == 1 and run.key is not None:
             from loaderdoc.tuning.window import settings_of
 
@@ -214,6 +221,12 @@ class Tuner:
         report.pick = self.search_state.pick() if report.trials and report.trials[0].ok else None
         report.stopped = report.stopped or self.search_state.stopped
         report.elapsed_s = time.monotonic() - self.started
+        if report.pick is not None:  # the pick's "fastest trial" is the fastest measured: say what was not
+            for t in report.trials[1:]:
+                if not t.ok:
+                    code = f", exit code {t.exit_code}" if t.exit_code is not None else ""
+                    report.notes.append(f"trial {t.number} ({t.settings.text()}) {t.status}{code}: not measured, "
+                                        "so not among the pick's candidates")
         if report.loader.get("key", "").startswith("loader:"):
             report.notes.append("the training loader has neither a role nor a known line: every DataLoader of the "
                                 "script got the trial's settings")

@@ -159,7 +159,9 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
         if seen and trial.first_batch_s is None:
             trial.first_batch_s = time.monotonic() - started
         if key is not None:
-            warm = win.WARM_BATCHES + _queued(trial.settings)
+            ran = win.settings_of(records, key) if not fixed else None  # the script's own: read off the loader
+            queued = _queued(trial.settings) if ran is None else _queued_as_ran(ran["settings"])
+            warm = win.WARM_BATCHES + queued
             windows = win.windows(records, key, steps=limits.steps, warm=warm)
         if code is not None:
             trial.exit_code = code if code >= 0 else 128 - code
@@ -171,7 +173,7 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
         now = time.monotonic()
         if not seen and now - started > limits.first_batch_s:
             trial.status = NO_BATCH
-            trial.reason = f"no DataLoader batch within {limits.first_batch_s:.0f} s of the start; stopped"
+            trial.reason = f"no DataLoader batch within {limits.first_batch_s:g} s of the start; stopped"
             return records, windows, key
         over = now - started > limits.max_s or (deadline is not None and now > deadline)
         if over:
@@ -188,6 +190,14 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
 def _queued(settings: TrialSettings) -> int:
     """Batches the workers may have buffered before the loop took its first: they flatter it."""
     return settings.num_workers * (settings.prefetch_factor or 2)
+
+
+def _queued_as_ran(settings: dict) -> int:
+    workers = settings.get("num_workers")
+    if not isinstance(workers, int) or workers <= 0:
+        return 0
+    prefetch = settings.get("prefetch_factor")
+    return workers * (prefetch if isinstance(prefetch, int) and prefetch > 0 else 2)
 
 
 def _ended(trial: Trial, records: list, windows: list, code: int) -> None:
@@ -246,11 +256,12 @@ def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | 
     trial.workers_pss_bytes = max(pss) if pss else None
     shm = [w.shm_peak_bytes for w in windows if w.shm_peak_bytes is not None]
     trial.shm_peak_bytes = max(shm) if shm else None
-    if slowest.seconds > 0:
-        trial.proc_cpus = slowest.proc_cpu_s / slowest.seconds if slowest.proc_cpu_s is not None else None
-        trial.workers_cpus = slowest.workers_cpu_s / slowest.seconds
+    wall = slowest.wall_s
+    if wall > 0:
+        trial.proc_cpus = slowest.proc_cpu_s / wall if slowest.proc_cpu_s is not None else None
+        trial.workers_cpus = slowest.workers_cpu_s / wall
         others = slowest.others_cpu_s
-        trial.others_cpus = others / slowest.seconds if others is not None else None
+        trial.others_cpus = others / wall if others is not None else None
     trial.ranks = [RankRate(rank=w.rank, pid=w.pid, steps_per_s=w.rate, steps=w.steps, seconds=w.seconds)
                    for w in windows]
     ran = win.settings_of(records, key) if key else None

@@ -7,6 +7,11 @@ window: everything between them, measured on one clock. The window opens once th
 has drained what its workers buffered during start-up (a full queue flatters the first batches)
 and is *settled* when it holds enough batches and its two halves agree on the rate.
 
+The rate is batches over the loop's own time: the waits, the steps and each epoch's first batch
+(worker start-up, which persistent workers or fewer workers change), not what the script does
+between epochs (validation, checkpoints), which the training loader's settings do not change and
+which would make a window that holds one validation pass slower than one that holds none.
+
 The training loader is the one that returned the most batches; it is known across trials by the
 line that built it (``site``), else its role, else its number (a loader re-built each epoch at one
 line is one loader here). Under torchrun each rank writes its own records: every rank's window is
@@ -20,7 +25,7 @@ from typing import Any
 
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
-          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s")
+          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s")
 WARM_BATCHES = 5  # batches past the start-up queue before the window opens
 MIN_WINDOW_S = 3.0  # a window shorter than this is mostly the sampler's tick (0.2 s)
 SETTLED_SPREAD = 0.10  # the window's two halves within 10 % of each other: settled
@@ -53,11 +58,12 @@ def loaders_of(rec: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 @dataclass
 class Window:
-    """One process's training loader between two samples (seconds of the sampler's clock)."""
+    """One process's training loader between two samples of the hook's sampler."""
 
     pid: int | None
     rank: int | None
-    seconds: float
+    seconds: float  # the loop's own time in the window (waits, steps, epochs' first batches)
+    wall_s: float  # the sampler's clock: what CPU time is divided by
     steps: int
     wait_s: float
     step_s: float
@@ -69,6 +75,7 @@ class Window:
     cpu_step_wall_s: float
     workers_cpu_s: float
     workers_runq_s: float
+    first_batch_s: float
     proc_cpu_s: float | None
     busy_s: float | None
     workers_pss_bytes: int | None  # the largest summed worker PSS sampled in the window
@@ -101,6 +108,11 @@ def _sum_at(sample: dict[str, Any], numbers: list[str]) -> list[float]:
     return total
 
 
+def _loop_s(cum: list[float]) -> float:
+    """The loop's own time in a sum: waits, steps, epochs' first batches."""
+    return cum[1] + cum[2] + cum[11]
+
+
 def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window | None:
     """The window of ``rec``'s loader ``key``: from the first sample ``warm`` batches in to the
     latest; None before it has opened. ``steps``: the batches a settled window needs."""
@@ -114,14 +126,15 @@ def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window
         return None
     a, b = samples[start], samples[-1]
     delta = [y - x for x, y in zip(sums[start], sums[-1], strict=True)]
-    seconds = b["t_s"] - a["t_s"]
+    values = dict(zip(FIELDS, delta, strict=True))
+    seconds = _loop_s(delta)
     done = delta[0]
     # the halves: the sample nearest the middle batch splits the window
     mid = min(range(start + 1, len(samples)), key=lambda i: abs(sums[i][0] - sums[start][0] - done / 2))
     spread = None
     if start < mid < len(samples) - 1:
-        r1 = (sums[mid][0] - sums[start][0]) / max(samples[mid]["t_s"] - a["t_s"], 1e-9)
-        r2 = (sums[-1][0] - sums[mid][0]) / max(b["t_s"] - samples[mid]["t_s"], 1e-9)
+        r1 = (sums[mid][0] - sums[start][0]) / max(_loop_s(sums[mid]) - _loop_s(sums[start]), 1e-9)
+        r2 = (sums[-1][0] - sums[mid][0]) / max(_loop_s(sums[-1]) - _loop_s(sums[mid]), 1e-9)
         spread = abs(r1 - r2) / max(r1, r2) if max(r1, r2) > 0 else None
     enough = done >= steps and seconds >= MIN_WINDOW_S
     settled = enough and (done >= MAX_STEPS_FACTOR * steps or (spread is not None and spread <= SETTLED_SPREAD))
@@ -131,14 +144,13 @@ def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window
     base = samples[0].get("shm_used_bytes")
     cpu = [a.get("proc_cpu_s"), b.get("proc_cpu_s")]
     busy = [a.get("busy_s"), b.get("busy_s")]
-    values = dict(zip(FIELDS, delta, strict=True))
     return Window(
-        pid=rec.get("pid"), rank=(rec.get("process") or {}).get("rank"), seconds=seconds,
+        pid=rec.get("pid"), rank=(rec.get("process") or {}).get("rank"), seconds=seconds, wall_s=b["t_s"] - a["t_s"],
         steps=int(values["steps"]), wait_s=values["wait_s"], step_s=values["step_s"], waits=int(values["waits"]),
         steps_timed=int(values["steps_timed"]), cpu_wait_s=values["cpu_wait_s"], cpu_step_s=values["cpu_step_s"],
         cpu_wait_wall_s=values["cpu_wait_wall_s"], cpu_step_wall_s=values["cpu_step_wall_s"],
         workers_cpu_s=values["workers_cpu_s"], workers_runq_s=values["workers_runq_s"],
-        proc_cpu_s=cpu[1] - cpu[0] if None not in cpu else None,
+        first_batch_s=values["first_batch_s"], proc_cpu_s=cpu[1] - cpu[0] if None not in cpu else None,
         busy_s=busy[1] - busy[0] if None not in busy else None,
         workers_pss_bytes=max(pss) if pss else None,
         shm_peak_bytes=max(0, max(shm) - (base or 0)) if shm else None,

@@ -165,9 +165,11 @@ class CpuUse:
     def others_runnable(self) -> float:
         """How many threads of other processes competed for the CPUs: what they used, or, where the
         CPUs were saturated, what the share this process tree got implies (``k B / (k + m)`` = what it
-        used): a process of several busy threads takes more than one CPU's share."""
+        used): a process of several busy threads takes more than one CPU's share. Only where this tree
+        wanted CPU (its loading or its step is CPU work): a loop that sleeps or waits on I/O used little
+        because it asked for little, which implies nothing about the others."""
         m = self.others_cpus or 0.0
-        if self.saturated and self.used_cpus and m > 0.05:
+        if self.saturated and self.used_cpus and m > 0.05 and (self.load_is_cpu or self.step_is_cpu):
             k = max(1.0, self._runnable(self.workers))
             m = max(m, k * (self.budget / self.used_cpus - 1.0))
         return m

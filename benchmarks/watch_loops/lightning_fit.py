@@ -2,7 +2,7 @@
 ImageFolder (the ImageNet training transforms), batch 64, a validation loader over a 640-image
 slice of the same files (resize + centre crop), 3 epochs, no checkpoints, logger or progress bar.
 
-    python benchmarks/watch_loops/lightning_fit.py [--steps N] [--threads N]
+    python benchmarks/watch_loops/lightning_fit.py [--steps N] [--epochs N] [--threads N]
 
 Both DataLoaders are hard-coded with num_workers=0, as a script author would write them;
 ``loaderdoc watch --apply`` is what changes them. Needs torch, lightning, torchvision and Pillow.
@@ -61,6 +61,8 @@ class Clock(L.Callback):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=-1, help="training steps in all (default: 3 epochs)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS,
+                        help=f"max_epochs (default {EPOCHS}); fit stops at --steps or --epochs, the first reached")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (a user's OMP_NUM_THREADS=1)")
     args = parser.parse_args()
     if args.threads:
@@ -75,7 +77,7 @@ def main() -> None:
     every = len(val_set) // VAL_IMAGES  # a slice across every class, not the first class only
     val = DataLoader(Subset(val_set, range(0, every * VAL_IMAGES, every)), batch_size=64, num_workers=0)
     clock = Clock()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=EPOCHS, max_steps=args.steps,
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=args.epochs, max_steps=args.steps,
                         enable_checkpointing=False, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[clock])
     trainer.fit(Classifier(), train, val)

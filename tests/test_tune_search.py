@@ -93,7 +93,8 @@ class FakeJob:
     CPUs as a multiple of the rate at the CPUs (CPU-bound loading that leaves CPUs idle)."""
 
     def __init__(self, *, user=0, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0, cpus=2.0, beyond=1.0,
-                 fail=(), busy_share=1.0) -> None:
+                 fail=(), busy_share=1.0, restart=0.0) -> None:
+        self.restart = restart  # share of the loop's time the workers' start-up each epoch takes
         self.busy_share = busy_share  # of the workers' time on a CPU: < 1 leaves CPUs idle (hand-overs)
         self.user, self.load, self.load_cpu, self.step, self.cpus, self.beyond = user, load_ms, load_cpu_ms, step_ms, cpus, beyond
         self.fail = set(fail)
@@ -121,9 +122,12 @@ class FakeJob:
         rate = self.true_rate(n)
         period = 1.0 / rate
         wait = max(0.0, period - self.step / 1000.0)
+        persistent = settings is not None and settings.persistent
+        restart = self.restart if n and not persistent else 0.0  # in the epochs' first batches, not the waits
+        rate *= 1.0 - restart
         trial = Trial(number=number, settings=settings or TrialSettings(n, 2 if n else None), status=OK,
                       steps_per_s=rate, window_steps=100, window_s=100 / rate, settled=True,
-                      wait_share=wait / period, workers_pss_bytes=n * 100 * 2**20 or None)
+                      wait_share=wait / period, workers_pss_bytes=n * 100 * 2**20 or None, restart_share=restart)
         per_batch_cpu = self.load_cpu / 1000.0
         used = self.busy_share * rate * per_batch_cpu + 0.02
         use = CpuUse(workers=n, budget=self.cpus, step_wall_s=self.step / 1000.0, step_cpu_s=0.0005,
@@ -177,6 +181,20 @@ def test_cpu_bound_loading_that_leaves_cpus_idle_measures_one_past_them_and_keep
     job2 = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.02, busy_share=0.8)
     search2 = _search(job2)
     assert search2.search().settings.num_workers == 2
+
+
+def test_workers_that_start_again_each_epoch_get_a_persistent_twin_kept_where_it_measures_faster():
+    job = FakeJob(user=0, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0, restart=0.08)
+    search = _search(job)
+    pick = search.search()
+    twins = [t for t in search.trials if t.settings.persistent]
+    assert len(twins) == 1 and twins[0].settings.num_workers == pick.settings.num_workers
+    assert pick.settings.persistent and "persistent_workers=True" in pick.reason
+    assert all(not r.settings.persistent_workers for r in search.results())  # never pooled by choose
+    # a start-up under 2 % of the loop: no twin
+    job = FakeJob(user=0, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0, restart=0.01)
+    search = _search(job)
+    assert not search.search().settings.persistent and not any(t.settings.persistent for t in search.trials)
 
 
 def test_a_failing_first_trial_ends_the_search_without_a_pick_and_a_failing_later_one_is_skipped():

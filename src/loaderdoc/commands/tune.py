@@ -265,7 +265,7 @@ def export_settings(report):
         pin_memory=bool(ran.get("pin_memory")),
         num_workers=pick.num_workers,
         prefetch_factor=pick.prefetch_factor if pick.num_workers else None,
-        persistent_workers=bool(ran.get("persistent_workers")) and pick.num_workers > 0,
+        persistent_workers=(pick.persistent or bool(ran.get("persistent_workers"))) and pick.num_workers > 0,
     )
     return settings
 

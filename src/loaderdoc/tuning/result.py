@@ -34,10 +34,16 @@ class TrialSettings:
         """(workers, prefetch depth) as policy.choose compares them (torch's 2 where unset)."""
         return self.num_workers, (self.prefetch_factor or 2) if self.num_workers else 0
 
+    @property
+    def persistent(self) -> bool:
+        return bool(self.persistent_workers) and self.num_workers > 0
+
     def text(self) -> str:
         parts = [f"num_workers={self.num_workers}"]
         if self.num_workers and self.prefetch_factor is not None:
             parts.append(f"prefetch_factor={self.prefetch_factor}")
+        if self.persistent:
+            parts.append("persistent_workers=True")
         return ", ".join(parts)
 
 
@@ -67,6 +73,9 @@ class Trial:
     idle_share: float | None = None  # ... beyond taking a ready batch (the hand-over)
     step_ms: float | None = None  # the training step, per batch
     wait_ms: float | None = None
+    # the epochs' first batches (worker start-up at each epoch) in the window, as a share of the
+    # loop's time: what persistent workers would save
+    restart_share: float | None = None
     workers_pss_bytes: int | None = None  # summed over the workers, peak in the window
     shm_peak_bytes: int | None = None  # /dev/shm above what it held when the job started sampling
     proc_cpus: float | None = None  # CPUs the training process used in the window (every thread)

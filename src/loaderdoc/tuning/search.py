@@ -13,6 +13,10 @@ Predict, then verify, as the probe does, but every measurement is a real run of 
    in one run, or repeated runs in turns, which are then measured).
 4. **Lean**: the cheapest trial within the tolerance of the fastest, against fewer workers not yet
    measured (bisected down): a leaner configuration as fast wins (memory, /dev/shm, start-up).
+5. **Persistent workers**: where the pick's workers start again each epoch and those start-ups
+   took at least 2 % of its loop's time, the pick with ``persistent_workers=True``; kept where it
+   measures faster by more than the tolerance. Such trials are compared with their twin only, never
+   pooled with the others by ``policy.choose`` (which reads them as repeats of one configuration).
 
 The pick is ``policy.choose`` over the trials, as for the probe: the cheapest within tolerance of
 the fastest allowed (memory and /dev/shm fits, evidence for more workers than CPUs). Pure logic:
@@ -34,6 +38,7 @@ from loaderdoc.tuning.result import Pick, Trial, TrialSettings
 from loaderdoc.tuning.window import Window
 
 MAX_TRIALS = 6
+RESTART_WORTH = 2 * policy.PERSISTENT_PAYS_SHARE  # epochs' start-ups >= 2 % of the loop: try persistent workers
 STARVED_SHARE = 0.05  # the loop waited >= 5 % beyond the hand-over: more loading capacity could help
 SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none left idle
 
@@ -118,13 +123,17 @@ class TuneSearch:
         return [t for t in self.trials if t.ok]
 
     def results(self) -> list[ConfigResult]:
-        return [config_result(t, self.uses.get(t.number)) for t in self.ok]
+        return [config_result(t, self.uses.get(t.number)) for t in self.ok if not self._persistent_twin(t)]
+
+    def _persistent_twin(self, trial: Trial) -> bool:
+        """A trial that turned persistent workers on where the script has them off."""
+        return trial.settings.persistent and not self.trials[0].settings.persistent
 
     def tried(self) -> set[tuple[int, int]]:
         return {t.settings.key for t in self.trials}
 
     def runs_of(self, key: tuple[int, int]) -> list[Trial]:
-        return [t for t in self.ok if t.settings.key == key]
+        return [t for t in self.ok if t.settings.key == key and not self._persistent_twin(t)]
 
     def choice(self) -> policy.Choice | None:
         return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
@@ -150,7 +159,21 @@ class TuneSearch:
     # ---- the next trial ------------------------------------------------------------------------
     def next_trial(self) -> tuple[TrialSettings, str, float | None] | None:
         return (self._predicted_best() or self._at_cpu_limit() or self._climb() or self._repeat_beyond()
-                or self._leaner())
+                or self._leaner() or self._persistent())
+
+    def _persistent(self):
+        choice = self.choice()
+        if choice is None or choice.key[0] == 0:
+            return None
+        runs = self.runs_of(choice.key)
+        shares = [t.restart_share for t in runs if t.restart_share is not None]
+        if not shares or max(shares) < RESTART_WORTH or any(self._persistent_twin(t) for t in self.trials
+                                                             if t.settings.key == choice.key):
+            return None
+        base = runs[0].settings
+        settings = TrialSettings(base.num_workers, base.prefetch_factor, persistent_workers=True)
+        return settings, (f"persistent workers: starting the workers each epoch took {max(shares):.0%} of "
+                          f"the loop's time at {base.text()}"), None
 
     def _predicted_best(self):
         model = self._model()
@@ -162,8 +185,8 @@ class TuneSearch:
             return None
         n, rate = best
         settings = self._settings(n)
-        if settings.key in self.tried():
-            return None
+        if settings.key in self.tried() or rate < trial.steps_per_s * (1 + policy.TOLERANCE):
+            return None  # measured, or no gain the tolerance would tell from noise
         return settings, (f"predicted from trial {trial.number}: the fewest workers within 1 % of the best "
                           f"rate its window allows ({rate:.1f} steps/s)"), rate
 
@@ -182,7 +205,7 @@ class TuneSearch:
                           f"the {self.per_rank:g} CPUs and counts only if it beats this", self.predicted(settings.num_workers))
 
     def _fastest(self) -> Trial | None:
-        ok = self.ok
+        ok = [t for t in self.ok if not self._persistent_twin(t)]
         return max(ok, key=lambda t: t.steps_per_s) if ok else None
 
     def _climb(self):
@@ -205,6 +228,8 @@ class TuneSearch:
                               f"{use.budget:g} CPUs idle while the loop waited {use.idle_share:.0%}; kept only on "
                               "the policy's evidence"), None
         step = use.best_workers()
+        if step is not None and step[1] < best.steps_per_s * (1 + policy.TOLERANCE):
+            return None  # its own window predicts no gain past it
         target = step[0] if step else n + max(1, n // 2)
         if use.load_is_cpu:
             target = min(target, limit)
@@ -285,6 +310,12 @@ class TuneSearch:
         rate = choice.rate
         reason = (f"{trial.settings.text()}: {rate:.1f} steps/s measured, the fewest workers within "
                   f"{choice.tolerance:.0%} of the fastest trial ({best.settings.text()}, {choice.best_rate:.1f})")
+        twins = [t for t in self.ok if self._persistent_twin(t) and t.settings.key == choice.key]
+        if twins and max(t.steps_per_s for t in twins) > rate * (1 + choice.tolerance):
+            twin = max(twins, key=lambda t: t.steps_per_s)
+            reason += (f"; with persistent_workers=True {twin.steps_per_s:.1f} steps/s (trial {twin.number}): the "
+                       "workers no longer start again each epoch")
+            trial, rate = twin, twin.steps_per_s
         if choice.beyond_cpus is not None and self.per_rank is not None and policy.oversubscribed(trial.settings.num_workers, self.per_rank):
             reason += "; more workers than CPUs: " + choice.beyond_cpus.text(self.per_rank)
         excluded = {policy.key_text(k): why for k, why in choice.excluded.items()}

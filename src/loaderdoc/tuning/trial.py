@@ -252,6 +252,7 @@ def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | 
     trial.wait_share = slowest.wait_share
     trial.step_ms = 1000 * slowest.step_s / slowest.steps_timed if slowest.steps_timed else None
     trial.wait_ms = 1000 * slowest.wait_s / slowest.waits if slowest.waits else None
+    trial.restart_share = slowest.first_batch_s / slowest.seconds if slowest.seconds > 0 else None
     pss = [w.workers_pss_bytes for w in windows if w.workers_pss_bytes]
     trial.workers_pss_bytes = max(pss) if pss else None
     shm = [w.shm_peak_bytes for w in windows if w.shm_peak_bytes is not None]

@@ -283,7 +283,7 @@ def export_lines(report, facts) -> list[str]:
 
 # ---- text ----------------------------------------------------------------------------------
 def render(report) -> str:
-    from loaderdoc.units import fmt_bytes, fmt_cpus
+    from loaderdoc.units import cpus_text, fmt_bytes
 
     out = [f"loaderdoc tune: {_shell(report.command)}"]
     loader = report.loader or {}
@@ -291,19 +291,35 @@ def render(report) -> str:
         where = (loader.get("site") or "").rsplit("/", 1)[-1] or loader.get("role") or "loader"
         asked = loader.get("asked") or loader.get("settings") or {}
         out.append(f"training loader: {where} ({loader.get('class') or 'DataLoader'}, batch_size="
-                   f"{asked.get('batch_size')}); {fmt_cpus(report.cpu_budget)} CPUs per rank")
+                   f"{asked.get('batch_size')}); {cpus_text(report.cpu_budget) if report.cpu_budget else 'unknown CPUs'} per rank")
     out.append("")
-    head = f"{'trial':<6}{'settings':<36}{'steps/s':>8}{'predicted':>10}{'wait':>6}{'step ms':>9}{'workers mem':>13}  purpose"
-    out.append(head)
+    out.append(f"{'trial':<6}{'workers':>7}{'prefetch':>9}{'steps/s':>9}{'predicted':>10}{'wait':>6}{'step ms':>9}"
+               f"{'workers mem':>13}")
     for t in report.trials:
+        s = t.settings
+        pf = "-" if not s.num_workers else str(s.prefetch_factor or 2)
+        workers = f"{s.num_workers}{'p' if s.persistent else ''}"
         if t.ok:
-            row = (f"{t.number:<6}{t.settings.text():<36}{t.steps_per_s:>8.1f}"
-                   f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{_pct(t.wait_share):>6}"
-                   f"{(f'{t.step_ms:.1f}' if t.step_ms is not None else '-'):>9}"
-                   f"{(fmt_bytes(t.workers_pss_bytes) if t.workers_pss_bytes else '-'):>13}  {t.purpose}")
+            out.append(f"{t.number:<6}{workers:>7}{pf:>9}{t.steps_per_s:>9.1f}"
+                       f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{_pct(t.wait_share):>6}"
+                       f"{(f'{t.step_ms:.1f}' if t.step_ms is not None else '-'):>9}"
+                       f"{(fmt_bytes(t.workers_pss_bytes) if t.workers_pss_bytes else '-'):>13}")
         else:
-            row = f"{t.number:<6}{t.settings.text():<36}{t.status:>8}  {t.reason or ''}"
-        out.append(row)
+            out.append(f"{t.number:<6}{workers:>7}{pf:>9}  {t.status}: {t.reason or ''}")
+    if any(t.settings.persistent for t in report.trials):
+        out.append("(p: persistent_workers=True)")
+    out.append("")
+    out.append("why each trial:")
+    for t in report.trials:
+        out.append(f"  {t.number}: {t.purpose}")
+    ranked = [t for t in report.trials if len(t.ranks) > 1]
+    if ranked:
+        out.append("")
+        out.append(f"each trial's rate is its slowest rank's ({len(ranked[0].ranks)} ranks on this node):")
+        for t in ranked:
+            rates = ", ".join(f"rank {r.rank if r.rank is not None else '?'} {r.steps_per_s:.1f}"
+                              for r in sorted(t.ranks, key=lambda r: r.steps_per_s))
+            out.append(f"  trial {t.number}: {rates}")
     out.append("")
     pick = report.pick
     if pick is None:

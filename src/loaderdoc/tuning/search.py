@@ -187,8 +187,8 @@ class TuneSearch:
         settings = self._settings(n)
         if settings.key in self.tried() or rate < trial.steps_per_s * (1 + policy.TOLERANCE):
             return None  # measured, or no gain the tolerance would tell from noise
-        return settings, (f"predicted from trial {trial.number}: the fewest workers within 1 % of the best "
-                          f"rate its window allows ({rate:.1f} steps/s)"), rate
+        return settings, (f"predicted from trial {trial.number}: the fewest workers near the best rate its "
+                          f"window allows ({rate:.1f} steps/s)"), rate
 
     def _at_cpu_limit(self):
         """A trial past the CPUs is the fastest, without the policy's evidence that more workers than

@@ -88,10 +88,11 @@ def test_one_reader_tells_a_job_from_a_watched_run():
 
 @pytest.mark.parametrize("doc, expected", [
     ("{not json", "line 1: not valid JSON"),
-    ([1, 2], "expected a JSON object (a watch or job report), got a list"),
+    ([1, 2], "expected a JSON object (a watch, job or tune report), got a list"),
     ({"schema": "loaderdoc.check/1"},
-     "not a loaderdoc.watch/1 or loaderdoc.job/1 report (a loaderdoc.check/1 document)"),
-    ({"workload": {}, "results": []}, "not a loaderdoc.watch/1 or loaderdoc.job/1 report (a probe report"),
+     "not a loaderdoc.watch/1, loaderdoc.job/1 or loaderdoc.tune/1 report (a loaderdoc.check/1 document)"),
+    ({"workload": {}, "results": []},
+     "not a loaderdoc.watch/1, loaderdoc.job/1 or loaderdoc.tune/1 report (a probe report"),
     (_changed(FOUR, lambda d: d["nodes"][1]["cells"].update(shm_size=5)), "nodes[1].cells.shm_size: expected a string"),
     (_changed(FOUR, lambda d: d.pop("nodes")), "nodes: missing; expected a list"),
     (_changed(FOUR, lambda d: d["nodes"][0].update(status="fine")), "nodes[0].status: expected one of ok, warning"),

@@ -100,7 +100,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("make, expected", [
     (lambda tmp: tmp / "missing.json", "missing.json: no such file; check the --report path"),
     (lambda tmp: _write(tmp, "{not json"), "not valid JSON"),
-    (lambda tmp: _write(tmp, {"schema": "loaderdoc.check/1"}), "not a loaderdoc.watch/1 or loaderdoc.job/1 report"),
+    (lambda tmp: _write(tmp, {"schema": "loaderdoc.check/1"}),
+     "not a loaderdoc.watch/1, loaderdoc.job/1 or loaderdoc.tune/1 report"),
 ])
 def test_a_bad_report_is_one_line_exit_3_and_no_app(tmp_path, make, expected):
     proc = _cli("--report", str(make(tmp_path)))

@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  loaderdoc tune -- python train.py           try settings on the real job, pick the best measured\n"
         "  loaderdoc --export loader.toml              write recommended settings\n"
         "  loaderdoc --report run.json                 open a watched run in the app (written by 'watch --report')\n"
-        "  loaderdoc --report job.json                 open a job's table of nodes (check --distributed --json)\n",
+        "  loaderdoc --report job.json                 open a job's table of nodes (check --distributed --json)\n"
+        "  loaderdoc --report tune.json                open a tune's trials and pick (written by 'tune --report')\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"loaderdoc {__version__}")
@@ -94,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     # its own dest: `watch --report FILE` (a file to write) must never receive this one (a file to read)
     opened.add_argument("--report", dest="open_report", metavar="FILE",
                         help="open a report in the app: a watched run's (from 'loaderdoc watch --report FILE'; "
-                        "wait vs step per loader in Run) or a job's (from 'check --distributed --json'; the "
-                        "table of nodes in Job); its findings lead Diagnoses")
+                        "wait vs step per loader in Run), a job's (from 'check --distributed --json'; the "
+                        "table of nodes in Job) or a tune's (from 'loaderdoc tune --report FILE'; the trials and "
+                        "the pick in Tune); a run's or a job's findings lead Diagnoses")
     add_workload_arguments(parser, with_probe=True)
 
     modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd, "watch": watch_cmd,
@@ -176,7 +178,7 @@ def _run(argv: list[str] | None) -> int:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     if args.open_report is not None and (args.command or args.export is not None):
         given = f"'{args.command}'" if args.command else "--export"
-        raise UserError(f"--report FILE opens a watched run or a job report in the app; it does not go with {given} "
+        raise UserError(f"--report FILE opens a watched run, a job or a tune report in the app; it does not go with {given} "
                         "(to write a report: loaderdoc watch --report FILE -- COMMAND)")
     with _contained(args):
         if args.command:

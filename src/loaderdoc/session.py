@@ -25,6 +25,7 @@ from loaderdoc.errors import SettingsError, UserError
 from loaderdoc.export import export_header
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
+from loaderdoc.reports import TuneRun
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
@@ -127,6 +128,7 @@ class Session:
         header_fn: Callable[..., list[str]] | None = None,
         watch_run: WatchRun | None = None,
         job_run: JobRun | None = None,
+        tune_run: TuneRun | None = None,
     ) -> None:
         self._detect_fn = detect_fn
         self._probe_fn = probe_fn
@@ -147,6 +149,7 @@ class Session:
         self.recommend_error: str | None = None
         self.watch_run = watch_run  # a watched run's report (`loaderdoc --report FILE`): its findings lead
         self.job_run = job_run  # or a job's (`check --distributed --json`): likewise
+        self.tune_run = tune_run  # or a tune's (`loaderdoc tune --report FILE`): its trials, no findings
         self.findings: list[Finding] = sorted(self.report_findings, key=lambda f: -f.rank)
         self.findings_error: str | None = None
         self.tradeoffs: list[KnobTradeoff] = []

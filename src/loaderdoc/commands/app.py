@@ -14,6 +14,7 @@ from loaderdoc.errors import EXIT_INTERNAL, EXIT_OK, UserError
 NO_TERMINAL = "loaderdoc: no terminal; running 'loaderdoc check' (open the app from a terminal)"
 NO_TERMINAL_REPORT = "loaderdoc: no terminal; printing the watched run's summary (open the app from a terminal)"
 NO_TERMINAL_JOB = "loaderdoc: no terminal; printing the job report's table (open the app from a terminal)"
+NO_TERMINAL_TUNE = "loaderdoc: no terminal; printing the tune report's trials (open the app from a terminal)"
 APP_CRASHED = ("loaderdoc: internal error: the app stopped on an unexpected exception (traceback above); "
                "please report it")
 
@@ -92,17 +93,29 @@ def print_job(job) -> int:
     return EXIT_OK
 
 
+def print_tune(tune) -> int:
+    """A tune report as `loaderdoc tune` prints it, where the app cannot open."""
+    from loaderdoc.commands.tune import render
+
+    print(NO_TERMINAL_TUNE, file=sys.stderr, flush=True)
+    sys.stdout.write(render(tune.report))
+    return EXIT_OK
+
+
 def run_app(args: argparse.Namespace) -> int:
-    watch_run = job_run = None
+    watch_run = job_run = tune_run = None
     if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
+        from loaderdoc.cluster.job_file import JobRun
         from loaderdoc.reports import open_report
         from loaderdoc.watching.report_file import WatchRun
 
         opened = open_report(args.open_report)
         if isinstance(opened, WatchRun):
             watch_run = opened
-        else:
+        elif isinstance(opened, JobRun):
             job_run = opened
+        else:
+            tune_run = opened
     if getattr(args, "preset", None):
         from loaderdoc.probing.workloads import get_preset
 
@@ -110,6 +123,8 @@ def run_app(args: argparse.Namespace) -> int:
     if not has_terminal():
         if job_run is not None:
             return print_job(job_run)
+        if tune_run is not None:
+            return print_tune(tune_run)
         return print_run(watch_run) if watch_run is not None else run_check_instead(args)
     # read the fast machine facts while textual imports: the machine view paints sooner
     from concurrent.futures import ThreadPoolExecutor
@@ -127,7 +142,8 @@ def run_app(args: argparse.Namespace) -> int:
 
     from loaderdoc.tui.app import make_app
 
-    app = make_app(workload=workload_from_args(args), watch_run=watch_run, job_run=job_run, **sources)
+    app = make_app(workload=workload_from_args(args), watch_run=watch_run, job_run=job_run,
+                   tune_run=tune_run, **sources)
     _cancel_probe_on_sigterm(app)
     return run_to_exit_code(app)
 

@@ -29,6 +29,7 @@ from textual.worker import Worker, WorkerState
 from loaderdoc.advice.findings import Finding
 from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import UserError
+from loaderdoc.reports import TuneRun
 from loaderdoc.session import DetectFn, ProbeFn, ProbeRequest, Session, one_line
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
@@ -75,7 +76,8 @@ class LoaderDocApp(App[int]):
         Binding("3", "view_key('diagnoses')", "Diagnoses", show=False, priority=True),
         Binding("4", "view_key('tradeoffs')", "Trade-offs", show=False, priority=True),
         Binding("5", "view_key('settings')", "Settings", show=False, priority=True),
-        # the report opened with --report FILE: the Run view (a watched run) or the Job view (a job)
+        # the report opened with --report FILE: the Run view (a watched run), the Job view (a job) or
+        # the Tune view (a tune's trials)
         Binding("6", "view_key('report')", "Report", show=False, priority=True),
     ]
 
@@ -93,6 +95,7 @@ class LoaderDocApp(App[int]):
         early_facts: Future | None = None,
         watch_run: WatchRun | None = None,
         job_run: JobRun | None = None,
+        tune_run: TuneRun | None = None,
     ) -> None:
         super().__init__()
         self._early_facts = early_facts
@@ -102,7 +105,7 @@ class LoaderDocApp(App[int]):
 
         self.session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
                                load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run,
-                               job_run=job_run)
+                               job_run=job_run, tune_run=tune_run)
         self._probe_worker: Worker | None = None
         self._slow_started = False
 
@@ -336,7 +339,11 @@ class LoaderDocApp(App[int]):
 
     def _report_tab(self) -> str | None:
         """The view of the report opened with --report FILE; None without one."""
-        return "run" if self.session.watch_run is not None else "job" if self.session.job_run is not None else None
+        session = self.session
+        for tab, opened in (("run", session.watch_run), ("job", session.job_run), ("tune", session.tune_run)):
+            if opened is not None:
+                return tab
+        return None
 
     def action_show_tab(self, tab: str) -> Awaitable[None] | None:
         """Switch to ``tab``; the result is done once its view is mounted and focused (a key that
@@ -379,6 +386,9 @@ class LoaderDocApp(App[int]):
         if self.session.job_run is not None:
             yield SystemCommand("Show Job", f"The job report {self.session.job_run.path}: one column per node (6)",
                                 lambda: self.action_show_tab("job"))
+        if self.session.tune_run is not None:
+            yield SystemCommand("Show Tune", f"The tune report {self.session.tune_run.path}: its trials and pick (6)",
+                                lambda: self.action_show_tab("tune"))
 
 
 def make_app(
@@ -394,6 +404,7 @@ def make_app(
     early_facts: Future | None = None,
     watch_run: WatchRun | None = None,
     job_run: JobRun | None = None,
+    tune_run: TuneRun | None = None,
 ) -> LoaderDocApp:
     """Build the app.
 
@@ -405,7 +416,8 @@ def make_app(
     was imported (``run_app`` does this so the machine view paints sooner); ``watch_run`` is a
     watched run's report (:func:`loaderdoc.watching.report_file.load_watch_report`): its findings
     lead the diagnoses and the app opens on its Run view; ``job_run`` likewise is a job report
-    (:func:`loaderdoc.cluster.job_file.load_job_report`), opened on its Job view.
+    (:func:`loaderdoc.cluster.job_file.load_job_report`), opened on its Job view; ``tune_run`` a
+    tune report (:func:`loaderdoc.reports.open_report`), opened on its Tune view (no findings).
     """
     return LoaderDocApp(
         facts=facts,
@@ -419,4 +431,5 @@ def make_app(
         early_facts=early_facts,
         watch_run=watch_run,
         job_run=job_run,
+        tune_run=tune_run,
     )

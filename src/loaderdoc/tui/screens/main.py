@@ -31,6 +31,7 @@ from loaderdoc.tui.widgets.run import RunPane
 from loaderdoc.tui.widgets.settings_editor import SettingsPane
 from loaderdoc.tui.widgets.status import StatusBar
 from loaderdoc.tui.widgets.tradeoffs import TradeoffsPane
+from loaderdoc.tui.widgets.tune import TunePane
 
 VIEWS: dict[str, tuple[str, type[Widget]]] = {
     "machine": ("1 Machine", MachinePane),
@@ -41,6 +42,7 @@ VIEWS: dict[str, tuple[str, type[Widget]]] = {
 }
 RUN_VIEW = ("6 Run", RunPane)  # only with a watched run's report (`loaderdoc --report FILE`)
 JOB_VIEW = ("6 Job", JobPane)  # only with a job report (`loaderdoc --report job.json`)
+TUNE_VIEW = ("6 Tune", TunePane)  # only with a tune report (`loaderdoc --report tune.json`)
 
 
 class MainScreen(Screen):
@@ -64,6 +66,9 @@ class MainScreen(Screen):
         elif self.app.session.job_run is not None:
             self.views["job"] = JOB_VIEW
             self.initial = "job"
+        elif self.app.session.tune_run is not None:
+            self.views["tune"] = TUNE_VIEW
+            self.initial = "tune"
         yield Header(icon="")
         yield StatusBar(id="status")
         with TabbedContent(initial=self.initial, id="tabs"):
@@ -85,8 +90,8 @@ class MainScreen(Screen):
         self.refresh_state()
         if self._wanted is not None:
             self._show_wanted()
-        elif self.initial == "job":  # its table takes the arrow keys at once: they scroll a wide job
-            self.show_tab("job")
+        elif self.initial in ("job", "tune"):  # its table takes the arrow keys at once: they scroll a wide job
+            self.show_tab(self.initial)
         # the hidden views mount after the first paint: the first view comes first
         self.call_after_refresh(self._mount_views)
 

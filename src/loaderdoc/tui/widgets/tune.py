@@ -1,0 +1,183 @@
+"""Tune view: a tune report (`loaderdoc --report tune.json`, from `loaderdoc tune --report FILE`):
+the trials as `loaderdoc tune` prints them, one row each (a failed trial shows its status and
+reason), the highlighted trial in full under the table, then the pick, its reason, the gain over
+the script's own settings and the notes."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.color import Color
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import DataTable, Static
+
+from loaderdoc.reports import TuneRun
+from loaderdoc.tuning.result import OK, Pick, Trial, TuneReport
+from loaderdoc.units import fmt_bytes, fmt_cpus
+
+# fixed colours, as in run.py and job.py: readable on the dark and the light theme; the mark says it without colour
+PICKED = Style(color=Color.from_rgb(40, 160, 60), bold=True)
+NOT_MEASURED = Style(color=Color.from_rgb(220, 50, 47), bold=True)
+PICK_MARK = "✔"
+COLUMNS = ("trial", "settings", "steps/s", "predicted", "wait", "step ms", "workers mem", "status / purpose")
+NUMBERS = range(2, 7)  # the columns right-aligned
+STOPPED = {"settled": "the search settled", "budget": "the --budget was spent", "trials": "--trials reached",
+           "interrupted": "interrupted"}
+
+
+# ---- the text (no widgets: the tests read it as it is) ------------------------------------
+def _num(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def tune_head(run: TuneRun) -> str:
+    """One line: the command, the training loader and the CPUs per rank."""
+    report = run.report
+    parts = [shlex.join(report.command) if report.command else "(no command recorded)"]
+    loader = report.loader or {}
+    if loader:
+        where = (loader.get("site") or "").rsplit("/", 1)[-1] or loader.get("role") or "loader"
+        asked = loader.get("asked") or loader.get("settings") or {}
+        batch = f", batch_size={asked['batch_size']}" if asked.get("batch_size") is not None else ""
+        parts.append(f"loader {where} ({loader.get('class') or 'DataLoader'}{batch})")
+    if report.cpu_budget is not None:
+        parts.append(f"{fmt_cpus(report.cpu_budget)} CPUs per rank")
+    return "; ".join(parts)
+
+
+def status_text(trial: Trial) -> str:
+    """The last column: the purpose of a measured trial, the status and reason of one that was not."""
+    if trial.ok and trial.status == OK:
+        return trial.purpose
+    code = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
+    reason = trial.reason or trial.purpose
+    return f"{trial.status}{code}: {reason}" if reason else f"{trial.status}{code}"
+
+
+def trial_cells(trial: Trial, pick: Pick | None) -> list[Text]:
+    picked = pick is not None and pick.trial == trial.number
+    number = Text(f"{trial.number} {PICK_MARK}" if picked else str(trial.number), style=PICKED if picked else "")
+    if not trial.ok:
+        blank = [Text("-", style="dim", justify="right") for _ in NUMBERS]
+        return [number, Text(trial.settings.text()), *blank, Text(status_text(trial), style=NOT_MEASURED)]
+    return [
+        number,
+        Text(trial.settings.text(), style=PICKED if picked else ""),
+        Text(_num(trial.steps_per_s), style="bold" if picked else "", justify="right"),
+        Text(_num(trial.predicted_per_s), justify="right"),
+        Text(_pct(trial.wait_share), justify="right"),
+        Text(_num(trial.step_ms), justify="right"),
+        Text(fmt_bytes(trial.workers_pss_bytes) if trial.workers_pss_bytes else "-", justify="right"),
+        Text(status_text(trial), style="" if trial.status == OK else "yellow"),
+    ]
+
+
+def trial_detail(trial: Trial) -> str:
+    """The highlighted trial in full: why it ran (or why it did not measure), then its window."""
+    lines = [f"Trial {trial.number} ({trial.settings.text()}): {status_text(trial) or trial.status}"]
+    if trial.ok:
+        settled = "settled" if trial.settled else "not settled"
+        first = f", first batch after {trial.first_batch_s:.1f} s" if trial.first_batch_s is not None else ""
+        lines.append(f"{trial.window_steps} batches in {trial.window_s:.1f} s ({settled}){first}; "
+                     f"{trial.duration_s:.0f} s in all")
+    elif trial.duration_s:
+        lines.append(f"{trial.duration_s:.0f} s in all")
+    return "\n".join(lines)
+
+
+def pick_lines(report: TuneReport) -> list[tuple[str, str]]:
+    """(label, text) lines under the table: the pick and why, the gain, what was not picked, the notes."""
+    pick = report.pick
+    lines: list[tuple[str, str]] = []
+    if pick is None:
+        user = report.user
+        why = user.reason if user is not None and user.reason else "no trial measured"
+        lines.append(("No pick", f"your own settings could not be measured ({why})"))
+    else:
+        pred = ""
+        if pick.predicted_per_s:
+            pred = f" (predicted {pick.predicted_per_s:.1f}, {100 * (pick.steps_per_s / pick.predicted_per_s - 1):+.0f} %)"
+        lines.append(("Pick", f"{pick.settings.text()}: {pick.steps_per_s:.1f} steps/s measured in trial "
+                              f"{pick.trial}{pred}"))
+        if pick.gain is not None:
+            verdict = ("your settings are already within tolerance of the fastest trial" if pick.user_within_tolerance
+                       else "worth changing")
+            lines.append(("Gain", f"{pick.gain:.2f}x the steps/s of your settings ({verdict})"))
+        lines.append(("Why", pick.reason))
+        lines += [("Not", f"{key}: {why}") for key, why in pick.excluded.items()]
+    lines += [("Note", note) for note in report.notes]
+    stopped = STOPPED.get(report.stopped or "", report.stopped or "")
+    lines.append(("Search", f"{len(report.trials)} trial{'' if len(report.trials) == 1 else 's'} in "
+                            f"{report.elapsed_s:.0f} s" + (f"; {stopped}" if stopped else "")
+                  + f" (exit code {report.exit_code})"))
+    return lines
+
+
+# ---- the view -----------------------------------------------------------------------------
+class TunePane(Vertical):
+    def compose(self) -> ComposeResult:
+        run = self.app.session.tune_run
+        yield Static("", id="tune-head")
+        table: DataTable = DataTable(id="tune-table", cursor_type="row", zebra_stripes=True, fixed_columns=1)
+        yield table
+        yield Static("", id="tune-trial")
+        with VerticalScroll(id="tune-scroll"):
+            yield Static("", id="tune-pick")
+        if run is None:
+            return
+        for i, name in enumerate(COLUMNS):
+            table.add_column(Text(name, justify="right") if i in NUMBERS else name, key=name)
+        for trial in run.report.trials:
+            table.add_row(*trial_cells(trial, run.report.pick), key=str(trial.number))
+
+    def on_mount(self) -> None:
+        run = self.app.session.tune_run
+        head = self.query_one("#tune-head", Static)
+        if run is None:
+            head.update("No tune report open. Open one with 'loaderdoc --report tune.json' (write it with "
+                        "'loaderdoc tune --report tune.json -- python train.py').")
+            for wid in ("#tune-table", "#tune-trial", "#tune-scroll"):
+                self.query_one(wid).display = False
+        else:
+            text = Text()
+            text.append("Tune  ", style="bold")
+            text.append(tune_head(run))
+            head.update(text)
+            self.query_one("#tune-pick", Static).update(self._pick_text(run.report))
+            self._show_trial(0)
+        self.screen.view_mounted(self)
+
+    @staticmethod
+    def _pick_text(report: TuneReport) -> Text:
+        text = Text()
+        lines = pick_lines(report)
+        for n, (label, body) in enumerate(lines):
+            style = "bold" if label not in ("No pick",) else NOT_MEASURED
+            text.append(f"{label:<8}", style=style)
+            text.append(body + ("\n" if n < len(lines) - 1 else ""))
+        return text
+
+    def _show_trial(self, row: int) -> None:
+        run = self.app.session.tune_run
+        detail = self.query_one("#tune-trial", Static)
+        trials = run.report.trials if run is not None else []
+        if not trials:
+            detail.update("No trial ran.")
+            return
+        detail.update(trial_detail(trials[max(0, min(row, len(trials) - 1))]))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_trial(event.cursor_row)
+
+    def focus_main(self) -> None:
+        self.screen.set_focus(self.query_one("#tune-table", DataTable))
+
+    def refresh_state(self) -> None:
+        """A report does not change while the app runs; nothing to redraw."""

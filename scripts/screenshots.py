@@ -12,7 +12,8 @@ that screenshot is skipped and the script says so. Likewise the watched-run scre
 report of a real `loaderdoc watch --report` of a small training loop run here (WATCHED_LOOP), and
 the job-report screenshots open a real job report: rank 0's `check --distributed --json` of two
 torchrun nodes on one machine, node 1 in a 64 MiB /dev/shm and pinned to one core (JOB_REPORT,
-recorded once; tests/test_cluster_real.py runs the same job).
+recorded once; tests/test_cluster_real.py runs the same job); the tune-report screenshots open a
+real `loaderdoc tune --report` of an I/O-bound loop whose fourth worker fails (TUNE_REPORT).
 """
 
 from __future__ import annotations
@@ -217,6 +218,21 @@ async def job_report_small():
     await job_report(SMALL, "job-report-80x24")
 
 
+TUNE_REPORT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "tune" / "io-bound-worker-fails.json"
+
+
+async def tune_report(size=BIG, name="tune-report"):
+    from loaderdoc.reports import open_report
+
+    tune = open_report(TUNE_REPORT)
+    tune.path = "tune.json"  # as a user would name it, not the repository's fixture path
+    await shoot(name, make_app(tune_run=tune), size)
+
+
+async def tune_report_small():
+    await tune_report(SMALL, "tune-report-80x24")
+
+
 SHOTS = {
     "machine": machine,
     "machine-80x24": machine_small,
@@ -231,6 +247,8 @@ SHOTS = {
     "watch-report-80x24": watch_report_small,
     "job-report": job_report,
     "job-report-80x24": job_report_small,
+    "tune-report": tune_report,
+    "tune-report-80x24": tune_report_small,
 }
 
 

@@ -82,7 +82,28 @@ def test_the_trial_settings_reach_the_training_loader_alone():
         "site:/x/train.py:20": {"num_workers": 3, "prefetch_factor": 4}}
     assert json.loads(apply_tables("role:train", TrialSettings(0, 4)))["tables"] == {"train": {"num_workers": 0}}
     assert json.loads(apply_tables("loader:1", s))["tables"] == {"": {"num_workers": 3, "prefetch_factor": 4}}
-    assert apply_tables(None, s) is None and apply_tables("site:a:1", None) is None
+    assert apply_tables(None, s) is None
+    # the script's own settings: no table, but the hook's --apply path (a re-build named as in later trials)
+    assert json.loads(apply_tables("site:a:1", None))["tables"] == {}
+    assert json.loads(apply_tables(None, None))["tables"] == {}
+
+
+def test_a_line_that_built_loaders_of_several_roles_names_the_training_loader_by_its_role():
+    # the Hugging Face Trainer builds train and eval at one line of _get_dataloader
+    hf = "/site-packages/transformers/trainer.py:1051"
+    rec = {"loaders": [
+        {"loader": 1, "site": hf, "role": "train", "epochs": [{"steps": 40}]},
+        {"loader": 2, "site": hf, "role": "eval", "epochs": [{"steps": 3}]},
+        {"loader": 3, "site": hf, "role": "eval", "epochs": [{"steps": 3}]},
+        {"loader": 4, "site": "train.py:9", "role": None, "epochs": [{"steps": 2}]}]}
+    assert win.shared_sites([rec]) == {hf}
+    assert win.training_key([rec]) == "role:train"
+    assert [raw["loader"] for raw in win.loaders_of(rec, "role:train")] == [1]
+    assert win.batches_seen([rec], "role:train") == 40 and win.batches_seen([rec], f"site:{hf}") == 40
+    assert win.settings_of([rec], "role:train")["role"] == "train"
+    # before the eval loader was built, its line alone
+    assert win.training_key([{"loaders": rec["loaders"][:1]}]) == f"site:{hf}"
+    assert [raw["loader"] for raw in win.loaders_of(rec, "loader:4")] == []  # it has a line
 
 
 # ---- the search on fake jobs --------------------------------------------------------------------

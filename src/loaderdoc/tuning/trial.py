@@ -49,7 +49,7 @@ LOG_TAIL = 6  # lines of a failed trial's output shown
 @dataclass
 class TrialLimits:
     steps: int = 60  # batches a settled window holds at least
-    first_batch_s: float = 180.0  # from the start to the first batch of any DataLoader
+    first_batch_s: float = 180.0  # from the start to the first batch of any DataLoader (later trials: the training loader's)
     max_s: float = 300.0  # the whole trial
 
 
@@ -66,8 +66,12 @@ class TrialRun:
 
 def apply_tables(key: str | None, settings: TrialSettings | None) -> str | None:
     """--apply's JSON for the hook: the trial's settings on the training loader alone (by the line
-    that built it, else by its role; by neither: every loader, the only way to reach it)."""
-    if settings is None or key is None:
+    that built it, else by its role; by neither: every loader, the only way to reach it). The script's
+    own settings: no table, but the hook's --apply path all the same, so that a loader a framework
+    re-builds (accelerate's copy of the Trainer's) is known by the same line in every trial."""
+    if settings is None:
+        return json.dumps({"file": "loaderdoc tune", "tables": {}})
+    if key is None:
         return None
     table: dict[str, Any] = {"num_workers": settings.num_workers}
     if settings.num_workers and settings.prefetch_factor is not None:
@@ -155,7 +159,9 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
         records = reader.read()
         if not fixed:
             key = win.training_key(records)
-        seen = win.batches_seen(records, None)
+        # once the training loader is known, its own first batch (a validation loop that ran first
+        # does not make a trial whose training loader hangs wait for the trial's whole time)
+        seen = win.batches_seen(records, key if fixed else None)
         if seen and trial.first_batch_s is None:
             trial.first_batch_s = time.monotonic() - started
         if key is not None:
@@ -173,7 +179,8 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
         now = time.monotonic()
         if not seen and now - started > limits.first_batch_s:
             trial.status = NO_BATCH
-            trial.reason = f"no DataLoader batch within {limits.first_batch_s:g} s of the start; stopped"
+            what = "batch of the training loader" if fixed else "DataLoader batch"
+            trial.reason = f"no {what} within {limits.first_batch_s:g} s of the start; stopped"
             return records, windows, key
         over = now - started > limits.max_s or (deadline is not None and now > deadline)
         if over:

@@ -14,7 +14,8 @@ which would make a window that holds one validation pass slower than one that ho
 
 The training loader is the one that returned the most batches; it is known across trials by the
 line that built it (``site``), else its role, else its number (a loader re-built each epoch at one
-line is one loader here). Under torchrun each rank writes its own records: every rank's window is
+line is one loader here); by its role also where one line built loaders of several roles (the
+Hugging Face Trainer builds train and eval at one line). Under torchrun each rank writes its own records: every rank's window is
 read, and the slowest rank's rate is the trial's. No torch, no textual.
 """
 
@@ -32,28 +33,52 @@ SETTLED_SPREAD = 0.10  # the window's two halves within 10 % of each other: sett
 MAX_STEPS_FACTOR = 4  # past 4x the steps asked, a window that never settled is taken as it is
 
 
-def loader_key(raw: dict[str, Any]) -> str:
-    """How a loader is known across runs of the same script."""
-    if raw.get("site"):
+def loader_key(raw: dict[str, Any], shared: set[str] | frozenset[str] = frozenset()) -> str:
+    """How a loader is known across runs of the same script: the line that built it, else its role;
+    by its role also where that line built loaders of other roles too (``shared``: a framework's one
+    construction site, the Hugging Face Trainer's ``_get_dataloader``, builds train and eval)."""
+    if raw.get("site") and not (raw["site"] in shared and raw.get("role")):
         return f"site:{raw['site']}"
     if raw.get("role"):
         return f"role:{raw['role']}"
     return f"loader:{raw.get('loader')}"
 
 
+def shared_sites(records: list[dict[str, Any]]) -> set[str]:
+    """Lines that built loaders of more than one role (a site there names no single loader)."""
+    roles: dict[str, set] = {}
+    for rec in records:
+        for raw in rec.get("loaders") or []:
+            if raw.get("site"):
+                roles.setdefault(raw["site"], set()).add(raw.get("role"))
+    return {site for site, seen in roles.items() if len(seen) > 1}
+
+
+def matches(raw: dict[str, Any], key: str) -> bool:
+    """``raw`` is the loader ``key`` names: by its line, its role or its number, as the key says
+    (a role key matches whatever line built the loader)."""
+    kind, _, name = key.partition(":")
+    if kind == "site":
+        return raw.get("site") == name
+    if kind == "role":
+        return raw.get("role") == name
+    return not raw.get("site") and not raw.get("role") and str(raw.get("loader")) == name
+
+
 def training_key(records: list[dict[str, Any]]) -> str | None:
     """The loader that returned the most batches in any process (the training loop's)."""
+    shared = shared_sites(records)
     steps: dict[str, int] = {}
     for rec in records:
         for raw in rec.get("loaders") or []:
-            key = loader_key(raw)
+            key = loader_key(raw, shared)
             n = sum(e.get("steps", 0) for e in raw.get("epochs") or [])
             steps[key] = max(steps.get(key, 0), n)
     return max(steps, key=lambda k: steps[k]) if steps else None
 
 
 def loaders_of(rec: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    return [raw for raw in rec.get("loaders") or [] if loader_key(raw) == key]
+    return [raw for raw in rec.get("loaders") or [] if matches(raw, key)]
 
 
 @dataclass
@@ -172,7 +197,7 @@ def batches_seen(records: list[dict[str, Any]], key: str | None) -> int:
     best = 0
     for rec in records:
         for raw in rec.get("loaders") or []:
-            if key is None or loader_key(raw) == key:
+            if key is None or matches(raw, key):
                 best = max(best, sum(e.get("steps", 0) for e in raw.get("epochs") or []))
     return best
 

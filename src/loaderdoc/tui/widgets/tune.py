@@ -22,8 +22,10 @@ from loaderdoc.units import fmt_bytes, fmt_cpus
 PICKED = Style(color=Color.from_rgb(40, 160, 60), bold=True)
 NOT_MEASURED = Style(color=Color.from_rgb(220, 50, 47), bold=True)
 PICK_MARK = "✔"
-COLUMNS = ("trial", "settings", "steps/s", "predicted", "wait", "step ms", "workers mem", "status / purpose")
-NUMBERS = range(2, 7)  # the columns right-aligned
+# as `loaderdoc tune` prints them: workers ("4p": persistent_workers=True) and prefetch depth, then the measures
+COLUMNS = ("trial", "workers", "prefetch", "steps/s", "predicted", "wait", "step ms", "workers mem", "status / purpose")
+NUMBERS = range(1, 8)  # the columns right-aligned
+MEASURES = range(3, 8)  # blank ("-") for a trial that did not measure
 STOPPED = {"settled": "the search settled", "budget": "the --budget was spent", "trials": "--trials reached",
            "interrupted": "interrupted"}
 
@@ -63,13 +65,18 @@ def status_text(trial: Trial) -> str:
 
 def trial_cells(trial: Trial, pick: Pick | None) -> list[Text]:
     picked = pick is not None and pick.trial == trial.number
-    number = Text(f"{trial.number} {PICK_MARK}" if picked else str(trial.number), style=PICKED if picked else "")
-    if not trial.ok:
-        blank = [Text("-", style="dim", justify="right") for _ in NUMBERS]
-        return [number, Text(trial.settings.text()), *blank, Text(status_text(trial), style=NOT_MEASURED)]
+    style = PICKED if picked else ""
+    number = Text(f"{trial.number} {PICK_MARK}" if picked else str(trial.number), style=style)
+    s = trial.settings
+    settings = [Text(f"{s.num_workers}{'p' if s.persistent else ''}", style=style, justify="right"),
+                Text(str(s.prefetch_factor or 2) if s.num_workers else "-", style=style, justify="right")]
+    if not trial.ok:  # its status where its rate would be (seen at 80 columns), in full in the last column
+        blank = [Text("-", style="dim", justify="right") for _ in MEASURES[1:]]
+        return [number, *settings, Text(trial.status, style=NOT_MEASURED, justify="right"), *blank,
+                Text(status_text(trial), style=NOT_MEASURED)]
     return [
         number,
-        Text(trial.settings.text(), style=PICKED if picked else ""),
+        *settings,
         Text(_num(trial.steps_per_s), style="bold" if picked else "", justify="right"),
         Text(_num(trial.predicted_per_s), justify="right"),
         Text(_pct(trial.wait_share), justify="right"),
@@ -112,6 +119,8 @@ def pick_lines(report: TuneReport) -> list[tuple[str, str]]:
             lines.append(("Gain", f"{pick.gain:.2f}x the steps/s of your settings ({verdict})"))
         lines.append(("Why", pick.reason))
         lines += [("Not", f"{key}: {why}") for key, why in pick.excluded.items()]
+    if any(t.settings.persistent for t in report.trials):
+        lines.append(("Note", "p after the workers: persistent_workers=True"))
     lines += [("Note", note) for note in report.notes]
     stopped = STOPPED.get(report.stopped or "", report.stopped or "")
     lines.append(("Search", f"{len(report.trials)} trial{'' if len(report.trials) == 1 else 's'} in "

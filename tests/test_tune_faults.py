@@ -207,24 +207,28 @@ def note(name, loader):
         json.dump(seen, f)
     return loader
 
+def make_loader(name, n):  # one line builds both loaders: they differ by the line that called it
+    return note(name, DataLoader(Slow(n), batch_size=4, num_workers=0))
+
 def validate():
-    val = note("val", DataLoader(Slow(12), batch_size=4, num_workers=0))  # 3 batches, a line of its own
+    val = make_loader("val", 12)  # 3 batches
     for batch in val:
         pass
 
 validate()  # a sanity check before training, as Lightning's
-train(note("train", DataLoader(Slow(160), batch_size=4, num_workers=0)), after_epoch=validate)
+train(make_loader("train", 160), after_epoch=validate)
 """)
     lines = script.read_text().splitlines()
-    train_line = 1 + next(i for i, line in enumerate(lines) if 'note("train"' in line)
+    train_line = 1 + next(i for i, line in enumerate(lines) if 'make_loader("train"' in line)
+    built_line = 1 + next(i for i, line in enumerate(lines) if "return note(name, DataLoader(" in line)
     export = tmp_path / "loader.toml"
     report_path = tmp_path / "tune.json"
     proc = tune(tmp_path, *QUICK, "--trials", "2", "--export", str(export), "--report", str(report_path), "--",
                 sys.executable, str(script))
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     report = read_report(report_path)
-    assert report["loader"]["site"].endswith(f"train.py:{train_line}"), report["loader"]
-    assert f"training loader: train.py:{train_line} (DataLoader, batch_size=4)" in proc.stdout
+    assert report["loader"]["site"].endswith(f"train.py:{built_line} < {script}:{train_line}"), report["loader"]
+    assert f"training loader: train.py:{built_line} < train.py:{train_line} (DataLoader, batch_size=4)" in proc.stdout
     first, second = report["trials"]
     assert first["status"] == second["status"] == "ok", report["trials"]
     tried = second["settings"]["num_workers"]

@@ -288,7 +288,10 @@ def render(report) -> str:
     out = [f"loaderdoc tune: {_shell(report.command)}"]
     loader = report.loader or {}
     if loader:
-        where = (loader.get("site") or "").rsplit("/", 1)[-1] or loader.get("role") or "loader"
+        site = " < ".join(part.rsplit("/", 1)[-1] for part in (loader.get("site") or "").split(" < ") if part)
+        where = site or loader.get("role") or "loader"
+        if loader.get("role") and site:
+            where += f" ({loader['role']})"
         asked = loader.get("asked") or loader.get("settings") or {}
         out.append(f"training loader: {where} ({loader.get('class') or 'DataLoader'}, batch_size="
                    f"{asked.get('batch_size')}); {cpus_text(report.cpu_budget) if report.cpu_budget else 'unknown CPUs'} per rank")

@@ -46,7 +46,7 @@ ROLE = "_loaderdoc_role"
 ASKED = "_loaderdoc_asked"
 APPLIED_KEYS = "_loaderdoc_applied"
 TABLES_USED = "_loaderdoc_tables"
-SITE = "_loaderdoc_site"  # where the script built it ("train.py:42"): a table "site:train.py:42" is its own
+SITE = "_loaderdoc_site"  # where the script built it ("data.py:12 < train.py:42"): a table "site:" + that is its own
 SITE_PREFIX = "site:"
 _MARK = "_loaderdoc_watch"
 
@@ -65,15 +65,19 @@ def plain(value):
 
 
 def site_of(frame, loader) -> str | None:
-    """The line that built ``loader``: the nearest caller of ``DataLoader.__init__`` that is not a
-    subclass's ``__init__`` of the same object. The same line in the next run of the script builds
-    the same loader, which is how ``loaderdoc tune`` changes one loader and leaves the others."""
+    """Where ``loader`` was built: the nearest caller of ``DataLoader.__init__`` that is not a
+    subclass's ``__init__`` of the same object, and that line's own caller ("train.py:12 <
+    train.py:40"): one helper that builds the train and the val loader is two sites. The same
+    lines in the next run of the script build the same loader, which is how ``loaderdoc tune``
+    changes one loader and leaves the others."""
     try:
         for _ in range(MAX_FRAMES):
             if frame is None:
                 return None
             if frame.f_code.co_name != "__init__" or frame.f_locals.get("self") is not loader:
-                return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                here = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                caller = frame.f_back
+                return here if caller is None else f"{here} < {caller.f_code.co_filename}:{caller.f_lineno}"
             frame = frame.f_back
         return None
     finally:

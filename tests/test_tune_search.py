@@ -227,6 +227,8 @@ def test_a_failing_first_trial_ends_the_search_without_a_pick_and_a_failing_late
     pick = search.search()
     assert pick is not None and search.trials[1].status == FAILED
     assert all(t.number != 2 for t in search.ok)
+    failed = search.trials[1].settings.num_workers
+    assert job.ran[2] == failed // 2 and "failed" in search.trials[2].purpose  # half way, not given up
 
 
 def test_no_trial_starts_past_the_deadline():

@@ -158,8 +158,32 @@ class TuneSearch:
 
     # ---- the next trial ------------------------------------------------------------------------
     def next_trial(self) -> tuple[TrialSettings, str, float | None] | None:
-        return (self._predicted_best() or self._at_cpu_limit() or self._climb() or self._repeat_beyond()
-                or self._leaner() or self._persistent())
+        # as many workers as CPUs first: a faster trial past them counts only against it
+        return (self._at_cpu_limit() or self._predicted_best() or self._after_failure() or self._climb()
+                or self._repeat_beyond() or self._leaner() or self._persistent())
+
+    def _after_failure(self):
+        """A trial with more workers than any measured one failed (too many processes, memory, a
+        worker that crashes): the size half way between it and the largest measured below it."""
+        failed = [t for t in self.trials[1:] if not t.ok]
+        if not failed:
+            return None
+        worst = failed[-1]
+        nf = worst.settings.num_workers
+        below = [t.settings.num_workers for t in self.ok if t.settings.num_workers < nf]
+        if not below:
+            return None
+        lo = max(below)
+        m = (lo + nf) // 2
+        settings = self._settings(m)
+        if m <= lo or settings.key in self.tried():
+            return None
+        fastest = self._fastest()
+        predicted = self.predicted(m)
+        if predicted is not None and fastest is not None and predicted < fastest.steps_per_s * (1 + policy.TOLERANCE):
+            return None
+        return settings, (f"trial {worst.number} ({worst.settings.text()}) failed: {policy.workers_text(m)}, half "
+                          f"way from the {lo} measured"), predicted
 
     def _persistent(self):
         choice = self.choice()

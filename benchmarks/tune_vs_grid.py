@@ -3,7 +3,7 @@
 probe's pick beside it.
 
     PYTHONPATH=src:TVSITE python benchmarks/tune_vs_grid.py [--jobs cpu_cnn,io_bound,lightning_fit]
-        [--steps 40] [--reruns 3] [--quick] [--dry-run] [--table-from FILE]
+        [--steps 40] [--reruns 3] [--seed 0] [--quick] [--dry-run] [--table-from FILE]
 
 Three real training jobs (``benchmarks/watch_loops/``, see ``benchmarks/watch_fixes.py`` for what
 they are and how torchvision is put beside the venv), each run as its author wrote it and long
@@ -52,6 +52,17 @@ simulated step, not the job).
 ``--quick``: a smoke test (workers 0, 2, 4 at prefetch 2, 2 reruns); the verdicts mean nothing
 there. ``--dry-run``: prints the commands and the grid, runs nothing. ``--table-from FILE``: judges
 a saved run again and prints its table.
+
+How long: a grid run is a whole run of the job (start-up, the queue drained, a window of at
+least ``--steps`` batches and 3 s whose halves agree within 10 %, else up to 4x ``--steps``, the
+stop), so each job costs 17 grid runs, 3 reruns, up to 2 extras and tune's 3-6 trials. Estimated for
+the quiet 2-CPU dev VM from the loops' quiet rates (``benchmarks/watch_fixes.py``: about 7 steps/s
+for the CNNs at 0-2 workers, 12-58 for io_bound) and a start-up of 3-5 s (Lightning's import
++5 s): at ``--steps 20`` about 15 s a CNN run, 20 s a Lightning run, 7 s an io_bound run, some
+18-22 minutes for the three jobs; at tune's default ``--steps 40`` (windows over about one
+40-batch epoch, each with its workers' restart) some 25-30 minutes. Not yet measured quiet: the
+one smoke run so far (``--quick --jobs cpu_cnn``, 2026-11-24, beside another session's tests, load
+4-5) took 24-75 s a run, tune 223 s for 2 trials, 9.4 minutes in all.
 
 Results: ``benchmarks/results/tune_vs_grid-<timestamp>.json`` (written after each job, so a run cut
 short keeps what it measured) and the table printed at the end. Not a pass/fail test;
@@ -478,14 +489,16 @@ def run_grid(job: Job, key: str | None, keys: list[Key], extras: list[Key], step
 
 def run_job(job: Job, steps: int, keys: list[Key], reruns: int, seed: int, workdir: Path) -> dict[str, Any]:
     print(f"\n== {job.name}: {job.label}", flush=True)
+    started = time.monotonic()
     tune = run_tune(job, steps, workdir)
     probe = run_probe(job, tune.get("first_step_ms"))
     extras = [as_key(p["pick"]) for p in (tune, probe) if p.get("pick")]
     grid, key = run_grid(job, tune.get("key"), keys, extras, steps, reruns, seed)
     res = {"job": job.name, "label": job.label, "command": job_command(job), "steps": steps, "loader_key": key,
-           "tune": tune, "probe": probe, "grid": list(grid.values())}
+           "tune": tune, "probe": probe, "grid": list(grid.values()), "wall_s": time.monotonic() - started}
     res = judge(res)
     print(grid_table(res), flush=True)
+    print(f"  {job.name}: {res['wall_s']:.0f} s in all (tune, probe, grid, reruns)", flush=True)
     return res
 
 

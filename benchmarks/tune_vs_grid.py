@@ -540,10 +540,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"then the best {reruns} again; TrialLimits(steps={args.steps})")
         return 0
 
+    load = os.getloadavg()[0]
+    if load > 0.5 * cpus:
+        print(f"tune_vs_grid: the load average is {load:.1f} on {cpus} CPUs: these jobs measure CPU work, "
+              "and what else runs moves their rates (the grid's spread will show it)", file=sys.stderr)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"tune_vs_grid-{time.strftime('%Y%m%d-%H%M%S')}.json"
     meta = {"argv": sys.argv[1:] if argv is None else argv, "steps": args.steps, "quick": args.quick,
-            "reruns": reruns, "seed": args.seed, "grid": [list(k) for k in keys]}
+            "reruns": reruns, "seed": args.seed, "grid": [list(k) for k in keys], "load_at_start": os.getloadavg()}
     results: list[dict[str, Any]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tune_vs_grid-") as tmp:

@@ -15,8 +15,9 @@ enough that no run ends before its window settled (``--steps 1000000``; ``lightn
 - ``io_bound``: 8 ms of sleep a sample, batch 8, a 16 ms sleeping (GPU-like) step,
   ``num_workers=8`` as written;
 - ``lightning_fit``: ``Trainer.fit`` of the same CNN over the same images, train and val loaders
-  with ``num_workers=0`` (only the training loader is tuned; validation runs between epochs and
-  its time is in the training loader's windows, for the grid and tune alike).
+  with ``num_workers=0`` (only the training loader is tuned; a rate is batches over the training
+  loop's own time, waits, steps and epochs' first batches, so the validation between epochs is in
+  neither the grid's rates nor tune's, only in each run's duration).
 
 For each job:
 

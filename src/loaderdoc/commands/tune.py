@@ -30,8 +30,8 @@ DEFAULT_FIRST_BATCH_S = 180.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from loaderdoc.export import FORMATS
 
-    parser.usage = ("loaderdoc tune [--budget S] [--steps N] [--trials N] [--export FILE [--format F]] "
-                    "[--report FILE] -- COMMAND [ARGS...]")
+    parser.usage = ("loaderdoc tune [--budget S] [--steps N] [--trials N] [--first-batch-timeout S]\n"
+                    "                      [--export FILE [--format F] [--force]] [--report FILE] -- COMMAND [ARGS...]")
     parser.epilog = (
         "exit code: 0 your settings are within tolerance of the fastest trial; 1 the pick is faster (worth\n"
         "  changing); 4 your own settings could not be measured (the command failed, hung before its first\n"
@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  (its whole process tree: workers and helpers too). Every trial sets LOADERDOC_TUNE_TRIAL=<n> in\n"
         "  its environment: a script may skip checkpoints and uploads when it is set. Only the training\n"
         "  loader (the one with the most batches, known by the line that built it) is changed, and only\n"
-        "  num_workers and prefetch_factor: batch size, shuffle, sampler and collate stay as written.\n"
+        "  num_workers, prefetch_factor and persistent_workers: batch size, shuffle, sampler and collate\n"
+        "  stay as written. How it searches: docs/tune.md.\n"
         "\nexamples:\n"
         "  loaderdoc tune -- python train.py --epochs 1\n"
         "  loaderdoc tune --export loader.toml --report tune.json -- python train.py\n"

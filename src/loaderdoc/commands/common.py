@@ -80,3 +80,15 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, with_probe: bool)
         g.add_argument("--epoch-steps", type=positive_int, metavar="N",
                        help="training steps per epoch, to weigh worker start-up against (default: dataset length "
                        "/ batch size)")
+
+
+def command_after_dashes(words: list[str] | None, verb: str) -> list[str]:
+    """The user's command after ``--`` (``loaderdoc watch -- python train.py``); one line where there is none."""
+    from loaderdoc.errors import UserError
+
+    command = list(words or [])
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command or not command[0]:
+        raise UserError(f"{verb}: no command given; run it as: loaderdoc {verb} -- python train.py [ARGS...]")
+    return command

@@ -28,6 +28,7 @@ DEFAULT_FIRST_BATCH_S = 180.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from loaderdoc.commands.common import positive_float, positive_int
     from loaderdoc.export import FORMATS
 
     parser.usage = ("loaderdoc tune [--budget S] [--steps N] [--trials N] [--first-batch-timeout S]\n"
@@ -48,14 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc --report tune.json  (the trials in the app)\n"
         "  loaderdoc watch --apply loader.toml -- python train.py  (run with the pick, watched)\n"
     )
-    parser.add_argument("--budget", type=_positive, default=DEFAULT_BUDGET_S, metavar="S",
+    parser.add_argument("--budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="S",
                         help=f"seconds for all trials together (default {DEFAULT_BUDGET_S:.0f}); no trial starts "
                              "that would end past it")
-    parser.add_argument("--steps", type=_count, default=DEFAULT_STEPS, metavar="N",
+    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, metavar="N",
                         help=f"steady batches a trial's window holds at least (default {DEFAULT_STEPS})")
-    parser.add_argument("--trials", type=_count, default=6, metavar="N",
+    parser.add_argument("--trials", type=positive_int, default=6, metavar="N",
                         help="at most this many trials, your settings' included (default 6)")
-    parser.add_argument("--first-batch-timeout", type=_positive, default=DEFAULT_FIRST_BATCH_S, metavar="S",
+    parser.add_argument("--first-batch-timeout", type=positive_float, default=DEFAULT_FIRST_BATCH_S, metavar="S",
                         help=f"a trial with no DataLoader batch this long after its start is stopped "
                              f"(default {DEFAULT_FIRST_BATCH_S:.0f})")
     parser.add_argument("--export", metavar="FILE", help="write the pick to FILE ('-' = stdout) in an export format")
@@ -68,36 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the training command, e.g. python train.py --epochs 1")
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not (0 < value < 1e7):
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1e7 seconds, got {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not (1 <= value <= 100000):
-        raise argparse.ArgumentTypeError(f"must be between 1 and 100000, got {text}")
-    return value
-
-
 def command_of(args: argparse.Namespace) -> list[str]:
-    from loaderdoc.errors import UserError
-
-    command = list(args.tuned or [])
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command or not command[0]:
-        raise UserError("tune: no command given; run it as: loaderdoc tune -- python train.py [ARGS...]")
     import shutil
 
+    from loaderdoc.commands.common import command_after_dashes
+    from loaderdoc.errors import UserError
+
+    command = command_after_dashes(args.tuned, "tune")
     if "/" not in command[0] and shutil.which(command[0]) is None:
         raise UserError(f"tune: command not found: {command[0]}")
     return command

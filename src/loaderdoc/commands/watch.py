@@ -69,14 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_of(args: argparse.Namespace) -> list[str]:
-    from loaderdoc.errors import UserError
+    from loaderdoc.commands.common import command_after_dashes
 
-    command = list(args.watched or [])
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command or not command[0]:
-        raise UserError("watch: no command given; run it as: loaderdoc watch -- python train.py [ARGS...]")
-    return command
+    return command_after_dashes(args.watched, "watch")
 
 
 def exit_code_of(returncode: int) -> int:

@@ -278,3 +278,48 @@ def test_an_existing_export_file_is_refused_before_any_trial(tmp_path):
     assert "already exists; pass --force" in proc.stderr
     assert not (tmp_path / "ran").exists() and export.read_text(encoding="utf-8") == "# mine\n"
     assert "trial 1" not in proc.stderr
+
+
+# ---- 6. a torchrun job: every rank gets the trial's settings, the slowest rank decides ---------
+def test_under_torchrun_every_rank_gets_the_settings_and_the_slowest_rank_sets_the_rate(tmp_path):
+    pytest.importorskip("torch.distributed")
+    script = write_script(tmp_path, PRELUDE + """\
+import torch, torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+dist.init_process_group("gloo")
+RANK = dist.get_rank()
+
+class Slow(Dataset):
+    def __len__(self):
+        return 100000
+    def __getitem__(self, i):
+        time.sleep(0.004 if RANK == 0 else 0.001)  # rank 0 loads 4x slower: the slow rank
+        return torch.zeros(8)
+
+ds = Slow()
+loader = DataLoader(ds, batch_size=4, sampler=DistributedSampler(ds), num_workers=0)
+with open(f"seen-{TRIAL}-{RANK}.json", "w") as f:
+    json.dump(loader.num_workers, f)
+for batch in loader:  # no collective per step: each rank runs at its own pace
+    time.sleep(0.005)
+""")
+    report_path = tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--report", str(report_path), "--",
+                sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = read_report(report_path)
+    first, second = report["trials"]
+    for trial in (first, second):
+        assert trial["status"] == "ok", report["trials"]
+        ranks = {r["rank"]: r["steps_per_s"] for r in trial["ranks"]}
+        assert set(ranks) == {0, 1}
+        assert trial["steps_per_s"] == min(ranks.values()) == ranks[0]  # rank 0 is the slow one
+    # each rank built its loader with the trial's settings
+    workers = second["settings"]["num_workers"]
+    assert workers > 0
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"seen-1-{rank}.json").read_text()) == 0
+        assert json.loads((tmp_path / f"seen-2-{rank}.json").read_text()) == workers
+    assert report["cpu_budget"] <= len(os.sched_getaffinity(0)) / 2 + 1e-9  # each rank's share of the node
+    assert "each trial's rate is its slowest rank's (2 ranks on this node)" in proc.stdout

@@ -116,6 +116,15 @@ class CpuUse:
         return self.workers * (self.wait_wall_s + self.step_wall_s)  # starved workers deliver back to back
 
     @property
+    def workers_to_keep_up(self) -> int | None:
+        """Workers that, each loading a batch in this run's time, deliver one per step (None where
+        the run cannot say how long loading takes)."""
+        wall = self.load_wall_s
+        if wall is None or self.step_wall_s <= 0:
+            return None
+        return min(MAX_WORKERS, max(1, math.ceil(round(wall / self.step_wall_s, 6))))
+
+    @property
     def load_is_cpu(self) -> bool:
         """Loading is CPU work: without workers, the loop's CPU time while it waited is at least half
         the wait; with workers, at the rate the loop took batches they wanted at least half a CPU

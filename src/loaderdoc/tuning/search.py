@@ -14,7 +14,7 @@ Predict, then verify, as the probe does, but every measurement is a real run of 
 4. **Lean**: the cheapest trial within the tolerance of the fastest, against fewer workers not yet
    measured (bisected down): a leaner configuration as fast wins (memory, /dev/shm, start-up).
 5. **Persistent workers**: where the pick's workers start again each epoch and those start-ups
-   took at least 2 % of its loop's time, the pick with ``persistent_workers=True``; kept where it
+   took at least 6 % of its loop's time, the pick with ``persistent_workers=True``; kept where it
    measures faster by more than the tolerance. Such trials are compared with their twin only, never
    pooled with the others by ``policy.choose`` (which reads them as repeats of one configuration).
 
@@ -38,7 +38,9 @@ from loaderdoc.tuning.result import Pick, Trial, TrialSettings
 from loaderdoc.tuning.window import Window
 
 MAX_TRIALS = 6
-RESTART_WORTH = 2 * policy.PERSISTENT_PAYS_SHARE  # epochs' start-ups >= 2 % of the loop: try persistent workers
+# epochs' start-ups >= 6 % of the loop: a persistent twin could beat the tolerance (3 %) with room
+# to spare; less than that, one trial could not tell its gain from noise
+RESTART_WORTH = 2 * policy.TOLERANCE
 STARVED_SHARE = 0.05  # the loop waited >= 5 % beyond the hand-over: more loading capacity could help
 SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none left idle
 
@@ -204,7 +206,7 @@ class TuneSearch:
         if model is None:
             return None
         trial, use = model
-        best = use.best_workers()
+        best = use.best_workers(use.workers_to_keep_up)
         if best is None:
             return None
         n, rate = best
@@ -251,7 +253,7 @@ class TuneSearch:
             return settings, (f"one past the CPUs: {n} CPU-bound workers still left {use.budget - used:.1f} of "
                               f"{use.budget:g} CPUs idle while the loop waited {use.idle_share:.0%}; kept only on "
                               "the policy's evidence"), None
-        step = use.best_workers()
+        step = use.best_workers(use.workers_to_keep_up)
         if step is not None and step[1] < best.steps_per_s * (1 + policy.TOLERANCE):
             return None  # its own window predicts no gain past it
         target = step[0] if step else n + max(1, n // 2)

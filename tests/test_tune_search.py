@@ -196,8 +196,10 @@ def test_cpu_bound_loading_that_leaves_cpus_idle_measures_one_past_them_and_keep
     assert pick.settings.num_workers == 3  # every repeated run faster: the policy's evidence
     # CPUs already full at 2 workers: nothing past them is tried
     full = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.15)
-    _search(full).search()
+    search3 = _search(full)
+    search3.search()
     assert 3 not in full.ran
+    assert search3.stopped == "settled" and "CPUs 100% busy at 2 workers" in search3.settled_reason()
     # ... and a gain inside the tolerance is not evidence
     job2 = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.02, busy_share=0.8)
     search2 = _search(job2)

@@ -199,6 +199,10 @@ class Tuner:
         report.trials = list(self.search_state.trials)
         report.pick = self.search_state.pick() if report.trials and report.trials[0].ok else None
         report.stopped = report.stopped or self.search_state.stopped
+        if report.stopped == "settled" and report.pick is not None:
+            why = self.search_state.settled_reason()
+            if why:
+                report.notes.append(f"no further trial: {why}")
         report.elapsed_s = time.monotonic() - self.started
         if report.pick is not None:  # the pick's "fastest trial" is the fastest measured: say what was not
             for t in report.trials[1:]:

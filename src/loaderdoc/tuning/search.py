@@ -320,6 +320,28 @@ class TuneSearch:
         return (self._settings(m), f"leaner: {policy.workers_text(m)} instead of {n}, as fast for less memory?",
                 model[1].predict(m) if model is not None else None)
 
+    def settled_reason(self) -> str | None:
+        """Why no further trial was worth running, from the fastest trial's CPU accounting."""
+        best = self._fastest()
+        use = self.uses.get(best.number) if best is not None else None
+        if use is None:
+            return None
+        n = best.settings.num_workers
+        if use.idle_share < STARVED_SHARE:
+            return (f"at {policy.workers_text(n)} the loop waited {use.idle_share:.0%} of the time for a batch "
+                    "not yet loaded: more loading capacity cannot make it faster")
+        busy = (use.used_cpus or 0.0) + (use.others_cpus or 0.0)
+        if busy >= SATURATED * use.budget:
+            what = "loading and the step" if use.load_is_cpu and use.step_is_cpu else "loading" if use.load_is_cpu else "the step" if use.step_is_cpu else "this job and other processes"
+            return (f"{what} kept the {use.budget:g} CPUs {min(1.0, busy / use.budget):.0%} busy at {policy.workers_text(n)}: "
+                    f"the CPUs allow about {use.ceiling:.1f} steps/s against the {best.steps_per_s:.1f} measured, so more "
+                    "workers would only share the same CPUs")
+        pred = use.best_workers(use.workers_to_keep_up)
+        if pred is not None:
+            return (f"the fastest trial's window predicts at most {pred[1]:.1f} steps/s ({policy.workers_text(pred[0])}), "
+                    f"within the {policy.TOLERANCE:.0%} tolerance of the {best.steps_per_s:.1f} measured")
+        return None
+
     # ---- the pick -------------------------------------------------------------------------------
     def pick(self) -> Pick | None:
         choice = self.choice()

@@ -205,3 +205,17 @@ async def test_the_tune_view_and_its_key_come_only_with_a_tune_report():
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert not app.screen.query("TabPane#tune")
+
+
+def test_the_pick_is_the_chosen_settings_and_what_export_writes():
+    from loaderdoc.session import Session
+
+    run = open_report(FAILS)
+    session = Session(tune_run=run, detect_fn=lambda: load_machine("ci-2core"), header_fn=lambda *a, **k: [])
+    pick = run.report.pick
+    assert session.settings.num_workers == pick.settings.num_workers == 3
+    assert session.settings.batch_size == 8  # the script's own, as the trials ran it
+    assert session.settings_origin == f"measured by loaderdoc tune (trial {pick.trial})"
+    session.facts = load_machine("ci-2core")
+    session.refresh()  # the machine facts' recommendation does not replace it
+    assert session.settings.num_workers == 3 and session.user_touched

@@ -150,6 +150,11 @@ class Session:
         self.watch_run = watch_run  # a watched run's report (`loaderdoc --report FILE`): its findings lead
         self.job_run = job_run  # or a job's (`check --distributed --json`): likewise
         self.tune_run = tune_run  # or a tune's (`loaderdoc tune --report FILE`): its trials, no findings
+        picked = tune_run.report.pick_settings() if tune_run is not None and settings is None else None
+        if picked is not None:  # measured on the real job: chosen, and what Export writes
+            self.settings = picked
+            self.settings_origin = f"measured by loaderdoc tune (trial {tune_run.report.pick.trial})"
+            self.user_touched = True
         self.findings: list[Finding] = sorted(self.report_findings, key=lambda f: -f.rank)
         self.findings_error: str | None = None
         self.tradeoffs: list[KnobTradeoff] = []

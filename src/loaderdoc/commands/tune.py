@@ -225,7 +225,7 @@ def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
     if args.export is not None and report.pick is not None:
         from loaderdoc.export import write_export
 
-        written = write_export(args.export, export_settings(report), fmt=fmt, force=args.force,
+        written = write_export(args.export, report.pick_settings(), fmt=fmt, force=args.force,
                                header=export_lines(report, tuner.facts))
         if written is not None:
             _say(f"wrote {written} ({fmt})")
@@ -234,23 +234,6 @@ def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
     if args.report is not None:
         write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)
         _say(f"wrote {args.report} (open it with: loaderdoc --report {args.report})")
-
-
-def export_settings(report):
-    """The training loader as the script built it, with the pick's workers and prefetch depth."""
-    from loaderdoc.settings import LoaderSettings
-
-    ran = dict((report.loader or {}).get("asked") or (report.loader or {}).get("settings") or {})
-    pick = report.pick.settings
-    settings = LoaderSettings(
-        batch_size=ran.get("batch_size") if isinstance(ran.get("batch_size"), int) else None,
-        drop_last=bool(ran.get("drop_last")),
-        pin_memory=bool(ran.get("pin_memory")),
-        num_workers=pick.num_workers,
-        prefetch_factor=pick.prefetch_factor if pick.num_workers else None,
-        persistent_workers=(pick.persistent or bool(ran.get("persistent_workers"))) and pick.num_workers > 0,
-    )
-    return settings
 
 
 def export_lines(report, facts) -> list[str]:

@@ -126,6 +126,25 @@ class TuneReport:
     def user(self) -> Trial | None:
         return self.trials[0] if self.trials else None
 
+    def pick_settings(self):
+        """The training loader as the script built it, with the pick's workers, prefetch depth and
+        persistence (None without a pick): what --export writes and the app takes as chosen."""
+        from loaderdoc.settings import LoaderSettings
+
+        if self.pick is None:
+            return None
+        loader = self.loader or {}
+        ran = dict(loader.get("asked") or loader.get("settings") or {})
+        pick = self.pick.settings
+        return LoaderSettings(
+            batch_size=ran.get("batch_size") if isinstance(ran.get("batch_size"), int) else None,
+            drop_last=bool(ran.get("drop_last")),
+            pin_memory=bool(ran.get("pin_memory")),
+            num_workers=pick.num_workers,
+            prefetch_factor=pick.prefetch_factor if pick.num_workers else None,
+            persistent_workers=(pick.persistent or bool(ran.get("persistent_workers"))) and pick.num_workers > 0,
+        )
+
     def to_dict(self) -> dict:
         return to_dict(self)
 

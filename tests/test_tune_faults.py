@@ -208,7 +208,7 @@ def note(name, loader):
     return loader
 
 def make_loader(name, n):  # one line builds both loaders: they differ by the line that called it
-    return note(name, DataLoader(Slow(n), batch_size=4, num_workers=0))
+    return note(name, DataLoader(Slow(n), batch_size=4, num_workers=0, shuffle=name == "train"))
 
 def validate():
     val = make_loader("val", 12)  # 3 batches
@@ -243,6 +243,7 @@ train(make_loader("train", 160), after_epoch=validate)
     table = tomllib.loads(export.read_text(encoding="utf-8"))["dataloader"]
     pick = report["pick"]["settings"]
     assert table["num_workers"] == pick["num_workers"] and table["batch_size"] == 4
+    assert table["shuffle"] is True  # the script's own, never a default written over it
     assert f"wrote {export}" in proc.stderr
 
 

@@ -138,6 +138,7 @@ class TuneReport:
         pick = self.pick.settings
         return LoaderSettings(
             batch_size=ran.get("batch_size") if isinstance(ran.get("batch_size"), int) else None,
+            shuffle=ran.get("shuffle") is True,  # the script's own (None: a sampler decides, shuffle stays off)
             drop_last=bool(ran.get("drop_last")),
             pin_memory=bool(ran.get("pin_memory")),
             num_workers=pick.num_workers,

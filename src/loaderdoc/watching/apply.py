@@ -31,8 +31,10 @@ ENV_APPLY = "LOADERDOC_WATCH_APPLY"
 APPLIED = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "in_order", "timeout",
            "multiprocessing_context")
 WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
-RECORDED = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last",
-            "in_order", "timeout", "multiprocessing_context")
+# what the script asked, kept for the report (shuffle too: a DataLoader keeps no attribute of it, and
+# an export of the loader, `loaderdoc tune --export`, must say what the script said)
+RECORDED = ("num_workers", "batch_size", "shuffle", "prefetch_factor", "persistent_workers", "pin_memory",
+            "drop_last", "in_order", "timeout", "multiprocessing_context")
 ROLE_OF_FUNCTION = {
     # Lightning's hooks (a LightningModule's or a LightningDataModule's)
     "train_dataloader": "train", "val_dataloader": "val", "test_dataloader": "test",

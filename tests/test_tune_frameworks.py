@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
+from support.jobs import LIGHTNING_TINY
 from test_tune_faults import QUICK, read_report, tune, write_script
 from test_watch_frameworks import needs
 
@@ -39,29 +40,7 @@ def note(name, loader):
     return loader
 """
 
-LIGHTNING = DATASET + """
-import lightning as L
-from torch.utils.data import DataLoader
-
-class Tiny(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-    def training_step(self, batch, i):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-    def validation_step(self, batch, i):
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-def item(i):
-    return torch.full((4,), float(i)), torch.tensor([float(i)])
-
-trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, num_sanity_val_steps=2,
-                    enable_checkpointing=False, logger=False, enable_progress_bar=False,
-                    enable_model_summary=False, default_root_dir=".")
+LIGHTNING = DATASET + LIGHTNING_TINY + """
 train = note("train", DataLoader(Slow(128, item), batch_size=4, num_workers=0))
 val = note("val", DataLoader(Slow(9, item), batch_size=3, num_workers=0))
 trainer.fit(Tiny(), train, val)

@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.jobs import LIGHTNING_TINY
 
 from loaderdoc.watching.report import STARVED_RULE
 
@@ -53,30 +54,9 @@ def print_truth(dataset):
     print(json.dumps({{"loads": len(dataset.loads), "load_after_first_s": sum(after_first)}}))
 """
 
-LIGHTNING = DATASET + """
-import lightning as L
-
-class Tiny(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-    def training_step(self, batch, i):
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-    def validation_step(self, batch, i):
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.layer(x), y))
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-def item(i):
-    return torch.full((4,), float(i)), torch.tensor([float(i)])
-
+LIGHTNING = DATASET + LIGHTNING_TINY + """
 train = Slow(TRAIN_BATCHES * BATCH, item)
 val = Slow(12, item)  # batch_size 3 below: 4 batches, and a batch size that tells it from train
-trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, num_sanity_val_steps=2,
-                    enable_checkpointing=False, logger=False, enable_progress_bar=False,
-                    enable_model_summary=False, default_root_dir=".")
 trainer.fit(Tiny(), torch.utils.data.DataLoader(train, batch_size=BATCH, num_workers=0),
             torch.utils.data.DataLoader(val, batch_size=3, num_workers=0))
 print_truth(train)

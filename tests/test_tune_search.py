@@ -249,3 +249,13 @@ def test_the_report_round_trips_through_json():
     report = TuneReport(command=["python", "train.py"], trials=search.trials, pick=pick, cpu_budget=2.0)
     again = TuneReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert again == report
+
+
+def test_a_trial_waits_for_every_rank_of_the_node_even_one_not_yet_seen():
+    train = {"loader": 1, "site": "train.py:9", "epochs": [{"steps": 50}]}
+    rank1 = {"process": {"local_world_size": 2}, "loaders": [train]}
+    assert win.ranks_expected([rank1], "site:train.py:9") == 2  # rank 0 has written nothing yet
+    assert win.ranks_expected([{"process": {}, "loaders": [train]}], "site:train.py:9") == 1
+    launcher = {"process": {"local_world_size": None}, "loaders": []}
+    assert win.ranks_expected([launcher, {"process": {}, "loaders": [train]}, {"process": {}, "loaders": [train]}],
+                              "site:train.py:9") == 2

@@ -66,8 +66,8 @@ def test_sampler_reads_memory_shm_and_the_loaders_counters_while_an_epoch_runs(m
     assert 0 <= epoch["start_s"] <= epoch["end_s"]
     assert epoch["workers_pss_max_bytes"] == 0  # sampled while running: zero workers' memory
     assert records["process"]["hostname"] == os.uname().nodename
-    assert set(records["process"]) == {"hostname", "argv0", "rank", "local_rank", "world_size", "group_rank",
-                                       "slurm_nodeid", "affinity_cpus"}
+    assert set(records["process"]) == {"hostname", "argv0", "rank", "local_rank", "world_size", "local_world_size",
+                                       "group_rank", "slurm_nodeid", "affinity_cpus"}
     assert records["process"]["affinity_cpus"] == len(os.sched_getaffinity(0))
     smp.stop()
     assert not smp.running

@@ -173,7 +173,10 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
             trial.exit_code = code if code >= 0 else 128 - code
             _ended(trial, records, windows, code)
             return records, windows, key
-        if windows and all(w.settled for w in windows):
+        # every rank on the node measured and settled: one that opened its window later (a slower
+        # start) would otherwise be missed, and it may be the slowest
+        if windows and key is not None and len(windows) >= win.ranks_expected(records, key) and all(
+                w.settled for w in windows):
             trial.settled = True
             return records, windows, key
         now = time.monotonic()

@@ -192,6 +192,16 @@ def windows(records: list[dict[str, Any]], key: str, *, steps: int, warm: int) -
     return out
 
 
+def ranks_expected(records: list[dict[str, Any]], key: str) -> int:
+    """How many processes of this node will iterate the training loader: torchrun's local world
+    size where a process says it (a rank that has not written its records yet still counts), else
+    the processes that iterated it so far."""
+    sizes = [(rec.get("process") or {}).get("local_world_size") for rec in records]
+    known = [n for n in sizes if isinstance(n, int) and n > 0]
+    seen = sum(1 for rec in records if loaders_of(rec, key))
+    return max([seen, *known]) if known else max(1, seen)
+
+
 def batches_seen(records: list[dict[str, Any]], key: str | None) -> int:
     """Batches the loader ``key`` (any loader when None) returned so far, in the process with the most."""
     best = 0

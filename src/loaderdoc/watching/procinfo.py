@@ -11,7 +11,7 @@ import os
 import sys
 
 RANK_VARS = (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"),
-             ("group_rank", "GROUP_RANK"), ("slurm_nodeid", "SLURM_NODEID"))
+             ("local_world_size", "LOCAL_WORLD_SIZE"), ("group_rank", "GROUP_RANK"), ("slurm_nodeid", "SLURM_NODEID"))
 
 
 def process_info() -> dict:

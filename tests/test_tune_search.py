@@ -56,6 +56,14 @@ def test_a_window_whose_halves_disagree_is_not_settled_until_four_times_the_step
     assert w is not None and w.spread is not None and w.spread > win.SETTLED_SPREAD
     assert not w.settled
     assert win.window_of(rec, "site:train.py:12", steps=20, warm=5).settled  # past 4x 20 batches: taken as is
+    # ... or, once it holds the steps asked, past 30 s of the loop's time (a slow loop on a busy
+    # machine whose halves keep disagreeing would otherwise run 4x the steps: minutes)
+    slow = [_sample(2.0 * i, i, wait_per=1.0, step_per=1.0) for i in range(25)]
+    for i, sample in enumerate(slow):
+        sample["loaders"]["1"][1] = 1.0 * i + (0.0 if i < 12 else 0.5 * (i - 12))  # the second half slower
+    w = win.window_of(_records(slow), "site:train.py:12", steps=10, warm=2)
+    assert 10 <= w.steps < 4 * 10 and w.seconds >= win.MAX_WINDOW_S
+    assert w.spread > win.SETTLED_SPREAD and w.settled
 
 
 def test_a_window_needs_its_steps_and_three_seconds():

@@ -30,7 +30,8 @@ FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cp
 WARM_BATCHES = 5  # batches past the start-up queue before the window opens
 MIN_WINDOW_S = 3.0  # a window shorter than this is mostly the sampler's tick (0.2 s)
 SETTLED_SPREAD = 0.10  # the window's two halves within 10 % of each other: settled
-MAX_STEPS_FACTOR = 4  # past 4x the steps asked, a window that never settled is taken as it is
+MAX_STEPS_FACTOR = 4  # past 4x the steps asked, a window that never settled is taken as it is ...
+MAX_WINDOW_S = 30.0  # ... or past 30 s of the loop's time (a slow loop on a busy machine would take minutes)
 
 
 def loader_key(raw: dict[str, Any], shared: set[str] | frozenset[str] = frozenset()) -> str:
@@ -162,7 +163,8 @@ def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window
         r2 = (sums[-1][0] - sums[mid][0]) / max(_loop_s(sums[-1]) - _loop_s(sums[mid]), 1e-9)
         spread = abs(r1 - r2) / max(r1, r2) if max(r1, r2) > 0 else None
     enough = done >= steps and seconds >= MIN_WINDOW_S
-    settled = enough and (done >= MAX_STEPS_FACTOR * steps or (spread is not None and spread <= SETTLED_SPREAD))
+    settled = enough and (done >= MAX_STEPS_FACTOR * steps or seconds >= MAX_WINDOW_S
+                          or (spread is not None and spread <= SETTLED_SPREAD))
     inside = samples[start:]
     pss = [s.get("workers_pss_bytes") for s in inside if s.get("workers_pss_bytes")]
     shm = [s.get("shm_used_bytes") for s in inside if s.get("shm_used_bytes") is not None]

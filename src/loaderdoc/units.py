@@ -56,3 +56,8 @@ def shm_size_flag(needed_bytes: float) -> str:
 def fmt_cpus(n: float | None) -> str:
     """A CPU count or budget without a trailing ``.0``; ``unknown`` for None."""
     return "unknown" if n is None else fmt_num(n)
+
+
+def fmt_share(share: float | None) -> str:
+    """A share (0.42) as a whole percentage ("42%"); "-" where it was not measured."""
+    return "-" if share is None else f"{100 * share:.0f}%"

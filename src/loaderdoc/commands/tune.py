@@ -154,6 +154,7 @@ class Tuner:
     def _trial(self, settings, purpose: str, predicted):
         from loaderdoc.tuning.search import window_cpu_use
         from loaderdoc.tuning.trial import run_trial
+        from loaderdoc.units import fmt_share
 
         number = len(self.search_state.trials) + 1
         what = settings.text() if settings is not None else "your settings"
@@ -185,7 +186,7 @@ class Tuner:
         if trial.ok:
             predicted_text = f", predicted {predicted:.1f}" if predicted else ""
             _say(f"trial {number}: {trial.steps_per_s:.1f} steps/s{predicted_text}, waited "
-                 f"{_pct(trial.wait_share)} ({trial.window_steps} batches in {trial.window_s:.1f} s"
+                 f"{fmt_share(trial.wait_share)} ({trial.window_steps} batches in {trial.window_s:.1f} s"
                  f"{'' if trial.settled else ', not settled'}; {trial.duration_s:.0f} s in all)")
         else:
             code = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
@@ -249,12 +250,12 @@ def export_lines(report, facts) -> list[str]:
 
 # ---- text ----------------------------------------------------------------------------------
 def render(report) -> str:
-    from loaderdoc.units import cpus_text, fmt_bytes
+    from loaderdoc.units import cpus_text, fmt_bytes, fmt_share
 
     out = [f"loaderdoc tune: {_shell(report.command)}"]
     loader = report.loader or {}
     if loader:
-        site = " < ".join(part.rsplit("/", 1)[-1] for part in (loader.get("site") or "").split(" < ") if part)
+        site = report.loader_site
         where = site or loader.get("role") or "loader"
         if loader.get("role") and site:
             where += f" ({loader['role']})"
@@ -265,12 +266,10 @@ def render(report) -> str:
     out.append(f"{'trial':<6}{'workers':>7}{'prefetch':>9}{'steps/s':>9}{'predicted':>10}{'wait':>6}{'step ms':>9}"
                f"{'workers mem':>13}")
     for t in report.trials:
-        s = t.settings
-        pf = "-" if not s.num_workers else str(s.prefetch_factor or 2)
-        workers = f"{s.num_workers}{'p' if s.persistent else ''}"
+        workers, pf = t.settings.columns()
         if t.ok:
             out.append(f"{t.number:<6}{workers:>7}{pf:>9}{t.steps_per_s:>9.1f}"
-                       f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{_pct(t.wait_share):>6}"
+                       f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{fmt_share(t.wait_share):>6}"
                        f"{(f'{t.step_ms:.1f}' if t.step_ms is not None else '-'):>9}"
                        f"{(fmt_bytes(t.workers_pss_bytes) if t.workers_pss_bytes else '-'):>13}")
         else:
@@ -292,31 +291,18 @@ def render(report) -> str:
     out.append("")
     pick = report.pick
     if pick is None:
-        user = report.user
-        why = user.reason if user is not None and user.reason else "no trial measured"
-        out.append(f"no pick: your own settings could not be measured ({why})")
+        out.append(f"no pick: {report.no_pick_reason}")
     else:
-        pred = ""
-        if pick.predicted_per_s:
-            pred = f" (predicted {pick.predicted_per_s:.1f}, {100 * (pick.steps_per_s / pick.predicted_per_s - 1):+.0f} %)"
-        out.append(f"pick: {pick.settings.text()}: {pick.steps_per_s:.1f} steps/s measured in trial {pick.trial}{pred}")
+        out.append(f"pick: {pick.headline()}")
         out.append(f"why: {pick.reason}")
         if pick.gain is not None:
-            verdict = ("your settings are already within tolerance of the fastest trial" if pick.user_within_tolerance
-                       else "worth changing")
-            out.append(f"gain over your settings: {pick.gain:.2f}x ({verdict})")
+            out.append(f"gain over your settings: {pick.gain:.2f}x ({pick.verdict})")
         for key, why in pick.excluded.items():
             out.append(f"not picked: {key}: {why}")
     for note in report.notes:
         out.append(f"note: {note}")
-    stopped = {"settled": "the search settled", "budget": "the --budget was spent", "trials": "--trials reached",
-               "interrupted": "interrupted"}.get(report.stopped or "", report.stopped or "")
-    out.append(f"{len(report.trials)} trials in {report.elapsed_s:.0f} s; {stopped}")
+    out.append(f"{len(report.trials)} trials in {report.elapsed_s:.0f} s; {report.stopped_text}")
     return "\n".join(out) + "\n"
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.0f}%"
 
 
 def _shell(command: list[str]) -> str:

@@ -19,6 +19,9 @@ NO_BATCH = "no-batch"  # no batch of a DataLoader within the time allowed (a han
 NO_LOADER = "no-loader"  # the command ended without iterating a torch DataLoader
 SHORT = "too-short"  # the job ended before its window settled: measured, but on fewer batches
 STOPPED = "stopped"  # Ctrl+C or the budget ended it
+# why the search ended (TuneReport.stopped), in words
+STOPPED_TEXT = {"settled": "the search settled", "budget": "the --budget was spent", "trials": "--trials reached",
+                "interrupted": "interrupted"}
 
 
 @dataclass
@@ -30,13 +33,25 @@ class TrialSettings:
     persistent_workers: bool | None = None
 
     @property
+    def prefetch_depth(self) -> int:
+        """Batches each worker holds in flight (torch's default where unset); 0 without workers."""
+        # imported here: `loaderdoc --help` reads this module and need not load the policy
+        from loaderdoc.policy import DEFAULT_PREFETCH
+
+        return (self.prefetch_factor or DEFAULT_PREFETCH) if self.num_workers else 0
+
+    @property
     def key(self) -> tuple[int, int]:
-        """(workers, prefetch depth) as policy.choose compares them (torch's 2 where unset)."""
-        return self.num_workers, (self.prefetch_factor or 2) if self.num_workers else 0
+        """(workers, prefetch depth) as policy.choose compares them."""
+        return self.num_workers, self.prefetch_depth
 
     @property
     def persistent(self) -> bool:
         return bool(self.persistent_workers) and self.num_workers > 0
+
+    def columns(self) -> tuple[str, str]:
+        """The trials table's workers ("4p": persistent_workers=True) and prefetch ("-": no workers)."""
+        return f"{self.num_workers}{'p' if self.persistent else ''}", str(self.prefetch_depth or "-")
 
     def text(self) -> str:
         parts = [f"num_workers={self.num_workers}"]
@@ -106,6 +121,18 @@ class Pick:
     user_within_tolerance: bool = False
     excluded: dict[str, str] = field(default_factory=dict)  # trial settings measured but not allowed, and why
 
+    def headline(self) -> str:
+        """The pick, its measured rate, the trial, and how far the prediction was."""
+        pred = ""
+        if self.predicted_per_s:
+            pred = f" (predicted {self.predicted_per_s:.1f}, {100 * (self.steps_per_s / self.predicted_per_s - 1):+.0f} %)"
+        return f"{self.settings.text()}: {self.steps_per_s:.1f} steps/s measured in trial {self.trial}{pred}"
+
+    @property
+    def verdict(self) -> str:
+        return ("your settings are already within tolerance of the fastest trial" if self.user_within_tolerance
+                else "worth changing")
+
 
 @dataclass
 class TuneReport:
@@ -125,6 +152,23 @@ class TuneReport:
     @property
     def user(self) -> Trial | None:
         return self.trials[0] if self.trials else None
+
+    @property
+    def no_pick_reason(self) -> str:
+        user = self.user
+        why = user.reason if user is not None and user.reason else "no trial measured"
+        return f"your own settings could not be measured ({why})"
+
+    @property
+    def stopped_text(self) -> str:
+        return STOPPED_TEXT.get(self.stopped or "", self.stopped or "")
+
+    @property
+    def loader_site(self) -> str:
+        """Where the training loader was built, file names without their folders ("data.py:12 <
+        train.py:40"); "" where no line is known."""
+        site = (self.loader or {}).get("site") or ""
+        return " < ".join(part.rsplit("/", 1)[-1] for part in site.split(" < ") if part)
 
     def pick_settings(self):
         """The training loader as the script built it, with the pick's workers, prefetch depth and

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from loaderdoc.reports import TuneRun
 from loaderdoc.tuning.result import OK, Pick, Trial, TuneReport
-from loaderdoc.units import fmt_bytes, fmt_cpus
+from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share
 
 # fixed colours, as in run.py and job.py: readable on the dark and the light theme; the mark says it without colour
 PICKED = Style(color=Color.from_rgb(40, 160, 60), bold=True)
@@ -26,17 +26,11 @@ PICK_MARK = "✔"
 COLUMNS = ("trial", "workers", "prefetch", "steps/s", "predicted", "wait", "step ms", "workers mem", "status / purpose")
 NUMBERS = range(1, 8)  # the columns right-aligned
 MEASURES = range(3, 8)  # blank ("-") for a trial that did not measure
-STOPPED = {"settled": "the search settled", "budget": "the --budget was spent", "trials": "--trials reached",
-           "interrupted": "interrupted"}
 
 
 # ---- the text (no widgets: the tests read it as it is) ------------------------------------
 def _num(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
-
-
-def _pct(share: float | None) -> str:
-    return "-" if share is None else f"{100 * share:.0f}%"
 
 
 def tune_head(run: TuneRun) -> str:
@@ -45,7 +39,7 @@ def tune_head(run: TuneRun) -> str:
     parts = [shlex.join(report.command) if report.command else "(no command recorded)"]
     loader = report.loader or {}
     if loader:
-        where = (loader.get("site") or "").rsplit("/", 1)[-1] or loader.get("role") or "loader"
+        where = report.loader_site or loader.get("role") or "loader"
         asked = loader.get("asked") or loader.get("settings") or {}
         batch = f", batch_size={asked['batch_size']}" if asked.get("batch_size") is not None else ""
         parts.append(f"loader {where} ({loader.get('class') or 'DataLoader'}{batch})")
@@ -67,9 +61,7 @@ def trial_cells(trial: Trial, pick: Pick | None) -> list[Text]:
     picked = pick is not None and pick.trial == trial.number
     style = PICKED if picked else ""
     number = Text(f"{trial.number} {PICK_MARK}" if picked else str(trial.number), style=style)
-    s = trial.settings
-    settings = [Text(f"{s.num_workers}{'p' if s.persistent else ''}", style=style, justify="right"),
-                Text(str(s.prefetch_factor or 2) if s.num_workers else "-", style=style, justify="right")]
+    settings = [Text(cell, style=style, justify="right") for cell in trial.settings.columns()]
     if not trial.ok:  # its status where its rate would be (seen at 80 columns), in full in the last column
         blank = [Text("-", style="dim", justify="right") for _ in MEASURES[1:]]
         return [number, *settings, Text(trial.status, style=NOT_MEASURED, justify="right"), *blank,
@@ -79,7 +71,7 @@ def trial_cells(trial: Trial, pick: Pick | None) -> list[Text]:
         *settings,
         Text(_num(trial.steps_per_s), style="bold" if picked else "", justify="right"),
         Text(_num(trial.predicted_per_s), justify="right"),
-        Text(_pct(trial.wait_share), justify="right"),
+        Text(fmt_share(trial.wait_share), justify="right"),
         Text(_num(trial.step_ms), justify="right"),
         Text(fmt_bytes(trial.workers_pss_bytes) if trial.workers_pss_bytes else "-", justify="right"),
         Text(status_text(trial), style="" if trial.status == OK else "yellow"),
@@ -104,25 +96,17 @@ def pick_lines(report: TuneReport) -> list[tuple[str, str]]:
     pick = report.pick
     lines: list[tuple[str, str]] = []
     if pick is None:
-        user = report.user
-        why = user.reason if user is not None and user.reason else "no trial measured"
-        lines.append(("No pick", f"your own settings could not be measured ({why})"))
+        lines.append(("No pick", report.no_pick_reason))
     else:
-        pred = ""
-        if pick.predicted_per_s:
-            pred = f" (predicted {pick.predicted_per_s:.1f}, {100 * (pick.steps_per_s / pick.predicted_per_s - 1):+.0f} %)"
-        lines.append(("Pick", f"{pick.settings.text()}: {pick.steps_per_s:.1f} steps/s measured in trial "
-                              f"{pick.trial}{pred}"))
+        lines.append(("Pick", pick.headline()))
         if pick.gain is not None:
-            verdict = ("your settings are already within tolerance of the fastest trial" if pick.user_within_tolerance
-                       else "worth changing")
-            lines.append(("Gain", f"{pick.gain:.2f}x the steps/s of your settings ({verdict})"))
+            lines.append(("Gain", f"{pick.gain:.2f}x the steps/s of your settings ({pick.verdict})"))
         lines.append(("Why", pick.reason))
         lines += [("Not", f"{key}: {why}") for key, why in pick.excluded.items()]
     if any(t.settings.persistent for t in report.trials):
         lines.append(("Note", "p after the workers: persistent_workers=True"))
     lines += [("Note", note) for note in report.notes]
-    stopped = STOPPED.get(report.stopped or "", report.stopped or "")
+    stopped = report.stopped_text
     lines.append(("Search", f"{len(report.trials)} trial{'' if len(report.trials) == 1 else 's'} in "
                             f"{report.elapsed_s:.0f} s" + (f"; {stopped}" if stopped else "")
                   + f" (exit code {report.exit_code})"))

@@ -20,7 +20,7 @@ import argparse
 import contextlib
 import sys
 
-from loaderdoc.watching.records import child_env  # noqa: F401 - the child's environment, shared with tune
+from loaderdoc.watching.records import child_env, exit_code_of  # noqa: F401 - shared with tune
 
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
 
@@ -72,11 +72,6 @@ def command_of(args: argparse.Namespace) -> list[str]:
     from loaderdoc.commands.common import command_after_dashes
 
     return command_after_dashes(args.watched, "watch")
-
-
-def exit_code_of(returncode: int) -> int:
-    """A shell's view of the child's status: its code, or 128 + N when signal N killed it."""
-    return returncode if returncode >= 0 else 128 - returncode
 
 
 def run_child(command: list[str], env: dict[str, str]) -> int:

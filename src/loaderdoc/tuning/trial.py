@@ -84,12 +84,13 @@ def apply_tables(key: str | None, settings: TrialSettings | None) -> str | None:
 
 
 def _env(records_dir: str, number: int, apply: str | None) -> dict[str, str]:
+    from loaderdoc.watching.hook import ENV_INTERVAL, ENV_WRITE_S
     from loaderdoc.watching.records import child_env
 
     env = child_env(records_dir, apply=apply)
     env[ENV_TRIAL] = str(number)
-    env["LOADERDOC_WATCH_INTERVAL"] = SAMPLE_INTERVAL_S
-    env["LOADERDOC_WATCH_WRITE_S"] = WRITE_S
+    env[ENV_INTERVAL] = SAMPLE_INTERVAL_S
+    env[ENV_WRITE_S] = WRITE_S
     return env
 
 
@@ -98,8 +99,9 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
               deadline: float | None = None) -> TrialRun:
     """Run trial ``number``: ``settings`` on the loader ``key`` (None, None: the script as written,
     which names the training loader). ``evidence`` fills the trial's CPU figures from its windows."""
+    import io
+
     from loaderdoc.errors import UserError
-    from loaderdoc.probing import reaper
     from loaderdoc.watching.records import RecordsReader
 
     trial = Trial(number=number, settings=settings or TrialSettings())
@@ -108,7 +110,7 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
     log_path = Path(tmp) / "output.log"
     records_dir = Path(tmp) / "records"
     records_dir.mkdir()
-    reader = RecordsReader(records_dir, stderr=open(os.devnull, "w"))  # noqa: SIM115 - lives with the trial
+    reader = RecordsReader(records_dir, stderr=io.StringIO())  # its warnings are not the user's: a trial reads mid-write
     me = os.getpid()
     try:
         import psutil
@@ -135,7 +137,7 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
         raise
     finally:
         if proc is not None:
-            _stop(proc, me, before, reaper)
+            _stop(proc, me, before)
         trial.duration_s = time.monotonic() - started
         tail = _tail(log_path)
         import shutil
@@ -151,6 +153,8 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
 def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, started: float,
             deadline: float | None) -> tuple[list, list, str | None]:
     """Poll until the trial has its answer; the last records, windows and the training loader."""
+    from loaderdoc.watching.records import exit_code_of
+
     records: list[dict[str, Any]] = []
     windows: list[win.Window] = []
     fixed = key is not None
@@ -166,11 +170,11 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
             trial.first_batch_s = time.monotonic() - started
         if key is not None:
             ran = win.settings_of(records, key) if not fixed else None  # the script's own: read off the loader
-            queued = _queued(trial.settings) if ran is None else _queued_as_ran(ran["settings"])
-            warm = win.WARM_BATCHES + queued
+            settings = trial.settings if ran is None else _as_ran(ran["settings"])
+            warm = win.WARM_BATCHES + settings.num_workers * settings.prefetch_depth
             windows = win.windows(records, key, steps=limits.steps, warm=warm)
         if code is not None:
-            trial.exit_code = code if code >= 0 else 128 - code
+            trial.exit_code = exit_code_of(code)
             _ended(trial, records, windows, code)
             return records, windows, key
         # every rank on the node measured and settled: one that opened its window later (a slower
@@ -197,17 +201,12 @@ def _follow(proc, trial: Trial, reader, key: str | None, limits: TrialLimits, st
         time.sleep(POLL_S)
 
 
-def _queued(settings: TrialSettings) -> int:
-    """Batches the workers may have buffered before the loop took its first: they flatter it."""
-    return settings.num_workers * (settings.prefetch_factor or 2)
-
-
-def _queued_as_ran(settings: dict) -> int:
-    workers = settings.get("num_workers")
-    if not isinstance(workers, int) or workers <= 0:
-        return 0
-    prefetch = settings.get("prefetch_factor")
-    return workers * (prefetch if isinstance(prefetch, int) and prefetch > 0 else 2)
+def _as_ran(ran: dict) -> TrialSettings:
+    """The loader's workers and prefetch factor as the hook read them off it (anything else: none):
+    the queue they filled before the loop took its first batch flatters the first batches."""
+    workers, prefetch = ran.get("num_workers"), ran.get("prefetch_factor")
+    workers = workers if isinstance(workers, int) and workers > 0 else 0
+    return TrialSettings(workers, prefetch if isinstance(prefetch, int) and prefetch > 0 else None)
 
 
 def _ended(trial: Trial, records: list, windows: list, code: int) -> None:
@@ -227,7 +226,7 @@ def _ended(trial: Trial, records: list, windows: list, code: int) -> None:
         trial.reason = "the job ended before a steady window opened (too few batches); a longer run is needed"
 
 
-def _stop(proc, me: int, before: set[int], reaper) -> None:
+def _stop(proc, me: int, before: set[int]) -> None:
     """The trial's whole process tree, gone: SIGTERM to its group, then SIGKILL to every process the
     trial started that is still alive (orphans in other sessions included: we are their subreaper)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -240,6 +239,8 @@ def _stop(proc, me: int, before: set[int], reaper) -> None:
         proc.kill()
     with contextlib.suppress(Exception):
         proc.wait(timeout=GRACE_S)
+    from loaderdoc.probing import reaper
+
     with contextlib.suppress(Exception):
         reaper.reap(reaper.kill_descendants(me, spare=before))
 

@@ -1,6 +1,6 @@
 """Reading what the hook wrote: one ``records-<pid>.json`` per process in the launcher's directory.
 
-:func:`child_env` is the environment a watched (or tuned) command runs with. Every Python process of the watched command that iterated a DataLoader writes its own file
+:func:`child_env` is the environment a watched (or tuned) command runs with, :func:`exit_code_of` the code it ended with. Every Python process of the watched command that iterated a DataLoader writes its own file
 (``torchrun`` ranks, a launcher script and its children), replacing it atomically every few
 seconds while it runs; the launcher reads them all, at the end and on SIGUSR1 mid-run. A file of
 another schema (an older loaderdoc's hook on the child's path) or one that cannot be parsed is
@@ -74,3 +74,8 @@ def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: st
     if apply is not None:
         env[ENV_APPLY] = apply
     return env
+
+
+def exit_code_of(returncode: int) -> int:
+    """A shell's view of the child's status: its code, or 128 + N when signal N killed it."""
+    return returncode if returncode >= 0 else 128 - returncode

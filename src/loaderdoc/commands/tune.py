@@ -25,6 +25,7 @@ from loaderdoc.tuning.result import TUNE_SCHEMA
 DEFAULT_BUDGET_S = 900.0
 DEFAULT_STEPS = 40
 DEFAULT_FIRST_BATCH_S = 180.0
+DEFAULT_TRIALS = 6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "that would end past it")
     parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, metavar="N",
                         help=f"steady batches a trial's window holds at least (default {DEFAULT_STEPS})")
-    parser.add_argument("--trials", type=positive_int, default=6, metavar="N",
-                        help="at most this many trials, your settings' included (default 6)")
+    parser.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, metavar="N",
+                        help=f"at most this many trials, your settings' included (default {DEFAULT_TRIALS})")
     parser.add_argument("--first-batch-timeout", type=positive_float, default=DEFAULT_FIRST_BATCH_S, metavar="S",
                         help=f"a trial with no DataLoader batch this long after its start is stopped "
                              f"(default {DEFAULT_FIRST_BATCH_S:.0f})")
@@ -89,10 +90,8 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoc.safe_write import check_writable
 
     command = command_of(args)
-    for name, default in (("budget", DEFAULT_BUDGET_S), ("steps", DEFAULT_STEPS), ("trials", 6),
-                          ("first_batch_timeout", DEFAULT_FIRST_BATCH_S)):
-        if getattr(args, name, None) is None:  # a top-level option of that name (the probe's --budget) kept its None
-            setattr(args, name, default)
+    if args.budget is None:  # the top-level --budget (the probe's) shares the name and kept its None
+        args.budget = DEFAULT_BUDGET_S
     fmt = None
     if args.export is not None:  # refused before any trial runs
         fmt = format_for(args.export, args.format)

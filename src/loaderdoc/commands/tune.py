@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc watch --apply loader.toml -- python train.py  (run with the pick, watched)\n"
     )
     parser.add_argument("--budget", type=positive_float, default=DEFAULT_BUDGET_S, metavar="S",
-                        help=f"seconds for all trials together (default {DEFAULT_BUDGET_S:.0f}); no trial starts "
-                             "that would end past it")
+                        help=f"seconds for all trials together (default {DEFAULT_BUDGET_S:.0f}): none starts after it, "
+                             "and one running then is measured as it stands (your own settings' trial runs to the end)")
     parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, metavar="N",
                         help=f"steady batches a trial's window holds at least (default {DEFAULT_STEPS})")
     parser.add_argument("--trials", type=positive_int, default=DEFAULT_TRIALS, metavar="N",
@@ -154,6 +154,7 @@ class Tuner:
         from loaderdoc.tuning.search import window_cpu_use
         from loaderdoc.tuning.trial import run_trial
         from loaderdoc.units import fmt_share
+        from loaderdoc.watching.gpuidle import CUDA_EVENTS
 
         number = len(self.search_state.trials) + 1
         what = settings.text() if settings is not None else "your settings"
@@ -162,7 +163,7 @@ class Tuner:
 
         def evidence(trial, windows, records) -> None:
             slowest = min(windows, key=lambda w: w.rate)
-            on_gpu = any((r.get("gpu") or {}).get("timing") == "cuda-events" for r in records)
+            on_gpu = any((r.get("gpu") or {}).get("timing") == CUDA_EVENTS for r in records)
             ranks = max(1, len(windows))
             budget = self.per_rank / ranks if self.per_rank is not None else None
             search.note_use(trial, window_cpu_use(slowest, trial.settings.num_workers, budget, ranks=ranks,
@@ -171,7 +172,6 @@ class Tuner:
         deadline = self.deadline if number > 1 else None  # your own settings are always measured
         run = run_trial(self.command, number, settings, self.key, self.limits, evidence=evidence, deadline=deadline)
         trial = run.trial
-        trial.purpose = purpose
         if number == 1 and len(run.windows) > 1 and self.per_rank is not None:
             # ranks of one job on this node (torchrun): each rank's share of the CPUs and /dev/shm
             search.per_rank = self.per_rank / len(run.windows)

@@ -78,8 +78,7 @@ class TuneSearch:
     per_rank: float | None  # CPUs per rank
     room: Room = field(default_factory=Room)
     max_trials: int = MAX_TRIALS
-    deadline: float | None = None  # time.monotonic() past which no trial starts
-    min_trial_s: float = 0.0  # a trial's expected length: none starts that would end past the deadline
+    deadline: float | None = None  # time.monotonic() past which no trial starts (the runner cuts one there)
     trials: list[Trial] = field(default_factory=list)
     uses: dict[int, CpuUse] = field(default_factory=dict)  # trial number -> its CPU accounting
     stopped: str = ""
@@ -94,7 +93,7 @@ class TuneSearch:
             if len(self.trials) >= self.max_trials:
                 self.stopped = "trials"
                 break
-            if self.deadline is not None and time.monotonic() + self.min_trial_s > self.deadline:
+            if self.deadline is not None and time.monotonic() > self.deadline:
                 self.stopped = "budget"
                 break
             nxt = self.next_trial()
@@ -140,12 +139,12 @@ class TuneSearch:
     def choice(self) -> policy.Choice | None:
         return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
 
-    def _settings(self, workers: int, prefetch: int | None = None) -> TrialSettings:
+    def _settings(self, workers: int) -> TrialSettings:
+        """``workers`` workers at the script's own prefetch factor (torch's default where it had none)."""
         user = self.trials[0].settings
         if workers == 0:
             return TrialSettings(num_workers=0)
-        pf = prefetch if prefetch is not None else (user.prefetch_factor if user.num_workers else None)
-        return TrialSettings(num_workers=workers, prefetch_factor=pf)
+        return TrialSettings(num_workers=workers, prefetch_factor=user.prefetch_factor if user.num_workers else None)
 
     def _model(self) -> tuple[Trial, CpuUse] | None:
         """The trial whose window tells how long loading takes (one that waited for data, or ran

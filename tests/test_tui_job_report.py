@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from rich.text import Text
+from support.report_files import changed as _changed
+from support.report_files import write_report
 from textual.widgets import DataTable, OptionList, Static, TabbedContent
 
 from loaderdoc.cluster.job import job_table
@@ -39,15 +41,7 @@ def app_with(path: Path):
 
 
 def _write(tmp_path: Path, doc) -> Path:
-    path = tmp_path / "job.json"
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
-    return path
-
-
-def _changed(path: Path, change) -> dict:
-    doc = json.loads(path.read_text())
-    change(doc)
-    return doc
+    return write_report(tmp_path, doc, "job.json")
 
 
 # ---- reading the file ---------------------------------------------------------------------

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.report_files import changed as _changed
+from support.report_files import write_report
 from textual.widgets import DataTable, Static, TabbedContent
 
 from loaderdoc.errors import EXIT_USAGE
@@ -34,15 +36,7 @@ def app_with(path: Path):
 
 
 def _write(tmp_path: Path, doc) -> Path:
-    path = tmp_path / "tune.json"
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
-    return path
-
-
-def _changed(path: Path, change) -> dict:
-    doc = json.loads(path.read_text())
-    change(doc)
-    return doc
+    return write_report(tmp_path, doc, "tune.json")
 
 
 # ---- reading the file ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.report_files import write_report
 from textual.widgets import OptionList, Static, TabbedContent
 
 from loaderdoc.cli import build_parser, main
@@ -55,9 +56,7 @@ def test_a_report_without_a_timeline_falls_back_to_its_epochs():
 
 
 def _write(tmp_path: Path, doc) -> Path:
-    path = tmp_path / "run.json"
-    path.write_text(doc if isinstance(doc, str) else json.dumps(doc), encoding="utf-8")
-    return path
+    return write_report(tmp_path, doc, "run.json")
 
 
 def _broken(key_path: list, value) -> dict:

@@ -50,6 +50,19 @@ def train(loader, after_epoch=None):
 """
 
 
+# in a script: note(name, loader) keeps what each loader was built with, per trial, in seen-<trial>.json
+NOTE_SEEN = """\
+seen = {}
+def note(name, loader):
+    # what the script's loaders were built with, as it sees them, per trial
+    seen.setdefault(name, []).append(loader.num_workers)
+    with open("seen-" + TRIAL + ".json", "w") as f:
+        json.dump(seen, f)
+    return loader
+
+"""
+
+
 def env_with_src(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
@@ -199,14 +212,7 @@ train(DataLoader(Slow(400), batch_size=4, num_workers=1))
 
 # ---- 4. two loaders: only the training one changes -------------------------------------------
 def test_only_the_training_loader_is_changed_and_the_pick_is_exported(tmp_path):
-    script = write_script(tmp_path, PRELUDE + TRAIN + """\
-seen = {}
-def note(name, loader):
-    seen.setdefault(name, []).append(loader.num_workers)
-    with open("seen-" + TRIAL + ".json", "w") as f:
-        json.dump(seen, f)
-    return loader
-
+    script = write_script(tmp_path, PRELUDE + TRAIN + NOTE_SEEN + """\
 def make_loader(name, n):  # one line builds both loaders: they differ by the line that called it
     return note(name, DataLoader(Slow(n), batch_size=4, num_workers=0, shuffle=name == "train"))
 

@@ -11,7 +11,7 @@ import json
 import sys
 
 from support.jobs import LIGHTNING_TINY
-from test_tune_faults import QUICK, read_report, tune, write_script
+from test_tune_faults import NOTE_SEEN, QUICK, read_report, tune, write_script
 from test_watch_frameworks import needs
 
 DATASET = """\
@@ -31,14 +31,7 @@ class Slow(Dataset):
         time.sleep(0.002)
         return self.item(i)
 
-seen = {}
-def note(name, loader):
-    # what the script's loaders were built with, as it sees them, per trial
-    seen.setdefault(name, []).append(loader.num_workers)
-    with open("seen-" + TRIAL + ".json", "w") as f:
-        json.dump(seen, f)
-    return loader
-"""
+""" + NOTE_SEEN
 
 LIGHTNING = DATASET + LIGHTNING_TINY + """
 train = note("train", DataLoader(Slow(128, item), batch_size=4, num_workers=0))

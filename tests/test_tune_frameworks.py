@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from support.jobs import LIGHTNING_TINY
+from support.jobs import HUGGING_FACE_TINY, LIGHTNING_TINY
 from test_tune_faults import NOTE_SEEN, QUICK, read_report, tune, write_script
 from test_watch_frameworks import needs
 
@@ -39,19 +39,7 @@ val = note("val", DataLoader(Slow(9, item), batch_size=3, num_workers=0))
 trainer.fit(Tiny(), train, val)
 """
 
-HUGGING_FACE = DATASET + """
-from transformers import Trainer, TrainingArguments
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-    def forward(self, x, labels=None):
-        out = self.layer(x)
-        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
-
-def item(i):
-    return {"x": torch.full((4,), float(i)), "labels": torch.tensor([float(i)])}
+HUGGING_FACE = DATASET + HUGGING_FACE_TINY + """
 
 class Noted(Trainer):  # what the script's Trainer sees of the loaders it builds
     def get_train_dataloader(self):

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support.jobs import LIGHTNING_TINY
+from support.jobs import HUGGING_FACE_TINY, LIGHTNING_TINY
 
 from loaderdoc.watching.report import STARVED_RULE
 
@@ -62,19 +62,7 @@ trainer.fit(Tiny(), torch.utils.data.DataLoader(train, batch_size=BATCH, num_wor
 print_truth(train)
 """
 
-HUGGING_FACE = DATASET + """
-from transformers import Trainer, TrainingArguments
-
-class Tiny(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-    def forward(self, x, labels=None):
-        out = self.layer(x)
-        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
-
-def item(i):
-    return {"x": torch.full((4,), float(i)), "labels": torch.tensor([float(i)])}
+HUGGING_FACE = DATASET + HUGGING_FACE_TINY + """
 
 train = Slow(TRAIN_BATCHES * BATCH, item)
 args = TrainingArguments(output_dir="out", num_train_epochs=EPOCHS, per_device_train_batch_size=BATCH,

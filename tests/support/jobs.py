@@ -1,7 +1,8 @@
 """Pieces of the tiny training scripts the framework tests write and run for real (watch's and
 tune's): a Lightning module on a 4-feature regression, the item it learns from, and a Trainer that
-trains it on the CPU for EPOCHS epochs without checkpoints, logger or progress bar. A script puts
-its own dataset (``Slow``) and ``EPOCHS`` before them."""
+trains it on the CPU for EPOCHS epochs without checkpoints, logger or progress bar; and the same
+model and items for the Hugging Face Trainer. A script puts its own dataset (``Slow``) and
+``EPOCHS`` before them."""
 
 LIGHTNING_TINY = """
 import lightning as L
@@ -26,4 +27,19 @@ def item(i):
 trainer = L.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, num_sanity_val_steps=2,
                     enable_checkpointing=False, logger=False, enable_progress_bar=False,
                     enable_model_summary=False, default_root_dir=".")
+"""
+
+HUGGING_FACE_TINY = """
+from transformers import Trainer, TrainingArguments
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def forward(self, x, labels=None):
+        out = self.layer(x)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+def item(i):
+    return {"x": torch.full((4,), float(i)), "labels": torch.tensor([float(i)])}
 """

@@ -319,6 +319,29 @@ def test_sigusr1_reports_findings_so_far_and_the_child_runs_on(tmp_path):
     assert final["exit_code"] == 0 and final["steps"] == 100
 
 
+def test_a_look_asked_for_while_one_runs_runs_after_it_never_inside_it():
+    """SIGUSR1 arriving while the handler answers an earlier one (Python runs the handler again at
+    the next bytecode, inside the first): it is answered once the first is done, never dropped
+    (a test that sent its second SIGUSR1 just after reading the first answer's first line hung)."""
+    from loaderdoc.commands.watch import _once_at_a_time
+
+    calls, depth = [], []
+
+    def look() -> None:
+        depth.append(1)
+        calls.append(len(depth))  # how deep this call runs: 1, never nested
+        if len(calls) == 1:
+            handler(None, None)  # a second signal while the first look runs ...
+            handler(None, None)  # ... and a third: one more look answers both
+        depth.pop()
+
+    handler = _once_at_a_time(look)
+    handler(None, None)
+    assert calls == [1, 1]
+    handler(None, None)  # idle again: a later signal gets its own look
+    assert calls == [1, 1, 1]
+
+
 def test_launcher_env_points_the_hook_at_a_directory(tmp_path):
     from loaderdoc.commands.watch import child_env
 

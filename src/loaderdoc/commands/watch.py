@@ -137,20 +137,28 @@ def on_sigusr1(fn):
 
 
 def _once_at_a_time(fn):
-    """A signal handler running ``fn()``; a signal arriving while it runs is dropped, not nested.
-    It runs in the launcher's main thread between the waits for the child (PEP 475 resumes them)."""
-    busy: list[bool] = []
+    """A signal handler running ``fn()``, never nested: a signal arriving while it runs makes it run
+    once more when it is done (several such signals, once), so a request is never lost to one still
+    being answered. It runs in the launcher's main thread between the waits for the child (PEP 475
+    resumes them)."""
+    state = {"busy": False, "again": False}
 
     def handler(signum, frame) -> None:
-        if busy:
+        if state["busy"]:
+            state["again"] = True  # asked while answering: the answer may predate what was asked about
             return
-        busy.append(True)
+        state["busy"] = True
         try:
-            fn()
-        except Exception as exc:  # a mid-run look must never end the watch
-            print(f"loaderdoc watch: could not report so far: {exc}", file=sys.stderr)
+            while True:
+                state["again"] = False
+                try:
+                    fn()
+                except Exception as exc:  # a mid-run look must never end the watch
+                    print(f"loaderdoc watch: could not report so far: {exc}", file=sys.stderr)
+                if not state["again"]:
+                    break
         finally:
-            busy.clear()
+            state["busy"] = False
 
     return handler
 

@@ -121,17 +121,20 @@ class LoaderSettings:
         lines: dict[str, int] | None = None,
         strict: bool = True,
         paths: dict[str, str] | None = None,
+        files: dict[str, str] | None = None,
     ) -> LoaderSettings:
         """Build from a plain mapping, checking names and types; ``where`` names the source.
 
         With ``strict`` (the default) combinations torch rejects raise too; ``check`` passes
         False so it can report them as findings about the user's config instead. ``paths`` names
-        where a setting sits when the file calls it otherwise (``dataloader_num_workers``)."""
+        where a setting sits when the file calls it otherwise (``dataloader_num_workers``); ``files``
+        the file that set it, where that is not ``where`` (a base the config inherits)."""
         lines = lines or {}
         paths = paths or {}
+        files = files or {}
 
         def location_of(key: str) -> str:
-            loc = location(where, lines.get(key))
+            loc = location(files.get(key, where), lines.get(key))
             path = paths.get(key)
             return f"{loc}{path}: " if path and path != key else loc
 

@@ -1,12 +1,13 @@
-"""Reading the config files users already have, in the layouts of the projects they come from.
+"""Reading the config files users already have, whatever their layout, and never inventing a setting.
 
-``read_config(path)`` parses TOML, YAML, JSON or a Python config (read with ``ast``, never run)
-and finds every DataLoader in it (:mod:`.layouts`: loaderdoc's own ``[dataloader]`` table, mmengine,
-LightningCLI, Hydra, Hugging Face TrainingArguments, timm, ml-cvnets), with where in the file each
-setting was found. ``load_settings(path)`` gives the first loader's settings. No torch, no textual.
+``read_config(path)`` parses TOML, YAML, JSON or a Python config (read with ``ast``, never run),
+follows what it inherits (mmengine ``_base_`` and ``read_base()``, detectron2 ``_BASE_`` and
+LazyConfig imports, Hydra ``defaults``, ``${...}`` interpolation), and finds every DataLoader in it
+by what its keys mean (:mod:`.meaning`), refined by known layouts (:mod:`.layouts`), with the file
+and line of every setting. ``load_settings(path)`` gives the first loader's settings. No torch, no textual.
 """
 
 from loaderdoc.config.files import ConfigFile, load_settings, read_config
-from loaderdoc.config.layouts import FoundLoader
+from loaderdoc.config.meaning import FoundLoader
 
 __all__ = ["ConfigFile", "FoundLoader", "load_settings", "read_config"]

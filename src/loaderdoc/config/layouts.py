@@ -1,161 +1,28 @@
-"""Where each framework keeps its DataLoader settings, and what it calls them.
+"""What a known layout adds to reading by key names: its name, its loaders' names, and the
+settings its framework sets itself when the file says nothing.
 
-A parsed config (a mapping) is searched for every layout below; each loader found becomes a
-:class:`FoundLoader`: DataLoader setting -> raw value, and -> the key path it came from, so an error
-or a finding can say ``train_dataloader.num_workers`` rather than ``num_workers``. Keys that are not
-DataLoader settings (``trainer``, ``_target_``, ``model_name_or_path``, ``sampler``, ``dataset``)
-are ignored: these files configure whole projects. No torch, no textual.
+:mod:`.meaning` finds the settings in any layout; a layout recognised here only refines that
+(TrainingArguments pins memory unless told not to, detectron2's ``SOLVER.IMS_PER_BATCH`` is the
+training loader's batch over all GPUs, a timm ``args.yaml`` is its training loader). loaderdoc's
+own layout (a ``[dataloader]`` table or top-level DataLoader keys) is strict: a misspelt key there
+is a typo, and is refused. No torch, no textual.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.config.meaning import OTHER_LOADER_KEYS, FoundLoader
+from loaderdoc.config.tree import Origin, Table, Unread
 from loaderdoc.errors import SettingsError
-from loaderdoc.settings import SETTING_NAMES, LoaderSettings
-
-SETTING_ORDER = tuple(f.name for f in fields(LoaderSettings))  # a set's order changes from run to run
+from loaderdoc.settings import SETTING_NAMES, location
 
 TABLE_NAMES = ("dataloader", "data_loader", "loader")
-
-# keys a DataLoader (or a framework's loader dict) takes that loaderdoc does not tune: never an error
-OTHER_LOADER_KEYS = {
-    "sampler", "batch_sampler", "dataset", "collate_fn", "worker_init_fn", "generator", "pin_memory_device",
-    "snapshot_every_n_steps", "_target_", "_partial_", "type", "class_path", "init_args",
-}
-
-LAYOUTS_UNDERSTOOD = (
-    "a [dataloader] table or top-level DataLoader keys; mmengine train_dataloader = dict(...) (.py/.yaml); "
-    "LightningCLI data.init_args / class_path + init_args; a Hydra _target_ config; Hugging Face "
-    "TrainingArguments (dataloader_num_workers, ...); timm args.yaml (workers, pin_mem); ml-cvnets dataset.workers"
-)
-
-
-@dataclass
-class FoundLoader:
-    """One DataLoader's settings as a config file states them."""
-
-    name: str  # "train", "val", "test", "eval"; "" when the file has one loader
-    layout: str  # which layout it was found in, for the report: "mmengine", "LightningCLI", ...
-    values: dict[str, Any] = field(default_factory=dict)  # DataLoader setting -> raw value
-    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting -> key path in the file
-    # settings the file computes at run time (a .py config's `os.cpu_count()`): setting -> its source
-    unreadable: dict[str, str] = field(default_factory=dict)
-
-    def where(self, setting: str) -> str:
-        """``train_dataloader.num_workers``, or why the value is there without a key."""
-        path = self.keys.get(setting)
-        return ".".join(path) if path else f"{self.layout} default"
-
-    def put(self, setting: str, value: Any, path: tuple[str, ...]) -> None:
-        self.values[setting] = value
-        self.keys[setting] = path
-
-
-def find_loaders(document: dict[str, Any], where: str) -> list[FoundLoader]:
-    """Every DataLoader the document configures, in the order of the layouts above."""
-    found: list[FoundLoader] = []
-    found += _mmengine(document)
-    found += _lightning(document)
-    found += _hydra(document)
-    found += _hugging_face(document)
-    found += _timm(document)
-    found += _cvnets(document)
-    if not found:
-        native = _native(document, where)
-        if native is not None:
-            found.append(native)
-    return found
-
-
-# ---- loaderdoc's own layout ---------------------------------------------------------------------
-def _native(document: dict[str, Any], where: str) -> FoundLoader | None:
-    tables = [name for name in TABLE_NAMES if name in document]
-    if len(tables) > 1:  # which one would the script use? the file contradicts itself
-        raise SettingsError(f"{where}: loader settings in both [{tables[0]}] and [{tables[1]}]; keep one table")
-    if tables:
-        name = tables[0]
-        table = document[name]
-        if not isinstance(table, dict):
-            raise SettingsError(f"{where}: [{name}] must be a table of settings")
-        both = sorted(k for k in document if k in SETTING_NAMES)
-        if both:
-            raise SettingsError(f"{where}: {', '.join(both)} set both in [{name}] and at the top level; keep one")
-        loader = FoundLoader("", f"[{name}] table")
-        for key, value in table.items():
-            if key not in OTHER_LOADER_KEYS:  # our own table: a stray key is a typo, and is refused
-                loader.put(key, value, (name, key))
-        return loader
-    top = {k: v for k, v in document.items() if k in SETTING_NAMES}
-    for key in document:
-        if key not in SETTING_NAMES and _near_miss(key):  # "num_worker": a typo, not an unrelated key
-            top[key] = document[key]
-    if not top:
-        return None
-    loader = FoundLoader("", "top-level keys")
-    for key, value in top.items():
-        loader.put(key, value, (key,))
-    return loader
-
-
-def _near_miss(key: Any) -> bool:
-    return isinstance(key, str) and bool(difflib.get_close_matches(key, sorted(SETTING_NAMES), n=1, cutoff=0.88))
-
-
-def _same_names(loader: FoundLoader, table: dict[str, Any], path: tuple[str, ...]) -> FoundLoader:
-    for key in SETTING_ORDER:
-        if key in table:
-            loader.put(key, table[key], (*path, key))
-    return loader
-
-
-# ---- mmengine / MMDetection / MMPretrain: train_dataloader = dict(...) ----------------------------
-def _mmengine(document: dict[str, Any]) -> list[FoundLoader]:
-    out = []
-    for split in ("train", "val", "test"):
-        table = document.get(f"{split}_dataloader")
-        if not isinstance(table, dict):
-            continue
-        loader = _same_names(FoundLoader(split, "mmengine"), table, (f"{split}_dataloader",))
-        sampler = table.get("sampler")
-        if isinstance(sampler, dict) and "shuffle" in sampler:  # mmengine shuffles in its sampler
-            loader.put("shuffle", sampler["shuffle"], (f"{split}_dataloader", "sampler", "shuffle"))
-        out.append(loader)
-    return out
-
-
-# ---- LightningCLI: data: {class_path, init_args: {...}}, or a class_path/init_args file ---------
-def _lightning(document: dict[str, Any]) -> list[FoundLoader]:
-    out = []
-    data = document.get("data")
-    if isinstance(data, dict) and isinstance(data.get("init_args"), dict):
-        out.append(_same_names(FoundLoader("", "LightningCLI"), data["init_args"], ("data", "init_args")))
-    elif "class_path" in document and isinstance(document.get("init_args"), dict):
-        out.append(_same_names(FoundLoader("", "LightningCLI"), document["init_args"], ("init_args",)))
-    return [loader for loader in out if loader.values]
-
-
-# ---- Hydra: a config with _target_ (a DataModule or torch's DataLoader) ----------------------------
-def _hydra(document: dict[str, Any]) -> list[FoundLoader]:
-    candidates: list[tuple[tuple[str, ...], dict[str, Any]]] = []
-    if "_target_" in document:
-        candidates.append(((), document))
-    for key, value in document.items():
-        if isinstance(value, dict) and "_target_" in value:
-            candidates.append(((key,), value))
-    out = []
-    for path, table in candidates:
-        loader = _same_names(FoundLoader(path[-1] if path else "", "Hydra"), table, path)
-        if loader.values:
-            out.append(loader)
-    return out
-
-
-# ---- Hugging Face TrainingArguments ---------------------------------------------------------------
 HF_LAYOUT = "Hugging Face TrainingArguments"
-HF_NAMES = {
+HF_NAMES = {  # TrainingArguments' own fields (the export writes them)
     "dataloader_num_workers": "num_workers",
     "dataloader_pin_memory": "pin_memory",
     "dataloader_prefetch_factor": "prefetch_factor",
@@ -164,57 +31,175 @@ HF_NAMES = {
 }
 
 
-def _hugging_face(document: dict[str, Any]) -> list[FoundLoader]:
-    batch_keys = ("per_device_train_batch_size", "per_device_eval_batch_size")
-    if not any(k in document for k in (*HF_NAMES, *batch_keys)):
-        return []
-    out = []
-    for split, batch_key in (("train", "per_device_train_batch_size"), ("eval", "per_device_eval_batch_size")):
-        if split == "eval" and batch_key not in document:
+def _top(tree: Table, *keys: str) -> bool:
+    return any(key in tree for key in keys)
+
+
+def _table(tree: Table, key: str) -> Table | None:
+    value = tree.get(key)
+    return value if isinstance(value, Table) else None
+
+
+def _has_target(tree: Table, loaders: list[FoundLoader]) -> bool:
+    for loader in loaders:
+        for path in loader.keys.values():
+            node: Any = tree
+            for key in path[:-1]:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict) and "_target_" in node:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    matches: Callable[[Table, list[FoundLoader], set[str]], bool]
+    refine: Callable[[list[FoundLoader]], None] = lambda loaders: None
+
+
+def _rename_shared(name: str) -> Callable[[list[FoundLoader]], None]:
+    """The one loader a file configures without naming it is this framework's training loader."""
+    def refine(loaders: list[FoundLoader]) -> None:
+        for loader in loaders:
+            if loader.name == "":
+                loader.name = name
+    return refine
+
+
+def _train_shuffles(framework: str, rename: bool = True) -> Callable[[list[FoundLoader]], None]:
+    def refine(loaders: list[FoundLoader]) -> None:
+        for loader in loaders:
+            if rename and loader.name == "":
+                loader.name = "train"
+            if loader.name == "train" and "shuffle" not in loader.keys:
+                loader.defaults["shuffle"] = (True, f"{framework} shuffles its training set")
+    return refine
+
+
+def _hugging_face(loaders: list[FoundLoader]) -> None:
+    for loader in loaders:
+        if "pin_memory" not in loader.keys:
+            loader.defaults["pin_memory"] = (True, f"{HF_LAYOUT} default")  # unlike torch's
+        if loader.name in ("train", "") and "shuffle" not in loader.keys:
+            loader.defaults["shuffle"] = (True, "the Trainer samples training data at random")
+
+
+def _yolo(loaders: list[FoundLoader]) -> None:
+    _train_shuffles("YOLO's train.py")(loaders)
+    for loader in loaders:
+        if loader.values.get("batch_size") == -1:  # YOLO's AutoBatch: sized from free GPU memory at start
+            del loader.values["batch_size"]
+            loader.unreadable["batch_size"] = "-1"
+            loader.unreadable_why["batch_size"] = "AutoBatch picks it from free GPU memory when training starts"
+        if "batch_size" in loader.keys:
+            loader.batch_scope = "total"  # YOLO's batch is over all GPUs; each rank takes batch / WORLD_SIZE
+
+
+LAYOUTS = (
+    Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
+    Layout("mmengine", lambda t, lo, f: any(isinstance(t.get(f"{s}_dataloader"), Table) for s in ("train", "val", "test"))
+           or "mmengine _base_" in f and not _top(t, "data")),
+    Layout("MMCV 1.x (MMDetection 2 / MMSegmentation 0.x)",
+           lambda t, lo, f: bool(_table(t, "data")) and _top(_table(t, "data"), "samples_per_gpu", "workers_per_gpu",
+                                                             "imgs_per_gpu"),
+           _rename_shared("train")),
+    Layout("detectron2 (yacs)", lambda t, lo, f: _top(t, "DATALOADER", "SOLVER"), _rename_shared("train")),
+    Layout("detectron2 LazyConfig", lambda t, lo, f: bool(_table(t, "dataloader")) and any(
+        "build_detection" in str(v.get("_target_", "")) for v in _table(t, "dataloader").values()
+        if isinstance(v, Table))),
+    Layout("NeMo", lambda t, lo, f: bool(_table(t, "model")) and _top(_table(t, "model"), "train_ds", "validation_ds")),
+    Layout("LightningCLI", lambda t, lo, f: (bool(_table(t, "data")) and "init_args" in _table(t, "data"))
+           or ("class_path" in t and "init_args" in t)),
+    Layout(HF_LAYOUT, lambda t, lo, f: any(isinstance(k, str) and k.startswith(("dataloader_", "per_device_"))
+                                            for k in t), _hugging_face),
+    Layout("timm", lambda t, lo, f: "workers" in t and _top(t, "pin_mem", "model"), _train_shuffles("timm")),
+    Layout("ml-cvnets", lambda t, lo, f: bool(_table(t, "dataset")) and "workers" in _table(t, "dataset"),
+           _train_shuffles("ml-cvnets", rename=False)),
+    Layout("Hydra", lambda t, lo, f: "Hydra defaults" in f or _has_target(t, lo)),
+)
+BY_NAMES = "read by key names"
+LAYOUTS_UNDERSTOOD = (
+    "any file whose keys name DataLoader settings (num_workers, workers, workers_per_gpu, batch_size, batch, "
+    "samples_per_gpu, IMS_PER_BATCH, pin_mem, ...), at any depth; refined for loaderdoc's [dataloader], "
+    + ", ".join(layout.name for layout in LAYOUTS)
+)
+
+
+def refine(tree: Table, loaders: list[FoundLoader], frameworks: set[str]) -> str:
+    """Name the layout and apply what it adds; the layout's name."""
+    table = native_table(tree)
+    name = f"[{table}] table" if table else "top-level keys" if _all_native(tree) else BY_NAMES
+    for layout in LAYOUTS:
+        if loaders and layout.matches(tree, loaders, frameworks):
+            layout.refine(loaders)
+            name = layout.name
+            break
+    for loader in loaders:
+        loader.layout = name
+    return name
+
+
+# ---- loaderdoc's own layout: strict -----------------------------------------------------------------
+def native_table(tree: Table) -> str | None:
+    """The ``[dataloader]`` (or ``[data_loader]``, ``[loader]``) table that holds settings directly."""
+    names = [name for name in TABLE_NAMES if isinstance(tree.get(name), Table)
+             and any(key in SETTING_NAMES for key in tree[name])]
+    if len(names) > 1:  # which one would the script use? the file contradicts itself
+        raise SettingsError(f"{_where(tree)}: loader settings in both [{names[0]}] and [{names[1]}]; keep one table")
+    return names[0] if names else None
+
+
+def native_owners(tree: Table) -> set[tuple[str, ...]]:
+    """The tables where every DataLoader keyword is a setting, ``shuffle`` and ``timeout`` too."""
+    table = native_table(tree)
+    return ({(table,)} if table else set()) | ({()} if _all_native(tree) else set())
+
+
+def _all_native(tree: Table) -> bool:
+    """A file of nothing but DataLoader keys (and a [training] table): loaderdoc's own top-level layout."""
+    keys = [k for k in tree if k != "training"]
+    return bool(keys) and all(k in SETTING_NAMES or _near_miss(k) for k in keys) \
+        and any(k in SETTING_NAMES for k in keys)
+
+
+def check_native(tree: Table, line_of: Callable[[Origin | None], int | None]) -> None:
+    """loaderdoc's own layout refuses what would silently do nothing: a misspelt key, a setting given
+    both in the table and at the top level, a ``dataloader = 4``."""
+    for name in TABLE_NAMES[:2]:
+        value = tree.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, Unread):
+            raise SettingsError(f"{location(_where(tree), line_of(tree.origins.get(name)))}[{name}] must be a table of settings, "
+                                f"got {value!r}")
+    table_name = native_table(tree)
+    if table_name is not None:
+        table = tree[table_name]
+        both = sorted(k for k in tree if k in SETTING_NAMES)
+        if both:
+            raise SettingsError(f"{_where(tree)}: {', '.join(both)} set both in [{table_name}] and at the top level; "
+                                "keep one")
+        _refuse_typos(table, (table_name,), line_of)
+    if _all_native(tree):
+        _refuse_typos(tree, (), line_of)
+
+
+def _refuse_typos(table: Table, path: tuple[str, ...], line_of: Callable[[Origin | None], int | None]) -> None:
+    for key in table:
+        if key in SETTING_NAMES or key in OTHER_LOADER_KEYS or not _near_miss(key):
             continue
-        loader = FoundLoader(split, HF_LAYOUT)
-        loader.values["pin_memory"] = True  # TrainingArguments' default, unlike torch's
-        loader.values["shuffle"] = split == "train"  # the Trainer samples training data at random
-        for hf_name, setting in HF_NAMES.items():
-            if hf_name in document:
-                loader.put(setting, document[hf_name], (hf_name,))
-        if batch_key in document:
-            loader.put("batch_size", document[batch_key], (batch_key,))
-        out.append(loader)
-    return out
+        hint = difflib.get_close_matches(key, sorted(SETTING_NAMES), n=1)
+        shown = ".".join((*path, key))
+        origin = table.origins.get(key)
+        loc = location(origin.file, line_of(origin)) if origin else ""
+        raise SettingsError(f"{loc}{shown + ': ' if path else ''}unknown setting {key!r} (did you mean {hint[0]!r}?); "
+                            f"known: {', '.join(sorted(SETTING_NAMES))}")
 
 
-# ---- timm's args.yaml (train.py's argparse names) --------------------------------------------------
-def _timm(document: dict[str, Any]) -> list[FoundLoader]:
-    if "workers" not in document or not ("pin_mem" in document or "model" in document):
-        return []
-    loader = FoundLoader("train", "timm")
-    loader.values["shuffle"] = True  # timm's create_loader shuffles the training set (no key for it)
-    loader.put("num_workers", document["workers"], ("workers",))
-    if "pin_mem" in document:
-        loader.put("pin_memory", document["pin_mem"], ("pin_mem",))
-    if "batch_size" in document:
-        loader.put("batch_size", document["batch_size"], ("batch_size",))
-    return [loader]
+def _near_miss(key: Any) -> bool:
+    return isinstance(key, str) and bool(difflib.get_close_matches(key, sorted(SETTING_NAMES), n=1, cutoff=0.88))
 
 
-# ---- Apple ml-cvnets: dataset: {workers, train_batch_size0, ...} -------------------------------------
-def _cvnets(document: dict[str, Any]) -> list[FoundLoader]:
-    dataset = document.get("dataset")
-    if not isinstance(dataset, dict) or "workers" not in dataset:
-        return []
-    out = []
-    for split in ("train", "val", "eval"):
-        batch_key = f"{split}_batch_size0"
-        if split != "train" and batch_key not in dataset:
-            continue
-        loader = FoundLoader(split, "ml-cvnets")
-        loader.values["shuffle"] = split == "train"  # its samplers shuffle the training set (no key for it)
-        loader.put("num_workers", dataset["workers"], ("dataset", "workers"))
-        for key in ("persistent_workers", "pin_memory", "prefetch_factor"):
-            if key in dataset:
-                loader.put(key, dataset[key], ("dataset", key))
-        if batch_key in dataset:
-            loader.put("batch_size", dataset[batch_key], ("dataset", batch_key))
-        out.append(loader)
-    return out
+def _where(tree: Table) -> str:
+    for origin in tree.origins.values():
+        return origin.file
+    return ""

@@ -1,52 +1,248 @@
-"""Python configs (mmengine / MMDetection style) read with ``ast``: literal values only, never run.
+"""Python configs (mmengine, MMDetection, detectron2 LazyConfig) read with ``ast``: never run.
 
-``train_dataloader = dict(batch_size=2, num_workers=2, sampler=dict(type='DefaultSampler'))`` is
-read as a mapping. A name bound earlier to a literal (``batch_size = 16`` then
-``batch_size=batch_size``) is followed; anything that would need running the file (a call, an
-import, arithmetic) becomes :class:`NotALiteral`, which the reader reports instead of guessing.
+The module's top-level statements are followed the way the config system would see them:
+
+- ``train_dataloader = dict(batch_size=2, num_workers=2)``, ``OmegaConf.create()`` and any call
+  with keyword arguments (``L(build_detection_train_loader)(num_workers=4, ...)``) become mappings;
+- a name bound earlier is followed (``batch_size=batch_size``), and so are attribute and item
+  assignment (``dataloader.train.total_batch_size = 64``, ``cfg['data']['workers'] = 2``) and
+  ``X.update(...)``;
+- imports of other config files (``with read_base(): from .._base_.datasets.coco import *``,
+  ``from ..common.data.coco import dataloader``) are read through ``import_file``, a callback of
+  :mod:`.inherit`, when the file lies beside the config;
+- arithmetic on numbers the file states (``16 * 4``) is worked out.
+
+Anything that would need running the file (``os.cpu_count()``, a name from an installed package, a
+comprehension) becomes :class:`~loaderdoc.config.tree.Unread`, which the reader reports instead of
+guessing.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import operator
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from loaderdoc.config.tree import Origin, Seq, Table, Unread, merge_into
 from loaderdoc.errors import SettingsError
 
 EXPORT_FUNCTION = "make_loader"  # the function of loaderdoc's own Python export
+# calls that build a mapping from a mapping and keywords, as a config system's own dict types do
+MAPPING_CALLS = {"dict", "ConfigDict", "Config", "DictConfig", "EasyDict", "edict", "OmegaConf.create", "AttrDict",
+                 "CN", "CfgNode"}
+ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+              ast.Div: operator.truediv, ast.Mod: operator.mod}
+
+# (module name, relative level, names or None for *) -> the names it binds, or None when not beside the config
+ImportFile = Callable[[str, int, int], "Table | None"]
 
 
-class NotALiteral:
-    """A value loaderdoc cannot know without running the config (``os.cpu_count()``, an import)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __repr__(self) -> str:
-        return f"<not a literal: {self.source}>"
-
-
-def read_python(text: str, where: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """The module's top-level names -> values, and key path -> line of every assignment and key."""
+def read_python(text: str, where: str, *, import_file: ImportFile | None = None,
+                notes: list[str] | None = None) -> Table:
+    """The module's top-level names as a :class:`Table` whose keys carry their lines."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise SettingsError(f"{where}:{exc.lineno}: not valid Python: {exc.msg}") from None
-    namespace: dict[str, Any] = {}
-    lines: dict[tuple[str, ...], int] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target, value = node.targets[0].id, node.value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-            target, value = node.target.id, node.value
-        elif isinstance(node, ast.FunctionDef) and node.name == EXPORT_FUNCTION and _export_kwargs(node):
-            target, value = "dataloader", _export_kwargs(node)  # read as loaderdoc's own [dataloader] table
-        else:
-            continue  # imports, `with read_base():`, function definitions: nothing literal to read
-        lines[(target,)] = node.lineno
-        namespace[target] = _value(value, (target,), namespace, lines)
-    return namespace, lines
+    reader = _Reader(where, import_file, notes if notes is not None else [])
+    reader.statements(tree.body)
+    return reader.namespace
+
+
+class _Reader:
+    def __init__(self, where: str, import_file: ImportFile | None, notes: list[str]) -> None:
+        self.where = where
+        self.import_file = import_file
+        self.notes = notes
+        self.namespace = Table()
+
+    def origin(self, path: tuple[str, ...], node: ast.AST) -> Origin:
+        return Origin(self.where, path, getattr(node, "lineno", None))
+
+    # ---- statements --------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt]) -> None:
+        for node in body:
+            try:
+                self.statement(node)
+            except RecursionError:
+                raise SettingsError(f"{self.where}:{node.lineno}: nested too deeply to be a config file") from None
+
+    def statement(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                self.assign(target, node.value, node)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.assign(node.target, node.value, node)
+        elif isinstance(node, ast.With):  # `with read_base():` holds the imports of the bases
+            self.statements(node.body)
+        elif isinstance(node, ast.ImportFrom):
+            self.import_from(node)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            self.call_statement(node.value)
+        elif isinstance(node, ast.FunctionDef) and node.name == EXPORT_FUNCTION:
+            kwargs = _export_kwargs(node)
+            if kwargs is not None:  # read as loaderdoc's own [dataloader] table
+                self.namespace.put("dataloader", self.value(kwargs, ("dataloader",)), self.origin(("dataloader",), node))
+        # anything else (an `if`, a loop, a class) needs running: nothing literal to read
+
+    def assign(self, target: ast.expr, value_node: ast.expr, statement: ast.stmt) -> None:
+        if isinstance(target, ast.Name):
+            path = (target.id,)
+            self.namespace.put(target.id, self.value(value_node, path), self.origin(path, statement))
+            return
+        path = self.target_path(target)
+        if path is None:
+            return  # `a, b = ...` or a computed key: not readable without running
+        container = self.lookup(path[:-1])
+        if isinstance(container, Table):
+            container.put(path[-1], self.value(value_node, path), self.origin(path, statement))
+        elif container is not None and not isinstance(container, Unread):
+            self.notes.append(f"{self.where}:{statement.lineno}: {'.'.join(path)} set on a value that is not a mapping")
+
+    def call_statement(self, call: ast.Call) -> None:
+        """``X.update(dict(...))`` / ``X.update(key=value)``: merged into X, key by key."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "update"):
+            return
+        path = self.target_path(func.value)
+        container = self.lookup(path) if path else None
+        if not isinstance(container, Table):
+            return
+        change = Table()
+        for arg in call.args:
+            value = self.value(arg, path)
+            if isinstance(value, Table):
+                merge_into(change, value)
+        for keyword in call.keywords:
+            if keyword.arg is not None:
+                key_path = (*path, keyword.arg)
+                change.put(keyword.arg, self.value(keyword.value, key_path), self.origin(key_path, keyword))
+        merge_into(container, change)
+
+    def import_from(self, node: ast.ImportFrom) -> None:
+        if self.import_file is None:
+            return
+        names = self.import_file(node.module or "", node.level, node.lineno)
+        if names is None:
+            return  # a package's module (`from detectron2.config import LazyCall as L`): nothing to read
+        for alias in node.names:
+            if alias.name == "*":
+                for key, value in names.items():
+                    if not key.startswith("_"):
+                        self.namespace.put(key, copy.deepcopy(value), names.origins.get(key))
+            elif alias.name in names:
+                bound = alias.asname or alias.name
+                self.namespace.put(bound, copy.deepcopy(names[alias.name]), names.origins.get(alias.name))
+
+    # ---- paths -------------------------------------------------------------------------------
+    def target_path(self, node: ast.expr) -> tuple[str, ...] | None:
+        """``a.b['c']`` -> ("a", "b", "c"); None when a part is computed."""
+        parts: list[str] = []
+        while True:
+            if isinstance(node, ast.Name):
+                return (node.id, *reversed(parts))
+            if isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+                    and isinstance(node.slice.value, (str, int)) and not isinstance(node.slice.value, bool):
+                parts.append(str(node.slice.value))
+                node = node.value
+            else:
+                return None
+
+    def lookup(self, path: tuple[str, ...]) -> Any:
+        node: Any = self.namespace
+        for key in path:
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                return None
+        return node
+
+    # ---- values ------------------------------------------------------------------------------
+    def value(self, node: ast.AST, path: tuple[str, ...]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            operand = self.value(node.operand, path)
+            if _number(operand):
+                return -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.BinOp) and type(node.op) in ARITHMETIC:
+            left, right = self.value(node.left, path), self.value(node.right, path)
+            if _number(left) and _number(right) and abs(left) < 1e12 and abs(right) < 1e12:
+                try:
+                    return ARITHMETIC[type(node.op)](left, right)
+                except ZeroDivisionError:
+                    pass
+        if isinstance(node, ast.Dict):
+            out = Table()
+            for key_node, value_node in zip(node.keys, node.values, strict=True):
+                if key_node is None:  # {**base, ...}
+                    base = self.value(value_node, path)
+                    if isinstance(base, Table):
+                        merge_into(out, copy.deepcopy(base))
+                    continue
+                if not (isinstance(key_node, ast.Constant) and isinstance(key_node.value, (str, int))):
+                    continue  # a computed key: not readable without running
+                key = str(key_node.value)
+                out.put(key, self.value(value_node, (*path, key)), self.origin((*path, key), key_node))
+            return out
+        if isinstance(node, ast.Call):
+            return self.call_value(node, path)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            seq = Seq()
+            for i, item in enumerate(node.elts):
+                seq.append(self.value(item, (*path, str(i))))
+                seq.origins[i] = self.origin((*path, str(i)), item)
+            return seq
+        if isinstance(node, ast.Name):
+            if node.id in self.namespace:
+                return copy.deepcopy(self.namespace[node.id])
+            if node.id in ("True", "False", "None"):
+                return {"True": True, "False": False, "None": None}[node.id]
+            return Unread(node.id, "a name the file does not bind")
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            target = self.target_path(node)
+            found = self.lookup(target) if target else None
+            if found is not None and target and target[0] in self.namespace:
+                return copy.deepcopy(found)
+        return Unread(ast.unparse(node)[:60])
+
+    def call_value(self, node: ast.Call, path: tuple[str, ...]) -> Any:
+        """A call that builds a config node: ``dict(...)``, ``OmegaConf.create({...})``, or any call with
+        keyword arguments (``L(build_detection_train_loader)(num_workers=4)``); other calls are Unread."""
+        name = ast.unparse(node.func)
+        mapping_call = name in MAPPING_CALLS or name.split(".")[-1] in MAPPING_CALLS
+        if not node.keywords and not (mapping_call and len(node.args) <= 1):
+            return Unread(ast.unparse(node)[:60])
+        out = Table()
+        if mapping_call and node.args:
+            base = self.value(node.args[0], path)
+            if not isinstance(base, Table):
+                return Unread(ast.unparse(node)[:60])
+            merge_into(out, base)
+        elif not mapping_call:
+            target = node.func.args[0] if (isinstance(node.func, ast.Call) and node.func.args) else node.func
+            out.put("_target_", ast.unparse(target), None)  # what the node builds, as LazyConfig records it
+        for keyword in node.keywords:
+            if keyword.arg is None:  # dict(**base)
+                base = self.value(keyword.value, path)
+                if isinstance(base, Table):
+                    merge_into(out, copy.deepcopy(base))
+                continue
+            key_path = (*path, keyword.arg)
+            out.put(keyword.arg, self.value(keyword.value, key_path), self.origin(key_path, keyword))
+        return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _export_kwargs(function: ast.FunctionDef) -> ast.AST | None:
@@ -58,35 +254,21 @@ def _export_kwargs(function: ast.FunctionDef) -> ast.AST | None:
     return None
 
 
-def _value(node: ast.AST, path: tuple[str, ...], namespace: dict[str, Any],
-           lines: dict[tuple[str, ...], int]) -> Any:
-    if isinstance(node, ast.Constant):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        operand = _value(node.operand, path, namespace, lines)
-        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
-            return -operand if isinstance(node.op, ast.USub) else operand
-    if isinstance(node, ast.Dict):
-        out: dict[str, Any] = {}
-        for key_node, value_node in zip(node.keys, node.values, strict=True):
-            if not (isinstance(key_node, ast.Constant) and isinstance(key_node.value, str)):
-                continue  # `**base` or a computed key: not readable without running
-            key = key_node.value
-            lines[(*path, key)] = key_node.lineno
-            out[key] = _value(value_node, (*path, key), namespace, lines)
-        return out
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
-        out = {}
-        for keyword in node.keywords:
-            if keyword.arg is None:
-                continue  # dict(**base)
-            lines[(*path, keyword.arg)] = keyword.lineno
-            out[keyword.arg] = _value(keyword.value, (*path, keyword.arg), namespace, lines)
-        return out
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_value(item, (*path, str(i)), namespace, lines) for i, item in enumerate(node.elts)]
-    if isinstance(node, ast.Name):
-        if node.id in namespace:
-            return copy.deepcopy(namespace[node.id])
-        return {"True": True, "False": False, "None": None}.get(node.id, NotALiteral(node.id))
-    return NotALiteral(ast.unparse(node)[:60])
+def module_file(module: str, level: int, importer: Path) -> Path | None:
+    """The file a ``from <level dots><module> import`` in ``importer`` names, when it lies beside the
+    config: relative imports from the importer's folder, absolute ones from any folder above it that
+    holds the package (``from mmdet.configs._base_.x import *`` inside a clone of mmdet)."""
+    parts = [p for p in module.split(".") if p]
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+        roots = [base]
+    else:
+        roots = list(importer.parents)
+    for root in roots:
+        stem = root.joinpath(*parts) if parts else root
+        for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
+            if candidate is not None and candidate.is_file():
+                return candidate
+    return None

@@ -1,0 +1,326 @@
+"""Finding DataLoader settings by what their keys mean, at any depth, in any layout.
+
+A key's name is split into words (``per_device_train_batch_size`` -> per device / train / batch
+size, ``NUM_WORKERS``, ``numWorkers``, ``train_batch_size0``); words that only say which loader
+(train, val, eval, test), how the batch is counted (per GPU, total, global, micro, local) or
+where it sits (data, loader, num, of) are set aside, and what is left names the setting:
+``workers`` is ``num_workers``, ``batch size`` / ``batch`` / ``bs`` / ``samples per GPU`` /
+``ims per batch`` are ``batch_size``, ``pin mem`` is ``pin_memory``, and so on.
+
+Settings are grouped into loaders by the nearest train/val/test-like word, in the key itself or
+in a key above it (``train_ds``, ``train_dataloader``, ``data.val``, ``dataloader.test``); a
+setting with no such word (``data.workers_per_gpu``, HF's ``dataloader_num_workers``) is shared by
+every loader below the table that holds it. No torch, no textual.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from loaderdoc.config.tree import Origin, Seq, Table, Unread
+from loaderdoc.settings import LoaderSettings
+
+SETTING_ORDER = tuple(f.name for f in fields(LoaderSettings))
+# settings that make a table a DataLoader's; the others (shuffle, drop_last, ...) join one only
+# beside or just below these, since `shuffle` and `timeout` mean many things in a project's config
+STRONG = ("num_workers", "batch_size", "pin_memory", "persistent_workers", "prefetch_factor")
+
+SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val",
+          "eval": "eval", "evaluation": "eval", "test": "test", "testing": "test", "predict": "predict",
+          "prediction": "predict", "inference": "predict"}
+FILLER = {"num", "n", "nb", "number", "of", "dataloader", "dataloaders", "data", "loader", "loaders", "dl", "cfg"}
+PER_UNITS = {"gpu", "gpus", "device", "devices", "card", "cards", "replica", "rank", "proc", "process", "core"}
+PER_GPU_WORDS = {"local", "micro"}
+TOTAL_WORDS = {"total", "global"}
+SAMPLE_WORDS = {"samples", "imgs", "ims", "images", "sample", "img"}
+
+# what the remaining words name
+NAMES: dict[tuple[str, ...], str] = {
+    ("workers",): "num_workers", ("worker",): "num_workers",
+    ("batch", "size"): "batch_size", ("batch",): "batch_size", ("bs",): "batch_size", ("batchsize",): "batch_size",
+    ("pin", "memory"): "pin_memory", ("pin", "mem"): "pin_memory", ("pin",): "pin_memory",
+    ("persistent", "workers"): "persistent_workers", ("persistent", "worker"): "persistent_workers",
+    ("prefetch", "factor"): "prefetch_factor", ("prefetch",): "prefetch_factor",
+    ("shuffle",): "shuffle", ("drop", "last"): "drop_last", ("timeout",): "timeout", ("in", "order"): "in_order",
+    ("multiprocessing", "context"): "multiprocessing_context", ("mp", "context"): "multiprocessing_context",
+}
+# tables whose keys configure something other than a DataLoader (Hydra's launcher, Ray's workers, ...)
+OTHER_TOOLS = {"hydra", "ray", "scaling", "launcher", "sweeper", "slurm", "submitit", "deepspeed", "zero",
+               "distributed", "cluster", "server", "serving", "callbacks", "logger", "loggers", "profiler"}
+# keys a DataLoader (or a framework's loader dict) takes that loaderdoc does not tune: never an error
+OTHER_LOADER_KEYS = {
+    "sampler", "batch_sampler", "dataset", "collate_fn", "worker_init_fn", "generator", "pin_memory_device",
+    "snapshot_every_n_steps", "_target_", "_partial_", "type", "class_path", "init_args",
+}
+INHERITANCE_KEYS = {"_base_", "_BASE_", "defaults"}
+SCOPE_ORDER = ("per_gpu", "loader", "total")  # the loader's own batch first when a file states several
+
+
+def words(key: str) -> list[str]:
+    """``per_device_train_batch_size0`` -> [per, device, train, batch, size]; camelCase split too."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)
+    spaced = re.sub(r"\d+$", "", spaced)
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
+@dataclass(frozen=True)
+class Meaning:
+    setting: str
+    split: str | None  # "train", "val", ... when the key's own name says
+    scope: str  # batch sizes: "per_gpu", "total" (across all GPUs) or "loader" (the loader's own)
+    full: bool = False  # the key holds the setting's whole name (``dataloader_pin_memory``), not a short one
+
+
+def meaning_of(key: str) -> Meaning | None:
+    """What a key names, or None when it is not a DataLoader setting."""
+    split, scope, rest, per_unit = None, "loader", [], False
+    ws = words(key)
+    i = 0
+    while i < len(ws):
+        w = ws[i]
+        if w in SPLITS and split is None:
+            split = SPLITS[w]
+        elif w == "per" and i + 1 < len(ws) and ws[i + 1] in PER_UNITS:
+            scope, per_unit = "per_gpu", True
+            i += 1
+        elif w in PER_GPU_WORDS:
+            scope = "per_gpu"
+        elif w in TOTAL_WORDS:
+            scope = "total"
+        elif w not in FILLER:
+            rest.append(w)
+        i += 1
+    names = tuple(rest)
+    if len(names) == 3 and names[0] in SAMPLE_WORDS and names[1:] == ("per", "batch"):
+        return Meaning("batch_size", split, "total")  # detectron2's IMS_PER_BATCH: over all GPUs
+    if len(names) == 1 and names[0] in SAMPLE_WORDS and per_unit:
+        return Meaning("batch_size", split, "per_gpu")  # MMCV's samples_per_gpu
+    setting = NAMES.get(names)
+    if setting is None:
+        return None
+    return Meaning(setting, split, scope if setting == "batch_size" else "loader",
+                   full=names == tuple(setting.split("_")))
+
+
+def split_of_key(key: str) -> str | None:
+    for w in words(key):
+        if w in SPLITS:
+            return SPLITS[w]
+    return None
+
+
+@dataclass
+class Hit:
+    """One key that states a DataLoader setting."""
+
+    setting: str
+    path: tuple[str, ...]  # in the merged config
+    value: Any
+    origin: Origin | None
+    split: str | None
+    scope: str
+
+    @property
+    def key(self) -> str:
+        return self.path[-1]
+
+    @property
+    def owner(self) -> tuple[str, ...]:
+        return self.path[:-1]
+
+
+@dataclass
+class FoundLoader:
+    """One DataLoader's settings as a config states them, each with the key and file that set it."""
+
+    name: str  # "train", "val", "test", "eval"; "" when the file has one loader
+    layout: str  # which layout it was read in, for the report: "mmengine", "Hydra", "by key names", ...
+    values: dict[str, Any] = field(default_factory=dict)  # DataLoader setting -> raw value
+    keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting -> key path in the merged config
+    origins: dict[str, Origin] = field(default_factory=dict)  # setting -> the file and line that set it
+    # settings the file leaves to run time (a `.py` config's `os.cpu_count()`, `${oc.env:...}`): setting -> its text
+    unreadable: dict[str, str] = field(default_factory=dict)
+    unreadable_why: dict[str, str] = field(default_factory=dict)
+    unread_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting -> the key left to run time
+    # settings not in the file that the framework sets itself (TrainingArguments' pin_memory=True)
+    defaults: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    batch_scope: str = "loader"  # how the file counts batch_size: "loader", "per_gpu" or "total"
+    via: dict[str, str] = field(default_factory=dict)  # setting -> the reference it came through: "${data.bs}"
+    also: list[str] = field(default_factory=list)  # other batch sizes the file states (a global batch)
+
+    def where(self, setting: str) -> str:
+        """``train_dataloader.num_workers``, or why the value is there without a key."""
+        path = self.keys.get(setting)
+        if path:
+            return ".".join(path)
+        if setting in self.defaults:
+            return self.defaults[setting][1]
+        return f"{self.layout} default"
+
+    def put(self, setting: str, value: Any, path: tuple[str, ...], origin: Origin | None = None) -> None:
+        self.values[setting] = value
+        self.keys[setting] = path
+        if origin is not None:
+            self.origins[setting] = origin
+
+    def is_set(self, setting: str) -> bool:
+        return setting in self.keys or setting in self.unreadable
+
+    def raw_settings(self) -> dict[str, Any]:
+        """What the DataLoader gets: the file's values over the framework's own defaults."""
+        return {**{k: v for k, (v, _) in self.defaults.items()}, **self.values}
+
+
+@dataclass
+class Found:
+    loaders: list[FoundLoader]
+    unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
+
+
+def collect_hits(tree: Table) -> list[Hit]:
+    hits: list[Hit] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, Table):
+            for key, value in node.items():
+                if not isinstance(key, str) or key in INHERITANCE_KEYS:
+                    continue
+                if isinstance(value, (Table, Seq)):
+                    if not (set(words(key)) & OTHER_TOOLS):
+                        walk(value, (*path, key))
+                    continue
+                meaning = meaning_of(key) if key not in OTHER_LOADER_KEYS else None
+                if meaning is None or not _fits(meaning, key, value):
+                    continue
+                hits.append(Hit(meaning.setting, (*path, key), value, node.origins.get(key), meaning.split,
+                                meaning.scope))
+        elif isinstance(node, Seq):
+            for i, value in enumerate(node):
+                if isinstance(value, (Table, Seq)):
+                    walk(value, (*path, str(i)))
+
+    walk(tree, ())
+    return hits
+
+
+def _fits(meaning: Meaning, key: str, value: Any) -> bool:
+    """Whether the value can be that setting's. ``auto`` (DeepSpeed, Hugging Face) is decided
+    elsewhere: nothing to read. A key holding the setting's whole name (``num_workers``,
+    ``dataloader_pin_memory``) is always taken, a wrong value then the user's to hear about; a
+    short name must also carry a value of the setting's kind (``prefetch: true`` is no factor).
+    ``null`` is a value only for ``batch_size`` itself: elsewhere configs write it for "the default"."""
+    setting = meaning.setting
+    if value is None:
+        return key == "batch_size"  # the DataLoader's own keyword: None turns batching off
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return False
+    if key == setting or (meaning.full and setting != "timeout") or isinstance(value, Unread):
+        return True
+    if setting in ("num_workers", "batch_size", "prefetch_factor"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if setting in ("pin_memory", "persistent_workers", "shuffle", "drop_last", "in_order"):
+        return isinstance(value, bool) or (isinstance(value, int) and value in (0, 1))
+    if setting == "timeout":
+        return False  # `timeout` is read only under its own name: NCCL and HTTP have timeouts too
+    if setting == "multiprocessing_context":
+        return isinstance(value, str)
+    return False
+
+
+def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset()) -> Found:
+    """Hits into loaders: by split, shared settings given to every loader below their table.
+    In ``native`` tables (loaderdoc's own layout) every DataLoader keyword counts on its own."""
+    strong_owners = {h.owner for h in hits if h.setting in STRONG} | set(native)
+    kept: list[Hit] = []
+    for hit in hits:
+        if hit.setting in STRONG or hit.owner in native:
+            kept.append(hit)
+            continue
+        for up in range(3):  # beside a strong setting, or up to two tables below one (mmengine's sampler)
+            owner = hit.owner[:len(hit.owner) - up] if up else hit.owner
+            if owner in strong_owners:
+                kept.append(hit)
+                break
+    by_split: dict[str | None, list[Hit]] = {}
+    for hit in kept:
+        split = hit.split or _enclosing_split(hit.owner)
+        by_split.setdefault(split, []).append(hit)
+    unattributed: list[str] = []
+    shared = _settle(by_split.pop(None, []), unattributed)
+    loaders: list[FoundLoader] = []
+    for split, split_hits in by_split.items():
+        loader = FoundLoader(split or "", layout)
+        settled = _settle(split_hits, unattributed)
+        _fill(loader, settled)
+        owners = [h.owner for h in split_hits]
+        for setting, hit_list in shared.items():
+            if setting in loader.keys or setting in loader.unreadable:
+                continue
+            if setting == "batch_size" and "batch_size" in settled:
+                continue
+            below = [h for h in hit_list if any(o[:len(h.owner)] == h.owner for o in owners)]
+            if below:
+                _fill(loader, {setting: below})
+        loaders.append(loader)
+    if shared and not any(lo.name == "train" for lo in loaders):
+        loader = FoundLoader("", layout)
+        _fill(loader, shared)
+        loaders.insert(0, loader)
+    return Found(loaders=loaders, unattributed=unattributed)
+
+
+def _enclosing_split(owner: tuple[str, ...]) -> str | None:
+    for key in reversed(owner):
+        split = split_of_key(key)
+        if split is not None:
+            return split
+    return None
+
+
+def _settle(hits: list[Hit], unattributed: list[str]) -> dict[str, list[Hit]]:
+    """Setting -> the hits that state it, one value each; two keys that disagree (in the same scope)
+    are said and left out, never one picked at random."""
+    out: dict[str, list[Hit]] = {}
+    for hit in hits:
+        out.setdefault(hit.setting, []).append(hit)
+    for setting, hit_list in list(out.items()):
+        if setting == "batch_size":
+            best = min(SCOPE_ORDER.index(h.scope) for h in hit_list)
+            chosen = [h for h in hit_list if SCOPE_ORDER.index(h.scope) == best]
+            others = [h for h in hit_list if h not in chosen]
+            hit_list = chosen + others
+            out[setting] = hit_list
+        else:
+            chosen = hit_list
+        values = {repr(h.value) for h in chosen}
+        if len(values) > 1:
+            where = ", ".join(f"{'.'.join(h.path)} = {h.value!r}" for h in chosen)
+            unattributed.append(f"{setting}: {where} disagree; which one a loader uses depends on the code")
+            del out[setting]
+    return out
+
+
+def _fill(loader: FoundLoader, settled: dict[str, list[Hit]]) -> None:
+    for setting in SETTING_ORDER:
+        hit_list = settled.get(setting)
+        if not hit_list:
+            continue
+        hit = hit_list[0]
+        if isinstance(hit.value, Unread):
+            loader.unreadable[setting] = hit.value.source
+            loader.unreadable_why[setting] = hit.value.why
+            loader.unread_keys[setting] = hit.path
+            if hit.origin is not None:
+                loader.origins[setting] = hit.origin
+        else:
+            loader.put(setting, hit.value, hit.path, hit.origin)
+        if setting == "batch_size":
+            loader.batch_scope = hit.scope
+            loader.also = [f"{'.'.join(h.path)} = {h.value!r} ({_scope_words(h.scope)})" for h in hit_list[1:]
+                           if not isinstance(h.value, Unread)]
+
+
+def _scope_words(scope: str) -> str:
+    return {"per_gpu": "per GPU", "total": "in total over all GPUs", "loader": "per loader"}[scope]

@@ -1,0 +1,192 @@
+"""One config file's text to a :class:`~loaderdoc.config.tree.Table`, by its suffix.
+
+TOML, YAML and JSON are parsed as data (YAML safely and bounded, a custom tag such as SpeechBrain's
+``!ref <batch_size>`` or ``!new:module.Class`` read as a plain value, never constructed); ``.py`` is
+read with ``ast`` (:mod:`.python`), never run. Keys carry their file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from loaderdoc.config.python import ImportFile, read_python
+from loaderdoc.config.tree import Origin, Seq, Table, Unread
+from loaderdoc.errors import SettingsError
+from loaderdoc.textfile import first_line
+
+# A DataLoader config holds dozens of values; a few thousand covers any real project's file. YAML
+# aliases can make a 1 KB file expand to billions ("billion laughs"): count before building it.
+MAX_CONFIG_VALUES = 100_000
+
+
+class Tagged(Unread):
+    """A YAML scalar under a tag only another program knows (``!ref <batch_size>``): its text kept."""
+
+    def __init__(self, tag: str, text: str) -> None:
+        super().__init__(f"{tag} {text}".strip(), f"a {tag} tag, given its meaning by the program that reads the file")
+        self.tag = tag
+        self.text = text
+
+
+def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
+               notes: list[str] | None = None) -> Table:
+    suffix = path.suffix.lower()
+    where = str(path)
+    try:
+        if suffix == ".py":
+            return read_python(text, where, import_file=import_file, notes=notes)
+        if suffix in (".yaml", ".yml"):
+            return _parse_yaml(text, path)
+        if suffix == ".json":
+            return _with_origins(_parse_json(text, path), where, (), {})
+        return _with_origins(_parse_toml(text, path), where, (), {})
+    except RecursionError:
+        raise SettingsError(f"{path}: nested too deeply to be a config file") from None
+
+
+def _with_origins(value: Any, where: str, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> Any:
+    """Plain parsed data as Tables and Seqs, each key's origin its path here (and line when known)."""
+    if isinstance(value, dict):
+        out = Table()
+        for key, item in value.items():
+            key = str(key)
+            out.put(key, _with_origins(item, where, (*path, key), lines),
+                    Origin(where, (*path, key), lines.get((*path, key))))
+        return out
+    if isinstance(value, list):
+        seq = Seq()
+        for i, item in enumerate(value):
+            seq.append(_with_origins(item, where, (*path, str(i)), lines))
+            seq.origins[i] = Origin(where, (*path, str(i)), lines.get((*path, str(i))))
+        return seq
+    return value
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _as_mapping(data: Any, path: Path) -> dict[str, Any]:
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    from loaderdoc._compat import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML: {first_line(exc)}") from None
+
+
+def _parse_json(text: str, path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    except ValueError as exc:
+        raise SettingsError(f"{path}: not valid JSON: {exc}") from None
+    return _as_mapping(data, path)
+
+
+def _parse_yaml(text: str, path: Path) -> Table:
+    import yaml
+
+    class ConfigLoader(yaml.SafeLoader):
+        """Safe YAML that refuses two equal keys (YAML keeps the last silently; a config that says
+        both contradicts itself) and reads any tag it does not know as plain data."""
+
+        def construct_mapping(self, node, deep=False):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                    if key_node.value in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key_node.value!r} (first on line {seen[key_node.value]})",
+                            key_node.start_mark)
+                    seen[key_node.value] = key_node.start_mark.line + 1
+            return super().construct_mapping(node, deep=deep)
+
+    def unknown_tag(loader, tag_suffix, node):
+        if isinstance(node, yaml.MappingNode):
+            return loader.construct_mapping(node, deep=True)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node, deep=True)
+        return Tagged(node.tag, node.value)
+
+    for prefix in ("!", "tag:"):
+        ConfigLoader.add_multi_constructor(prefix, unknown_tag)
+
+    loader = ConfigLoader(text)
+    lines: dict[tuple[str, ...], int] = {}
+    try:
+        node = loader.get_single_node()  # aliases are shared nodes here: cheap, whatever they expand to
+        if node is not None:
+            _bound_expansion(node, path)
+            _record_key_lines(node, (), lines)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or first_line(exc)
+        raise SettingsError(f"{path}{line}: not valid YAML: {problem}") from None
+    finally:
+        loader.dispose()
+    return _with_origins(_as_mapping(data, path), str(path), (), lines)
+
+
+def _bound_expansion(root, path: Path) -> None:
+    """Refuse a YAML document whose aliases expand past MAX_CONFIG_VALUES values, or into a cycle."""
+    import yaml
+
+    expanded: dict[int, int] = {}  # node id -> values it expands to (each alias target counted once)
+    open_nodes: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in expanded:
+            return expanded[key]
+        if key in open_nodes:
+            raise SettingsError(f"{path}:{node.start_mark.line + 1}: a YAML alias refers to a value that "
+                                "contains it; a config cannot be infinite")
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        open_nodes.discard(key)
+        expanded[key] = total
+        if total > MAX_CONFIG_VALUES:
+            raise SettingsError(f"{path}:{node.start_mark.line + 1}: YAML aliases expand this value to over "
+                                f"{MAX_CONFIG_VALUES:,} values; a loader config needs a few dozen")
+        return total
+
+    size(root)
+
+
+def _record_key_lines(node, path: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
+    """Key path -> line from the composed YAML nodes (an alias's keys keep the first path they had)."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and (*path, key_node.value) not in out:
+                key_path = (*path, key_node.value)
+                out[key_path] = key_node.start_mark.line + 1
+                _record_key_lines(value_node, key_path, out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out.setdefault((*path, str(i)), item.start_mark.line + 1)
+            _record_key_lines(item, (*path, str(i)), out)

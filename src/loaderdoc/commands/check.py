@@ -20,10 +20,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--config", metavar="FILE",
-        help="lint the DataLoader settings in FILE: TOML, YAML, JSON or a Python config (read, never run) in "
-        "loaderdoc's layout ([dataloader] or top-level keys; [training] describes the script) or a project's: "
-        "mmengine, LightningCLI, Hydra, Hugging Face TrainingArguments, timm args.yaml, ml-cvnets",
+        help="lint the DataLoader settings in FILE: TOML, YAML, JSON or a Python config (read, never run), in any "
+        "layout: settings are found by their keys' meaning (workers, workers_per_gpu, IMS_PER_BATCH, pin_mem, ...) "
+        "at any depth, and what the file inherits is followed (mmengine _base_ and read_base, detectron2 _BASE_ "
+        "and LazyConfig imports, Hydra defaults and ${...}); loaderdoc's own [dataloader] table, and [training] "
+        "to describe the script",
     )
+    parser.add_argument("--show-read", action="store_true",
+                        help="with --config: print what was read from FILE, from which file and line, and what is "
+                        "not set; no machine checks (exit 0, or 3 when FILE cannot be read)")
     add_workload_arguments(parser, with_probe=False)
     parser.add_argument("--json", action="store_true", help=f"print one JSON document (schema {CHECK_SCHEMA}; "
                         "with --distributed, loaderdoc.job/1)")
@@ -68,6 +73,26 @@ def load_facts(machine: str | None, *, cpu_info: bool = False):
     return detect(cpu_info=cpu_info)
 
 
+def read_report(args: argparse.Namespace) -> dict:
+    """``--show-read``: what FILE sets and where, without the machine (schema loaderdoc.config/1)."""
+    from loaderdoc.config import read_config
+    from loaderdoc.config.report import CONFIG_SCHEMA, describe
+
+    if not args.config:
+        raise UserError("check: --show-read needs --config FILE (the config to read)")
+    return {"schema": CONFIG_SCHEMA, **describe(read_config(args.config))}
+
+
+def per_process_batch(loader, settings, facts) -> int | None:
+    """The batch one DataLoader makes: a total over all GPUs (detectron2's IMS_PER_BATCH, YOLO's
+    batch) is split over this machine's GPUs, one process each; None when the file does not set it."""
+    if "batch_size" not in loader.keys or settings.batch_size is None:
+        return None
+    if loader.batch_scope == "total":
+        return max(1, settings.batch_size // max(1, facts.usable_gpus))
+    return settings.batch_size
+
+
 def build_report(args: argparse.Namespace) -> dict:
     """Everything `check` knows, as the documented JSON structure."""
     from loaderdoc.advice.findings import worst
@@ -88,16 +113,20 @@ def build_report(args: argparse.Namespace) -> dict:
                                                    lines=config.training_lines)
         for loader in config.loaders:
             settings = config.settings(loader, strict=False)
-            loader_batch = batch_bytes_for(args.batch_size or settings.batch_size, per_sample)
+            batch = args.batch_size or per_process_batch(loader, settings, facts)
+            if batch is not None and batch != settings.batch_size:
+                settings = settings.replace(batch_size=batch)
+            loader_batch = batch_bytes_for(batch, per_sample)
             # a setting computed at run time is unknown, not torch's default: judge the machine only
             judged = None if loader.unreadable else settings
             checked.append({
-                "loader": loader, "settings": settings, "batch_bytes": loader_batch,
+                "loader": loader, "settings": settings, "batch_bytes": loader_batch, "batch": batch,
                 "findings": evaluate(facts, judged, batch_bytes=loader_batch, context=context),
             })
     first = checked[0] if checked else None
     settings = first["settings"] if first else None
-    batch_size = args.batch_size or (settings.batch_size if settings else None)
+    # a batch size the file does not set is not "given": the recommendation names none
+    batch_size = args.batch_size or (first["batch"] if first else None)
     batch_bytes = first["batch_bytes"] if first else batch_bytes_for(batch_size, per_sample)
     findings = first["findings"] if first else evaluate(facts, None, batch_bytes=batch_bytes, context=context)
     seen = {(f.rule_id, f.symptom) for f in findings}
@@ -123,13 +152,7 @@ def build_report(args: argparse.Namespace) -> dict:
             "usable_gpus": facts.usable_gpus,
             "lines": dict(machine_summary(facts)),
         },
-        "config": {
-            "path": args.config,
-            "settings": settings.as_kwargs() if settings else None,  # the first loader's, as before
-            "training": context.to_dict() if context else None,
-            "loaders": [_loader_json(config, entry) for entry in checked],
-            "skipped": config.skipped if config else [],
-        },
+        "config": _config_json(args, config, checked, settings, context),
         "batch_bytes": batch_bytes,
         "findings": [to_dict(f) for f in findings],
         "recommended": {"settings": rec.settings.as_kwargs(), "reasons": rec.reasons},
@@ -137,7 +160,22 @@ def build_report(args: argparse.Namespace) -> dict:
     }
 
 
-def _loader_json(config, entry: dict) -> dict:
+def _config_json(args, config, checked: list[dict], settings, context) -> dict:
+    from loaderdoc.config.report import describe
+
+    described = describe(config) if config is not None else {}
+    return {
+        "path": args.config,
+        "settings": settings.as_kwargs() if settings else None,  # the first loader's, as before
+        "training": context.to_dict() if context else None,
+        **{k: v for k, v in described.items() if k not in ("path", "loaders")},
+        "loaders": [_loader_json(config, entry, described_loader)
+                    for entry, described_loader in zip(checked, described.get("loaders", []), strict=True)],
+        "skipped": config.skipped if config else [],
+    }
+
+
+def _loader_json(config, entry: dict, described: dict) -> dict:
     from loaderdoc._serde import to_dict
     from loaderdoc.advice.findings import worst
 
@@ -145,10 +183,14 @@ def _loader_json(config, entry: dict) -> dict:
     return {
         "name": loader.name,
         "layout": loader.layout,
-        "settings": entry["settings"].as_kwargs(),
+        "settings": entry["settings"].as_kwargs(),  # as judged: the file's, else the defaults named in set_by
+        "set_by": {k: v["set_by"] for k, v in described["settings"].items()},  # null: the file does not set it
+        "read": described["settings"],
+        "batch_scope": described["batch_scope"],
+        "batch_per_process": entry["batch"],
         "unreadable": dict(loader.unreadable),  # computed at run time: its settings were not judged
-        "found": {k: {"key": loader.where(k), "line": config.line_of(loader.keys[k]) if k in loader.keys else None}
-                  for k in loader.values},
+        "found": {k: {"key": loader.where(k), "line": config.line_of_origin(loader.origins.get(k))}
+                  for k in loader.keys},
         "batch_bytes": entry["batch_bytes"],
         "status": worst(entry["findings"]),
         "findings": [to_dict(f) for f in entry["findings"]],
@@ -185,29 +227,64 @@ def render_text(report: dict) -> str:
 
 def _config_lines(config: dict) -> list[str]:
     from loaderdoc.commands.layout import output_width, wrap
+    from loaderdoc.config.report import not_set_text, value_text, where_text
 
     width = output_width()
     loaders = config["loaders"]
-    layouts = sorted({entry["layout"] for entry in loaders})
-    out = [f"Config {config['path']} ({', '.join(layouts)}): {len(loaders)} loader{'s' if len(loaders) != 1 else ''}"]
+    files = config["files"]
+    inherited = f"; {len(files)} files" if len(files) > 1 else ""
+    head = f"Config {config['path']} ({config['layout']}{inherited}): "
+    if not loaders:
+        return wrap(config["no_settings"] + (f"; read {config['read']}" if config["read"] == "partial" else ""),
+                    width, first=head, rest="    ") + _partial_lines(config, width)
+    out = [head + f"{len(loaders)} loader{'s' if len(loaders) != 1 else ''}"
+           + ("; read PARTIAL" if config["read"] == "partial" else "")]
     for entry in loaders:
-        shown = {**entry["settings"], **{k: f"<{source}>" for k, source in entry["unreadable"].items()}}
-        kwargs = ", ".join(f"{k}={v if k in entry['unreadable'] else repr(v)}" for k, v in shown.items())
-        out += wrap(kwargs, width, first=f"  {entry['name'] or 'loader'} [{entry['status']}]: ", rest="      ")
+        read = entry["read"]
+        kwargs = ", ".join(f"{k}={value_text(k, v, entry['batch_scope'])}" for k, v in read.items()
+                           if v["set_by"] is not None)
+        if entry["batch_per_process"] is not None and entry["batch_scope"] == "total":
+            kwargs += f"; judged as {entry['batch_per_process']} per process on this machine"
+        out += wrap(kwargs or "the file sets nothing this loader could use", width,
+                    first=f"  {entry['name'] or 'loader'} [{entry['status']}]: ", rest="      ")
         if entry["unreadable"]:
-            out += wrap(f"{', '.join(entry['unreadable'])} is computed when the config runs; check the resolved "
+            out += wrap(f"{', '.join(entry['unreadable'])} is worked out when the job runs; check the resolved "
                         "config (mmengine: tools/misc/print_config.py)", width, first="    not judged: ", rest="      ")
-        pairs = [f"{k} <- {where['key']}" + (f":{where['line']}" if where["line"] else "")
-                 for k, where in entry["found"].items()]
+        torch_defaults, framework = not_set_text(read)
+        if torch_defaults:
+            out += wrap(torch_defaults, width, first="    not set: ", rest="      ")
+        if framework:
+            out += wrap(framework, width, first="    framework: ", rest="      ")
+        pairs = [f"{k} <- {where_text(v, config['path'], with_file=False)}" for k, v in read.items()
+                 if v["set_by"] is not None]
         if pairs and len("    read from: " + ", ".join(pairs)) <= width:
             out.append("    read from: " + ", ".join(pairs))
         elif pairs:  # one setting a line: a pair is never cut
             out.append("    read from:")
             out += [f"      {pair}" for pair in pairs]
+    return out + _partial_lines(config, width)
+
+
+def _partial_lines(config: dict, width: int) -> list[str]:
+    from loaderdoc.commands.layout import wrap
+
+    out = []
+    for reason in config["partial_reasons"]:
+        out += wrap(reason, width, first="  partial: ", rest="    ")
     return out
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "show_read", False):
+        from loaderdoc.commands.layout import output_width
+        from loaderdoc.config.report import render_read
+
+        report = read_report(args)
+        if args.json:
+            sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        else:
+            sys.stdout.write("\n".join(render_read(report, output_width())) + "\n")
+        return EXIT_OK
     if getattr(args, "distributed", False):
         from loaderdoc.commands import check_distributed
 

@@ -1,0 +1,154 @@
+"""What was read from a config, and from where: one JSON-ready description, and its text.
+
+``describe(config)`` is the ``config`` part of ``check --json`` and all of ``check --config F
+--show-read --json`` (schema ``loaderdoc.config/1``): per loader, every DataLoader setting with the
+file, line and key that set it (``set_by``), or ``null`` and the default the DataLoader will use
+instead (torch's, or the framework's, named). No machine facts, no torch, no textual.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loaderdoc.config.files import ConfigFile
+from loaderdoc.config.layouts import LAYOUTS_UNDERSTOOD
+from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader
+from loaderdoc.settings import LoaderSettings
+
+CONFIG_SCHEMA = "loaderdoc.config/1"
+TORCH_DEFAULTS = LoaderSettings()
+SCOPE_WORDS = {"per_gpu": "per GPU", "total": "in total over all GPUs", "loader": "per loader"}
+
+
+def describe(config: ConfigFile) -> dict[str, Any]:
+    return {
+        "path": str(config.path),
+        "layout": config.layout,
+        "files": list(config.files),
+        "read": config.read,
+        "partial_reasons": config.partial_reasons,
+        "notes": list(config.notes),
+        "no_settings": config.no_settings_line() if not config.loaders else None,
+        "loaders": [describe_loader(config, loader) for loader in config.loaders],
+    }
+
+
+def describe_loader(config: ConfigFile, loader: FoundLoader) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for setting in SETTING_ORDER:
+        set_by = config.set_by(loader, setting)
+        entry: dict[str, Any] = {"set_by": set_by}
+        if setting in loader.unreadable:
+            entry.update(value=None, unreadable=loader.unreadable[setting], why=loader.unreadable_why.get(setting))
+        elif set_by is not None:
+            entry["value"] = loader.values[setting]
+        elif setting in loader.defaults:
+            value, source = loader.defaults[setting]
+            entry.update(value=value, default="framework", default_source=source)
+        else:
+            entry.update(value=getattr(TORCH_DEFAULTS, setting), default="torch")
+        settings[setting] = entry
+    return {
+        "name": loader.name,
+        "layout": loader.layout,
+        "batch_scope": loader.batch_scope if "batch_size" in loader.keys else None,
+        "also": list(loader.also),
+        "settings": settings,
+    }
+
+
+# ---- text ---------------------------------------------------------------------------------------
+def short_file(file: str, config_path: str) -> str:
+    """A file named relative to the config's folder (``../_base_/datasets/coco.py``)."""
+    try:
+        import os
+
+        return os.path.relpath(file, Path(config_path).parent)
+    except ValueError:
+        return file
+
+
+def where_text(entry: dict[str, Any], config_path: str, *, with_file: bool) -> str:
+    """``batch_size:4`` for the config itself, ``dataloader.train.num_workers (../common/coco.py:12)``
+    for a file it inherits."""
+    set_by = entry["set_by"]
+    line = f":{set_by['line']}" if set_by["line"] else ""
+    same = Path(set_by["file"]) == Path(config_path)
+    text = f"{set_by['key']}{line}" if same and not with_file else \
+        f"{set_by['key']} ({short_file(set_by['file'], config_path)}{line})"
+    if set_by.get("via"):
+        source = set_by.get("value_from")
+        text += f" via {set_by['via']}" + (f" ({short_file(source['file'], config_path)}:{source['line']})"
+                                           if source and source.get("line") else "")
+    return text
+
+
+def value_text(setting: str, entry: dict[str, Any], batch_scope: str | None) -> str:
+    if "unreadable" in entry:
+        return f"<{entry['unreadable']}>"
+    text = repr(entry["value"])
+    if setting == "batch_size" and batch_scope in ("per_gpu", "total"):
+        text += f" ({SCOPE_WORDS[batch_scope]})"
+    return text
+
+
+def default_text(setting: str, entry: dict[str, Any]) -> str:
+    """What the DataLoader uses for a setting the file leaves out: ``torch default 0``."""
+    if setting == "prefetch_factor" and entry["value"] is None:
+        return "torch default: 2 per worker"
+    return f"torch default {entry['value']!r}"
+
+
+def not_set_text(settings: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """("num_workers (torch default 0), ...", "pin_memory=True (why), ...") for the settings not set."""
+    torch_defaults, framework = [], []
+    no_workers = settings["num_workers"].get("value") == 0
+    for setting, entry in settings.items():
+        if entry["set_by"] is not None or "unreadable" in entry:
+            continue
+        if no_workers and setting in ("prefetch_factor", "persistent_workers"):
+            continue  # worker settings: nothing without workers
+        if entry.get("default") == "framework":
+            framework.append(f"{setting}={entry['value']!r} ({entry['default_source']})")
+        elif setting in ("batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
+                         "shuffle"):
+            torch_defaults.append(f"{setting} ({default_text(setting, entry)})")
+    return ", ".join(torch_defaults), ", ".join(framework)
+
+
+def render_read(description: dict[str, Any], width: int) -> list[str]:
+    """``--show-read``: every loader's settings, one a line, with the key, file and line that set it."""
+    from loaderdoc.commands.layout import wrap
+
+    path = description["path"]
+    files = description["files"]
+    out = [f"{path}: {description['layout']}; {len(files)} file{'s' if len(files) != 1 else ''} read, "
+           f"{description['read']}"]
+    for file in files[1:]:
+        out.append(f"  + {short_file(file, path)}")
+    if description["no_settings"]:
+        out += wrap(description["no_settings"], width, first="  ", rest="    ")
+    for loader in description["loaders"]:
+        out.append(f"  {loader['name'] or 'loader'}:")
+        for setting, entry in loader["settings"].items():
+            if entry["set_by"] is not None:
+                shown = f"{value_text(setting, entry, loader['batch_scope'])} <- " \
+                        f"{where_text(entry, path, with_file=len(files) > 1)}"
+            elif entry.get("default") == "framework":
+                shown = f"not set ({entry['default_source']}: {entry['value']!r})"
+            else:
+                shown = f"not set ({default_text(setting, entry)})"
+            out += wrap(shown, width, first=f"    {setting:<23} ", rest=" " * 28)
+            if "unreadable" in entry:
+                out += wrap(f"not read: {entry['why']}", width, first=" " * 28, rest=" " * 28)
+        for other in loader["also"]:
+            out += wrap(f"also states {other}", width, first="    ", rest="      ")
+    for reason in description["partial_reasons"]:
+        out += wrap(reason, width, first="  partial: ", rest="    ")
+    for note in description["notes"]:
+        out += wrap(note, width, first="  note: ", rest="    ")
+    return out
+
+
+__all__ = ["CONFIG_SCHEMA", "LAYOUTS_UNDERSTOOD", "describe", "render_read"]

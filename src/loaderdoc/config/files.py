@@ -36,7 +36,7 @@ class ConfigFile:
     notes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # bases named but not read
     unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
-    references: dict[tuple[str, ...], tuple[str, Origin | None]] = field(default_factory=dict)
+    references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
 
     # ---- what was read, and how completely -------------------------------------------------------
     @property
@@ -89,7 +89,7 @@ class ConfigFile:
                "key": ".".join(path)}
         if path in self.references:
             target, target_origin = self.references[path]
-            out["via"] = target
+            out["via"] = ".".join(target)
             if target_origin is not None:
                 out["value_from"] = {"file": target_origin.file, "line": self.line_of_origin(target_origin)}
         return out
@@ -134,9 +134,16 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     config = ConfigFile(path=path, document=loaded.tree, loaders=[], files=loaded.files, texts=loaded.texts,
                         notes=loaded.notes, missing=loaded.missing, references=loaded.references)
     check_native(loaded.tree, config.line_of_origin)
-    found = group(collect_hits(loaded.tree), BY_NAMES, native=native_owners(loaded.tree))
+    opaque: list[str] = []
+    hits = collect_hits(loaded.tree, opaque)
+    used = {hit.path for hit in hits}
+    referenced: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for here, (target, _) in loaded.references.items():
+        if here in used:
+            referenced.setdefault(target, []).append(here)
+    found = group(hits, BY_NAMES, native=native_owners(loaded.tree), referenced=referenced)
     config.loaders = found.loaders
-    config.unattributed = found.unattributed
+    config.unattributed = found.unattributed + opaque
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
     return config
 

@@ -43,7 +43,7 @@ class Loaded:
     notes: list[str] = field(default_factory=list)  # each one line: a missing base, an env variable, ...
     missing: list[str] = field(default_factory=list)  # bases named but not found: the read is partial
     # key path -> (the path it refers to, that value's origin): `batch_size: ${data.batch_size}`
-    references: dict[tuple[str, ...], tuple[str, Origin | None]] = field(default_factory=dict)
+    references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
     frameworks: set[str] = field(default_factory=set)  # inheritance seen: "mmengine", "Hydra", "detectron2", ...
 
 
@@ -163,6 +163,8 @@ class _Loader:
                 words = key.split()
                 override, optional = "override" in words, "optional" in words
                 group, _, pkg = words[-1].partition("@")
+                if group.strip("/").split("/")[0] == "hydra":
+                    continue  # Hydra's own launcher and logging: no DataLoader there (and often in a plugin)
                 entry = ("group", (group, option, pkg, optional))
                 if override and group.strip("/") in choices:
                     entries[choices[group.strip("/")]] = entry
@@ -246,6 +248,8 @@ def _placed(node: Table, at: tuple[str, ...]) -> Table:
 # ---- ${...} and !ref <...> ------------------------------------------------------------------------
 _INTERPOLATION = re.compile(r"^\$\{([^${}]+)\}$")
 _REF = re.compile(r"^<([^<>]+)>$")
+_ENV = re.compile(r"\$\{\s*(?:oc\.)?env\s*:\s*([A-Za-z_][A-Za-z0-9_]*)")
+_RESOLVER = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*:")
 MAX_REFERENCE_DEPTH = 20
 
 
@@ -254,17 +258,16 @@ def _resolve_references(loaded: Loaded) -> None:
 
     def target_of(value: Any, here: tuple[str, ...]) -> tuple[str, tuple[str, ...] | None] | Unread | None:
         """(the text, the absolute path it names), an Unread, or None when the value is no reference."""
-        if isinstance(value, str):
+        if isinstance(value, str) and "${" in value:
             match = _INTERPOLATION.match(value.strip())
-            if not match:
-                return None
+            if not match or ":" in match.group(1):  # a resolver (oc.env, oc.decode, ...) or text around it
+                env = _ENV.search(value)
+                if env:
+                    return Unread(value, f"read from the environment variable {env.group(1)} when the job starts")
+                resolver = _RESOLVER.search(value)
+                what = f"the {resolver.group(1)} resolver" if resolver else "OmegaConf"
+                return Unread(value, f"{what} works it out when the job starts")
             inner = match.group(1).strip()
-            if ":" in inner:
-                resolver, _, argument = inner.partition(":")
-                if resolver in ("oc.env", "env"):
-                    variable = argument.split(",")[0].strip()
-                    return Unread(value, f"read from the environment variable {variable} when the job starts")
-                return Unread(value, f"the {resolver} resolver works it out when the job starts")
             dots = len(inner) - len(inner.lstrip("."))
             parts = tuple(p for p in re.split(r"[.\[\]]", inner.lstrip(".")) if p)
             base = here[:-1][:len(here) - dots] if dots else ()
@@ -288,7 +291,7 @@ def _resolve_references(loaded: Loaded) -> None:
             referred = get_path(root, target)
         except KeyError:
             return Unread(text, f"refers to {'.'.join(target)}, which the config does not set")
-        loaded.references[here] = (".".join(target), origin_of(root, target))
+        loaded.references[here] = (target, origin_of(root, target))
         return resolve(referred, target, depth + 1) if not isinstance(referred, (dict, list)) else referred
 
     def walk(node: Any, path: tuple[str, ...]) -> None:

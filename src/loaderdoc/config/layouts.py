@@ -96,7 +96,23 @@ def _yolo(loaders: list[FoundLoader]) -> None:
             loader.batch_scope = "total"  # YOLO's batch is over all GPUs; each rank takes batch / WORLD_SIZE
 
 
+def _detectron2(loaders: list[FoundLoader]) -> None:
+    _rename_shared("train")(loaders)
+    for loader in loaders:
+        if "num_workers" not in loader.keys and "num_workers" not in loader.unreadable:
+            loader.defaults["num_workers"] = (4, "detectron2's defaults.py: DATALOADER.NUM_WORKERS = 4")
+
+
+def _deepspeed(loaders: list[FoundLoader]) -> None:
+    for loader in loaders:
+        if loader.keys.get("batch_size", ("",))[-1] == "train_batch_size":
+            loader.batch_scope = "total"  # DeepSpeed's train_batch_size: micro batch x accumulation x GPUs
+
+
 LAYOUTS = (
+    Layout("DeepSpeed", lambda t, lo, f: _top(t, "zero_optimization", "train_micro_batch_size_per_gpu")
+           or ("train_batch_size" in t and _top(t, "gradient_accumulation_steps", "optimizer", "fp16", "bf16")),
+           _deepspeed),
     Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
     Layout("mmengine", lambda t, lo, f: any(isinstance(t.get(f"{s}_dataloader"), Table) for s in ("train", "val", "test"))
            or "mmengine _base_" in f and not _top(t, "data")),
@@ -104,7 +120,7 @@ LAYOUTS = (
            lambda t, lo, f: bool(_table(t, "data")) and _top(_table(t, "data"), "samples_per_gpu", "workers_per_gpu",
                                                              "imgs_per_gpu"),
            _rename_shared("train")),
-    Layout("detectron2 (yacs)", lambda t, lo, f: _top(t, "DATALOADER", "SOLVER"), _rename_shared("train")),
+    Layout("detectron2 (yacs)", lambda t, lo, f: _top(t, "DATALOADER", "SOLVER"), _detectron2),
     Layout("detectron2 LazyConfig", lambda t, lo, f: bool(_table(t, "dataloader")) and any(
         "build_detection" in str(v.get("_target_", "")) for v in _table(t, "dataloader").values()
         if isinstance(v, Table))),

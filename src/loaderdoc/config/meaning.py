@@ -30,7 +30,8 @@ STRONG = ("num_workers", "batch_size", "pin_memory", "persistent_workers", "pref
 SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val",
           "eval": "eval", "evaluation": "eval", "test": "test", "testing": "test", "predict": "predict",
           "prediction": "predict", "inference": "predict"}
-FILLER = {"num", "n", "nb", "number", "of", "dataloader", "dataloaders", "data", "loader", "loaders", "dl", "cfg"}
+FILLER = {"dataloader", "dataloaders", "data", "loader", "loaders", "dl", "cfg"}
+COUNT_WORDS = {"num", "n", "nb", "number", "of"}  # "num_workers": filler before the setting's words only
 PER_UNITS = {"gpu", "gpus", "device", "devices", "card", "cards", "replica", "rank", "proc", "process", "core"}
 PER_GPU_WORDS = {"local", "micro"}
 TOTAL_WORDS = {"total", "global"}
@@ -89,6 +90,8 @@ def meaning_of(key: str) -> Meaning | None:
             scope = "per_gpu"
         elif w in TOTAL_WORDS:
             scope = "total"
+        elif w in COUNT_WORDS and not rest:
+            pass
         elif w not in FILLER:
             rest.append(w)
         i += 1
@@ -179,7 +182,12 @@ class Found:
     unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
 
 
-def collect_hits(tree: Table) -> list[Hit]:
+LOADER_WORDS = {"dataloader", "dataloaders", "loader", "loaders"}
+
+
+def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
+    """Every key that states a DataLoader setting; ``opaque`` gets the loader tables that only
+    running the config would fill (``dataloader = get_config(...).dataloader``)."""
     hits: list[Hit] = []
 
     def walk(node: Any, path: tuple[str, ...]) -> None:
@@ -192,6 +200,10 @@ def collect_hits(tree: Table) -> list[Hit]:
                         walk(value, (*path, key))
                     continue
                 meaning = meaning_of(key) if key not in OTHER_LOADER_KEYS else None
+                if meaning is None and isinstance(value, Unread) and opaque is not None \
+                        and set(words(key)) & LOADER_WORDS:
+                    opaque.append(f"{'.'.join((*path, key))} = {value.source}: only running the config tells "
+                                  "this loader's settings")
                 if meaning is None or not _fits(meaning, key, value):
                     continue
                 hits.append(Hit(meaning.setting, (*path, key), value, node.origins.get(key), meaning.split,
@@ -229,9 +241,16 @@ def _fits(meaning: Meaning, key: str, value: Any) -> bool:
     return False
 
 
-def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset()) -> Found:
+def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset(),
+          referenced: dict[tuple[str, ...], list[tuple[str, ...]]] | None = None) -> Found:
     """Hits into loaders: by split, shared settings given to every loader below their table.
-    In ``native`` tables (loaderdoc's own layout) every DataLoader keyword counts on its own."""
+    In ``native`` tables (loaderdoc's own layout) every DataLoader keyword counts on its own. A key
+    another setting refers to (``batch_size: 8`` used as ``!ref <batch_size>``) is a variable, not a
+    loader's when the key that uses it (``referenced``: target -> users) is of the same loader.
+    ``shuffle`` is never shared: a training loader's shuffle is not its validation loader's."""
+    referenced = referenced or {}
+    splits = {h.path: h.split or _enclosing_split(h.owner) for h in hits}
+    hits = [h for h in hits if not any(splits[h.path] == splits.get(user) for user in referenced.get(h.path, ()))]
     strong_owners = {h.owner for h in hits if h.setting in STRONG} | set(native)
     kept: list[Hit] = []
     for hit in hits:
@@ -256,7 +275,7 @@ def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset
         _fill(loader, settled)
         owners = [h.owner for h in split_hits]
         for setting, hit_list in shared.items():
-            if setting in loader.keys or setting in loader.unreadable:
+            if setting in loader.keys or setting in loader.unreadable or setting == "shuffle" and split != "train":
                 continue
             if setting == "batch_size" and "batch_size" in settled:
                 continue
@@ -265,7 +284,7 @@ def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset
                 _fill(loader, {setting: below})
         loaders.append(loader)
     if shared and not any(lo.name == "train" for lo in loaders):
-        loader = FoundLoader("", layout)
+        loader = FoundLoader("train" if loaders else "", layout)  # beside named loaders: the training one
         _fill(loader, shared)
         loaders.insert(0, loader)
     return Found(loaders=loaders, unattributed=unattributed)

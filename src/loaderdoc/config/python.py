@@ -86,7 +86,28 @@ class _Reader:
             kwargs = _export_kwargs(node)
             if kwargs is not None:  # read as loaderdoc's own [dataloader] table
                 self.namespace.put("dataloader", self.value(kwargs, ("dataloader",)), self.origin(("dataloader",), node))
+        elif isinstance(node, ast.ClassDef):
+            self.class_attributes(node)
         # anything else (an `if`, a loop, a class) needs running: nothing literal to read
+
+    def class_attributes(self, node: ast.ClassDef) -> None:
+        """An experiment class (YOLOX's ``Exp``): ``self.data_num_workers = 4`` in ``__init__`` and
+        class-level ``batch_size = 8`` read as the class's table."""
+        table = Table()
+        for item in node.body:
+            if isinstance(item, ast.Assign) and len(item.targets) == 1 and isinstance(item.targets[0], ast.Name):
+                key = item.targets[0].id
+                table.put(key, self.value(item.value, (node.name, key)), self.origin((node.name, key), item))
+            elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                for statement in ast.walk(item):
+                    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+                        target = statement.targets[0]
+                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                                and target.value.id == "self":
+                            path = (node.name, target.attr)
+                            table.put(target.attr, self.value(statement.value, path), self.origin(path, statement))
+        if table:
+            self.namespace.put(node.name, table, self.origin((node.name,), node))
 
     def assign(self, target: ast.expr, value_node: ast.expr, statement: ast.stmt) -> None:
         if isinstance(target, ast.Name):

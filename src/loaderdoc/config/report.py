@@ -136,7 +136,7 @@ def render_read(description: dict[str, Any], width: int) -> list[str]:
                 shown = f"{value_text(setting, entry, loader['batch_scope'])} <- " \
                         f"{where_text(entry, path, with_file=len(files) > 1)}"
             elif entry.get("default") == "framework":
-                shown = f"not set ({entry['default_source']}: {entry['value']!r})"
+                shown = f"not set; framework default {entry['value']!r} ({entry['default_source']})"
             else:
                 shown = f"not set ({default_text(setting, entry)})"
             out += wrap(shown, width, first=f"    {setting:<23} ", rest=" " * 28)

@@ -83,6 +83,18 @@ def read_report(args: argparse.Namespace) -> dict:
     return {"schema": CONFIG_SCHEMA, **describe(read_config(args.config))}
 
 
+def _is_loaderdoc_training(config, context_type) -> bool:
+    """[training] describes the script for the rules when it is loaderdoc's: in a file of loaderdoc's
+    own tables, or holding nothing but its facts; a project's `training:` (epochs, lr) is not."""
+    from dataclasses import fields
+
+    table = config.training_table
+    if table is None:
+        return False
+    names = {f.name for f in fields(context_type)}
+    return config.loaderdoc_shaped or bool(table) and all(key in names for key in table)
+
+
 def per_process_batch(loader, settings, facts) -> int | None:
     """The batch one DataLoader makes: a total over all GPUs (detectron2's IMS_PER_BATCH, YOLO's
     batch) is split over this machine's GPUs, one process each; None when the file does not set it."""
@@ -108,7 +120,7 @@ def build_report(args: argparse.Namespace) -> dict:
     checked: list[dict] = []  # one entry per DataLoader in the config
     if args.config:
         config = read_config(args.config)
-        if config.training_table is not None:
+        if _is_loaderdoc_training(config, TrainingContext):
             context = TrainingContext.from_mapping(config.training_table, where=str(config.path),
                                                    lines=config.training_lines)
         for loader in config.loaders:
@@ -207,7 +219,9 @@ def render_text(report: dict) -> str:
     out.append("")
     config = report["config"]
     if config["path"]:
-        out.extend(_config_lines(config))
+        from loaderdoc.commands.config_text import config_lines
+
+        out.extend(config_lines(config))
     if report["batch_bytes"]:
         out.append(f"Batch size in memory: {fmt_bytes(report['batch_bytes'])}")
     findings = report["findings"]
@@ -225,59 +239,10 @@ def render_text(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _config_lines(config: dict) -> list[str]:
-    from loaderdoc.commands.layout import output_width, wrap
-    from loaderdoc.config.report import not_set_text, value_text, where_text
-
-    width = output_width()
-    loaders = config["loaders"]
-    files = config["files"]
-    inherited = f"; {len(files)} files" if len(files) > 1 else ""
-    head = f"Config {config['path']} ({config['layout']}{inherited}): "
-    if not loaders:
-        return wrap(config["no_settings"] + (f"; read {config['read']}" if config["read"] == "partial" else ""),
-                    width, first=head, rest="    ") + _partial_lines(config, width)
-    out = [head + f"{len(loaders)} loader{'s' if len(loaders) != 1 else ''}"
-           + ("; read PARTIAL" if config["read"] == "partial" else "")]
-    for entry in loaders:
-        read = entry["read"]
-        kwargs = ", ".join(f"{k}={value_text(k, v, entry['batch_scope'])}" for k, v in read.items()
-                           if v["set_by"] is not None)
-        if entry["batch_per_process"] is not None and entry["batch_scope"] == "total":
-            kwargs += f"; judged as {entry['batch_per_process']} per process on this machine"
-        out += wrap(kwargs or "the file sets nothing this loader could use", width,
-                    first=f"  {entry['name'] or 'loader'} [{entry['status']}]: ", rest="      ")
-        if entry["unreadable"]:
-            out += wrap(f"{', '.join(entry['unreadable'])} is worked out when the job runs; check the resolved "
-                        "config (mmengine: tools/misc/print_config.py)", width, first="    not judged: ", rest="      ")
-        torch_defaults, framework = not_set_text(read)
-        if torch_defaults:
-            out += wrap(torch_defaults, width, first="    not set: ", rest="      ")
-        if framework:
-            out += wrap(framework, width, first="    framework: ", rest="      ")
-        pairs = [f"{k} <- {where_text(v, config['path'], with_file=False)}" for k, v in read.items()
-                 if v["set_by"] is not None]
-        if pairs and len("    read from: " + ", ".join(pairs)) <= width:
-            out.append("    read from: " + ", ".join(pairs))
-        elif pairs:  # one setting a line: a pair is never cut
-            out.append("    read from:")
-            out += [f"      {pair}" for pair in pairs]
-    return out + _partial_lines(config, width)
-
-
-def _partial_lines(config: dict, width: int) -> list[str]:
-    from loaderdoc.commands.layout import wrap
-
-    out = []
-    for reason in config["partial_reasons"]:
-        out += wrap(reason, width, first="  partial: ", rest="    ")
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "show_read", False):
+        from loaderdoc.commands.config_text import render_read
         from loaderdoc.commands.layout import output_width
-        from loaderdoc.config.report import render_read
 
         report = read_report(args)
         if args.json:

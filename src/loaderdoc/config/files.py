@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.config.inherit import Loaded, load
-from loaderdoc.config.layouts import BY_NAMES, LAYOUTS_UNDERSTOOD, check_native, native_owners, refine
+from loaderdoc.config.layouts import (
+    BY_NAMES,
+    LAYOUTS_UNDERSTOOD,
+    check_native,
+    is_loaderdoc_shaped,
+    native_owners,
+    refine,
+)
 from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader, collect_hits, group
 from loaderdoc.config.tree import Origin, Table, origin_of, plain
 from loaderdoc.errors import SettingsError
@@ -38,13 +45,18 @@ class ConfigFile:
     unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
     references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
 
+    @property
+    def loaderdoc_shaped(self) -> bool:
+        """Nothing but loaderdoc's own tables: its [training] table is loaderdoc's, not a project's."""
+        return is_loaderdoc_shaped(self.document)
+
     # ---- what was read, and how completely -------------------------------------------------------
     @property
     def read(self) -> str:
         """"complete", "partial" (a base not found, a value only run time knows, keys that disagree)
         or "none" (no DataLoader settings)."""
         if not self.loaders:
-            return READ_PARTIAL if self.missing else READ_NONE
+            return READ_PARTIAL if self.missing or self.unattributed else READ_NONE
         if self.missing or self.unattributed or any(lo.unreadable for lo in self.loaders):
             return READ_PARTIAL
         return READ_COMPLETE
@@ -96,11 +108,14 @@ class ConfigFile:
 
     @property
     def training_table(self) -> dict[str, Any] | None:
-        """The optional ``[training]`` table (what the training script does, for advice rules)."""
+        """The optional ``[training]`` table (what the training script does, for advice rules); the
+        caller decides whether it is loaderdoc's (:attr:`loaderdoc_shaped`) or a project's own section."""
         table = self.document.get("training")
-        if table is not None and not isinstance(table, dict):
+        if table is None:
+            return None
+        if not isinstance(table, dict):
             raise SettingsError(f"{self.path}: [training] must be a table of facts about the training script")
-        return plain(table) if table is not None else None
+        return plain(table)
 
     @property
     def training_lines(self) -> dict[str, int]:

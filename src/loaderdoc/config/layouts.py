@@ -172,6 +172,11 @@ def native_owners(tree: Table) -> set[tuple[str, ...]]:
     return ({(table,)} if table else set()) | ({()} if _all_native(tree) else set())
 
 
+def is_loaderdoc_shaped(tree: Table) -> bool:
+    """Nothing but loaderdoc's own tables and keys: [dataloader] (or top-level settings) and [training]."""
+    return all(key in ("training", *TABLE_NAMES) or key in SETTING_NAMES or _near_miss(key) for key in tree)
+
+
 def _all_native(tree: Table) -> bool:
     """A file of nothing but DataLoader keys (and a [training] table): loaderdoc's own top-level layout."""
     keys = [k for k in tree if k != "training"]

@@ -117,38 +117,4 @@ def not_set_text(settings: dict[str, dict[str, Any]]) -> tuple[str, str]:
     return ", ".join(torch_defaults), ", ".join(framework)
 
 
-def render_read(description: dict[str, Any], width: int) -> list[str]:
-    """``--show-read``: every loader's settings, one a line, with the key, file and line that set it."""
-    from loaderdoc.commands.layout import wrap
-
-    path = description["path"]
-    files = description["files"]
-    out = [f"{path}: {description['layout']}; {len(files)} file{'s' if len(files) != 1 else ''} read, "
-           f"{description['read']}"]
-    for file in files[1:]:
-        out.append(f"  + {short_file(file, path)}")
-    if description["no_settings"]:
-        out += wrap(description["no_settings"], width, first="  ", rest="    ")
-    for loader in description["loaders"]:
-        out.append(f"  {loader['name'] or 'loader'}:")
-        for setting, entry in loader["settings"].items():
-            if entry["set_by"] is not None:
-                shown = f"{value_text(setting, entry, loader['batch_scope'])} <- " \
-                        f"{where_text(entry, path, with_file=len(files) > 1)}"
-            elif entry.get("default") == "framework":
-                shown = f"not set; framework default {entry['value']!r} ({entry['default_source']})"
-            else:
-                shown = f"not set ({default_text(setting, entry)})"
-            out += wrap(shown, width, first=f"    {setting:<23} ", rest=" " * 28)
-            if "unreadable" in entry:
-                out += wrap(f"not read: {entry['why']}", width, first=" " * 28, rest=" " * 28)
-        for other in loader["also"]:
-            out += wrap(f"also states {other}", width, first="    ", rest="      ")
-    for reason in description["partial_reasons"]:
-        out += wrap(reason, width, first="  partial: ", rest="    ")
-    for note in description["notes"]:
-        out += wrap(note, width, first="  note: ", rest="    ")
-    return out
-
-
-__all__ = ["CONFIG_SCHEMA", "LAYOUTS_UNDERSTOOD", "describe", "render_read"]
+__all__ = ["CONFIG_SCHEMA", "LAYOUTS_UNDERSTOOD", "describe", "not_set_text", "value_text", "where_text"]

@@ -1,0 +1,90 @@
+"""The text of what a config sets and where: `check`'s Config section, and `check --show-read`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaderdoc.commands.layout import output_width, wrap
+
+
+def config_lines(config: dict) -> list[str]:
+    from loaderdoc.config.report import not_set_text, value_text, where_text
+
+    width = output_width()
+    loaders = config["loaders"]
+    files = config["files"]
+    inherited = f"; {len(files)} files" if len(files) > 1 else ""
+    head = f"Config {config['path']} ({config['layout']}{inherited}): "
+    if not loaders:
+        partial = "; read partial" if config["read"] == "partial" else ""
+        return [head + f"no DataLoader settings{partial}",
+                *wrap(config["no_settings"], width, first="  ", rest="    "), *_partial_lines(config, width)]
+    out = [head + f"{len(loaders)} loader{'s' if len(loaders) != 1 else ''}"
+           + ("; read PARTIAL" if config["read"] == "partial" else "")]
+    for entry in loaders:
+        read = entry["read"]
+        kwargs = ", ".join(f"{k}={value_text(k, v, entry['batch_scope'])}" for k, v in read.items()
+                           if v["set_by"] is not None)
+        if entry["batch_per_process"] is not None and entry["batch_scope"] == "total":
+            kwargs += f"; judged as {entry['batch_per_process']} per process on this machine"
+        out += wrap(kwargs or "the file sets nothing this loader could use", width,
+                    first=f"  {entry['name'] or 'loader'} [{entry['status']}]: ", rest="      ")
+        if entry["unreadable"]:
+            out += wrap(f"{', '.join(entry['unreadable'])} is worked out when the job runs; check the resolved "
+                        "config (mmengine: tools/misc/print_config.py)", width, first="    not judged: ", rest="      ")
+        torch_defaults, framework = not_set_text(read)
+        if torch_defaults:
+            out += wrap(torch_defaults, width, first="    not set: ", rest="      ")
+        if framework:
+            out += wrap(framework, width, first="    framework: ", rest="      ")
+        pairs = [f"{k} <- {where_text(v, config['path'], with_file=False)}" for k, v in read.items()
+                 if v["set_by"] is not None]
+        if pairs and len("    read from: " + ", ".join(pairs)) <= width:
+            out.append("    read from: " + ", ".join(pairs))
+        elif pairs:  # one setting a line: a pair is never cut
+            out.append("    read from:")
+            out += [f"      {pair}" for pair in pairs]
+    return out + _partial_lines(config, width)
+
+
+def _partial_lines(config: dict, width: int) -> list[str]:
+    from loaderdoc.commands.layout import wrap
+
+    out = []
+    for reason in config["partial_reasons"]:
+        out += wrap(reason, width, first="  partial: ", rest="    ")
+    return out
+
+
+def render_read(description: dict[str, Any], width: int) -> list[str]:
+    """``--show-read``: every loader's settings, one a line, with the key, file and line that set it."""
+    from loaderdoc.config.report import default_text, short_file, value_text, where_text
+
+    path = description["path"]
+    files = description["files"]
+    out = [f"{path}: {description['layout']}; {len(files)} file{'s' if len(files) != 1 else ''} read, "
+           f"{description['read']}"]
+    for file in files[1:]:
+        out.append(f"  + {short_file(file, path)}")
+    if description["no_settings"]:
+        out += wrap(description["no_settings"], width, first="  ", rest="    ")
+    for loader in description["loaders"]:
+        out.append(f"  {loader['name'] or 'loader'}:")
+        for setting, entry in loader["settings"].items():
+            if entry["set_by"] is not None:
+                shown = f"{value_text(setting, entry, loader['batch_scope'])} <- " \
+                        f"{where_text(entry, path, with_file=len(files) > 1)}"
+            elif entry.get("default") == "framework":
+                shown = f"not set; framework default {entry['value']!r} ({entry['default_source']})"
+            else:
+                shown = f"not set ({default_text(setting, entry)})"
+            out += wrap(shown, width, first=f"    {setting:<23} ", rest=" " * 28)
+            if "unreadable" in entry:
+                out += wrap(f"not read: {entry['why']}", width, first=" " * 28, rest=" " * 28)
+        for other in loader["also"]:
+            out += wrap(f"also states {other}", width, first="    ", rest="      ")
+    for reason in description["partial_reasons"]:
+        out += wrap(reason, width, first="  partial: ", rest="    ")
+    for note in description["notes"]:
+        out += wrap(note, width, first="  note: ", rest="    ")
+    return out

@@ -218,7 +218,8 @@ def test_json_is_the_documented_structure(report_file, two_loaders):
     assert set(doc["probe_report"]) == {"path", "workload", "batch_size", "batch_bytes", "device",
                                         "configurations", "measured"}
     for entry in doc["loaders"]:
-        assert set(entry) == {"name", "layout", "settings_from", "settings", "unreadable", "batch_bytes", "knobs"}
+        assert set(entry) == {"name", "layout", "settings_from", "settings", "unreadable", "not_set",
+                              "framework_defaults", "batch_bytes", "knobs"}
         assert [k["knob"] for k in entry["knobs"]] == list(KNOB_ORDER)
         for knob in entry["knobs"]:
             assert set(knob) == {"knob", "current", "raising", "lowering", "evidence", "columns", "rows", "note"}

@@ -14,8 +14,9 @@ and are computed from machine facts otherwise.
      "machine_line": "host: 2 CPUs (logical), ...",
      "probe_report": null | {"path", "workload", "batch_size", "batch_bytes", "device",
                              "configurations", "measured"},
-     "config": null | {"path", "skipped"},
-     "loaders": [{"name", "layout", "settings_from", "settings", "unreadable", "batch_bytes",
+     "config": null | {"path", "skipped", "no_settings"},
+     "loaders": [{"name", "layout", "settings_from", "settings", "unreadable", "not_set", "framework_defaults",
+                  "batch_bytes",
                   "knobs": [{"knob", "current", "raising", "lowering", "evidence", "note", "columns",
                              "rows": [{"value", "cells", "data", "current", "measured", "fits"}]}]}],
      "machine": {the MachineFacts tree, as 'loaderdoc facts --json'}}
@@ -72,20 +73,25 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     judged: list[dict[str, Any]] = []  # name, layout, settings_from, settings, unreadable
     config = None
     if args.config:
+        from loaderdoc.commands.check import per_process_batch
         from loaderdoc.config import read_config
+        from loaderdoc.config.report import describe_loader, not_set_text
 
         config = read_config(args.config)
         for loader in config.loaders:
             settings = config.settings(loader, strict=False)
-            if args.batch_size:
-                settings = settings.replace(batch_size=args.batch_size)
+            batch = args.batch_size or per_process_batch(loader, settings, facts)
+            if batch is not None and batch != settings.batch_size:
+                settings = settings.replace(batch_size=batch)
+            not_set, framework = not_set_text(describe_loader(config, loader)["settings"])
             judged.append({"name": loader.name, "layout": loader.layout, "settings_from": "config",
-                           "settings": settings, "unreadable": dict(loader.unreadable)})
-    else:
+                           "settings": settings, "unreadable": dict(loader.unreadable),
+                           "not_set": not_set, "framework_defaults": framework})
+    if not judged:  # no config, or one without DataLoader settings: the recommendation's tables
         rec = recommend(facts, batch_size=args.batch_size, sample_bytes=per_sample, probe=probe)
         origin = "recommended from the probe" if rec.source == "probe" else "recommended from machine facts"
         judged.append({"name": "", "layout": "", "settings_from": origin, "settings": rec.settings,
-                       "unreadable": {}})
+                       "unreadable": {}, "not_set": "", "framework_defaults": ""})
     loaders = []
     for entry in judged:
         settings = entry["settings"]
@@ -99,7 +105,8 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
         "schema": TRADEOFFS_SCHEMA,
         "machine_line": machine_line(facts),
         "probe_report": _probe_json(args.probe_report, probe) if probe is not None else None,
-        "config": {"path": args.config, "skipped": config.skipped} if config is not None else None,
+        "config": {"path": args.config, "skipped": config.skipped,
+                   "no_settings": None if config.loaders else config.no_settings_line()} if config is not None else None,
         "loaders": loaders,
         "machine": facts.to_dict(),
     }
@@ -143,6 +150,10 @@ def render_text(report: dict[str, Any], width: int = 80, *, explain_knobs: bool 
     config = report["config"]
     if config is not None and config["skipped"]:
         out += wrap("; ".join(config["skipped"]), width, "skipped:  ", " " * 10)
+    if config is not None and config["no_settings"]:
+        out += wrap(config["no_settings"] + "; the tables below are the recommendation's", width, "config:   ",
+                    " " * 10)
+        config = None
     for entry in report["loaders"]:
         out += ["", *_loader_title(entry, config, width)]
         for t in entry["items"]:
@@ -154,7 +165,7 @@ def _loader_title(entry: dict[str, Any], config: dict[str, Any] | None, width: i
     from loaderdoc.commands.layout import wrap
     from loaderdoc.units import fmt_bytes
 
-    if config is not None:
+    if config is not None and entry["settings_from"] == "config":
         title = f"== loader '{entry['name'] or 'loader'}' ({entry['layout']}, {config['path']}) "
     else:
         title = f"== {entry['settings_from']} "
@@ -164,6 +175,10 @@ def _loader_title(entry: dict[str, Any], config: dict[str, Any] | None, width: i
         lines[-1] = lines[-1] + " " + "=" * fill
     kwargs = ", ".join(f"{k}={v!r}" for k, v in entry["settings"].items())
     lines += wrap(kwargs, width, "settings: ", " " * 10)
+    if entry["not_set"]:  # not in the file: the tables judge the DataLoader's defaults, said as such
+        lines += wrap(entry["not_set"], width, "not set:  ", " " * 10)
+    if entry["framework_defaults"]:
+        lines += wrap(entry["framework_defaults"], width, "defaults: ", " " * 10)
     if entry["batch_bytes"]:
         lines.append(f"batch:    {fmt_bytes(entry['batch_bytes'])} per batch")
     for key, source in entry["unreadable"].items():

@@ -136,9 +136,9 @@ LAYOUTS = (
 )
 BY_NAMES = "read by key names"
 LAYOUTS_UNDERSTOOD = (
-    "any file whose keys name DataLoader settings (num_workers, workers, workers_per_gpu, batch_size, batch, "
-    "samples_per_gpu, IMS_PER_BATCH, pin_mem, ...), at any depth; refined for loaderdoc's [dataloader], "
-    + ", ".join(layout.name for layout in LAYOUTS)
+    "keys naming DataLoader settings at any depth (num_workers, workers, workers_per_gpu, batch_size, batch, "
+    "samples_per_gpu, IMS_PER_BATCH, pin_mem, ...), refined for loaderdoc's [dataloader], DeepSpeed, YOLO, "
+    "mmengine, MMCV 1.x, detectron2, NeMo, LightningCLI, Hugging Face, timm, ml-cvnets and Hydra"
 )
 
 

@@ -227,3 +227,19 @@ def test_show_read_prints_what_was_read_from_where_without_the_machine(tmp_path)
     assert report["schema"] == "loaderdoc.config/1" and report["loaders"][0]["settings"]["pin_memory"]["set_by"] is None
     bad = run("check", "--show-read")
     assert bad.returncode == 3 and bad.stderr.count("\n") == 1 and "--show-read needs --config" in bad.stderr
+
+
+def test_the_apps_config_option_checks_the_config_without_a_terminal_and_goes_with_no_other_command(tmp_path):
+    path = write(tmp_path, "opt.yaml", "weights: yolov5s.pt\nimgsz: 640\nbatch_size: 16\nworkers: 8\n")
+    proc = run("--config", "opt.yaml", "--machine", "ci-2core", cwd=tmp_path)
+    assert "no terminal; running 'loaderdoc check'" in proc.stderr
+    assert "Config opt.yaml (YOLO (ultralytics / YOLOv5)): 1 loader" in proc.stdout
+    assert "num_workers <- workers:4" in proc.stdout
+    wrong = run("--config", "opt.yaml", "probe", cwd=tmp_path)
+    assert wrong.returncode == 3 and wrong.stderr.count("\n") == 1
+    assert "--config FILE goes with the app, 'check' or 'tradeoffs', not 'probe'" in wrong.stderr
+    before = run("--config", "opt.yaml", "check", "--machine", "ci-2core", "--json", cwd=tmp_path)
+    assert json.loads(before.stdout)["config"]["loaders"][0]["settings"]["num_workers"] == 8
+    bad = write(tmp_path, "bad.yaml", "num_workers: -2\n")
+    proc = run("--config", str(bad), "--machine", "ci-2core", cwd=tmp_path)
+    assert proc.returncode == 3 and "num_workers must be >= 0" in proc.stderr

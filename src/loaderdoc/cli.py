@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  loaderdoc --export loader.toml              write recommended settings\n"
         "  loaderdoc --report run.json                 open a watched run in the app (written by 'watch --report')\n"
         "  loaderdoc --report job.json                 open a job's table of nodes (check --distributed --json)\n"
-        "  loaderdoc --report tune.json                open a tune's trials and pick (written by 'tune --report')\n",
+        "  loaderdoc --report tune.json                open a tune's trials and pick (written by 'tune --report')\n"
+        "  loaderdoc --config train.yaml               open the app on a config's settings, each with its source\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"loaderdoc {__version__}")
@@ -98,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "wait vs step per loader in Run), a job's (from 'check --distributed --json'; the "
                         "table of nodes in Job) or a tune's (from 'loaderdoc tune --report FILE'; the trials and "
                         "the pick in Tune); a run's or a job's findings lead Diagnoses")
+    opened.add_argument("--config", metavar="FILE",
+                        help="open the app with the DataLoader settings read from FILE (any config 'check --config' "
+                        "reads; its training loader) as the chosen settings, each field saying the key and line "
+                        "that set it, or 'not set (torch default ...)'")
     add_workload_arguments(parser, with_probe=True)
 
     modules = {"check": check, "probe": probe, "facts": facts, "tradeoffs": tradeoffs_cmd, "watch": watch_cmd,
@@ -180,6 +185,8 @@ def _run(argv: list[str] | None) -> int:
         given = f"'{args.command}'" if args.command else "--export"
         raise UserError(f"--report FILE opens a watched run, a job or a tune report in the app; it does not go with {given} "
                         "(to write a report: loaderdoc watch --report FILE -- COMMAND)")
+    if args.command and getattr(args, "config", None) and args.command not in ("check", "tradeoffs"):
+        raise UserError(f"--config FILE goes with the app, 'check' or 'tradeoffs', not '{args.command}'")
     with _contained(args):
         if args.command:
             return int(args._run(args))

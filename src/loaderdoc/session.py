@@ -37,6 +37,24 @@ ProbeFn = Callable[..., ProbeReport]
 
 # ---- workload -----------------------------------------------------------------------------
 @dataclass
+class ConfigChoice:
+    """A loader read from the user's config (``loaderdoc --config FILE``): its settings, and per
+    setting where it came from, or that the file does not set it (torch's default, named)."""
+
+    path: str
+    loader: str  # "train", "val", ... or "" for a file's one loader
+    settings: LoaderSettings
+    sources: dict[str, str]  # setting -> "opt.yaml:54 workers" | "not set (torch default 0)" | ...
+    read: str = "complete"  # or "partial": something in the file only run time knows
+
+    @property
+    def origin(self) -> str:
+        loader = f", loader {self.loader}" if self.loader else ""
+        partial = "; read partial" if self.read == "partial" else ""
+        return f"read from {self.path}{loader}{partial}"
+
+
+@dataclass
 class ProbeRequest:
     """What the probe will measure: a preset or the user's dataset, and the run's limits."""
 
@@ -129,6 +147,7 @@ class Session:
         watch_run: WatchRun | None = None,
         job_run: JobRun | None = None,
         tune_run: TuneRun | None = None,
+        config: ConfigChoice | None = None,
     ) -> None:
         self._detect_fn = detect_fn
         self._probe_fn = probe_fn
@@ -150,6 +169,11 @@ class Session:
         self.watch_run = watch_run  # a watched run's report (`loaderdoc --report FILE`): its findings lead
         self.job_run = job_run  # or a job's (`check --distributed --json`): likewise
         self.tune_run = tune_run  # or a tune's (`loaderdoc tune --report FILE`): its trials, no findings
+        self.config = config  # the user's config (`loaderdoc --config FILE`): its loader is the chosen settings
+        if config is not None and settings is None:
+            self.settings = config.settings
+            self.settings_origin = config.origin
+            self.user_touched = True
         picked = tune_run.report.pick_settings() if tune_run is not None and settings is None else None
         if picked is not None:  # measured on the real job: chosen, and what Export writes
             self.settings = picked

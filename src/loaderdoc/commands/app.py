@@ -116,6 +116,7 @@ def run_app(args: argparse.Namespace) -> int:
             job_run = opened
         else:
             tune_run = opened
+    config = config_choice(args.config) if getattr(args, "config", None) else None  # bad input: exit 3 first
     if getattr(args, "preset", None):
         from loaderdoc.probing.workloads import get_preset
 
@@ -143,9 +144,38 @@ def run_app(args: argparse.Namespace) -> int:
     from loaderdoc.tui.app import make_app
 
     app = make_app(workload=workload_from_args(args), watch_run=watch_run, job_run=job_run,
-                   tune_run=tune_run, **sources)
+                   tune_run=tune_run, config=config, **sources)
     _cancel_probe_on_sigterm(app)
     return run_to_exit_code(app)
+
+
+def config_choice(path: str):
+    """The training loader of the user's config (else its first) as the app's chosen settings, each
+    field with its source; None, said on stderr, for a file with no DataLoader settings."""
+    from loaderdoc.config import read_config
+    from loaderdoc.config.report import SCOPE_WORDS, default_text, describe_loader, where_text
+    from loaderdoc.session import ConfigChoice
+
+    config = read_config(path)
+    if not config.loaders:
+        print(f"loaderdoc: {config.no_settings_line()}", file=sys.stderr, flush=True)
+        return None
+    loader = next((lo for lo in config.loaders if lo.name == "train"), config.loaders[0])
+    sources = {}
+    described = describe_loader(config, loader)
+    for setting, entry in described["settings"].items():
+        if entry["set_by"] is not None and "unreadable" not in entry:
+            scope = described["batch_scope"] if setting == "batch_size" else None
+            sources[setting] = f"from {where_text(entry, path, with_file=True)}" + (
+                f"; {SCOPE_WORDS[scope]}" if scope in ("per_gpu", "total") else "")
+        elif "unreadable" in entry:
+            sources[setting] = f"not read: {entry['unreadable']} ({entry['why']}); torch's default shown"
+        elif entry.get("default") == "framework":
+            sources[setting] = f"not set; {entry['default_source']}: {entry['value']!r}"
+        else:
+            sources[setting] = f"not set ({default_text(setting, entry)})"
+    return ConfigChoice(path=str(path), loader=loader.name, settings=config.settings(loader, strict=False),
+                        sources=sources, read=config.read)
 
 
 def run_to_exit_code(app, **run_options) -> int:

@@ -30,7 +30,7 @@ from loaderdoc.advice.findings import Finding
 from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import UserError
 from loaderdoc.reports import TuneRun
-from loaderdoc.session import DetectFn, ProbeFn, ProbeRequest, Session, one_line
+from loaderdoc.session import ConfigChoice, DetectFn, ProbeFn, ProbeRequest, Session, one_line
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.tui.messages import (
@@ -96,6 +96,7 @@ class LoaderDocApp(App[int]):
         watch_run: WatchRun | None = None,
         job_run: JobRun | None = None,
         tune_run: TuneRun | None = None,
+        config: ConfigChoice | None = None,
     ) -> None:
         super().__init__()
         self._early_facts = early_facts
@@ -105,7 +106,7 @@ class LoaderDocApp(App[int]):
 
         self.session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
                                load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run,
-                               job_run=job_run, tune_run=tune_run)
+                               job_run=job_run, tune_run=tune_run, config=config)
         self._probe_worker: Worker | None = None
         self._slow_started = False
 
@@ -405,6 +406,7 @@ def make_app(
     watch_run: WatchRun | None = None,
     job_run: JobRun | None = None,
     tune_run: TuneRun | None = None,
+    config: ConfigChoice | None = None,
 ) -> LoaderDocApp:
     """Build the app.
 
@@ -417,7 +419,8 @@ def make_app(
     watched run's report (:func:`loaderdoc.watching.report_file.load_watch_report`): its findings
     lead the diagnoses and the app opens on its Run view; ``job_run`` likewise is a job report
     (:func:`loaderdoc.cluster.job_file.load_job_report`), opened on its Job view; ``tune_run`` a
-    tune report (:func:`loaderdoc.reports.open_report`), opened on its Tune view (no findings).
+    tune report (:func:`loaderdoc.reports.open_report`), opened on its Tune view (no findings);
+    ``config`` a loader read from the user's config file: the chosen settings, each with its source.
     """
     return LoaderDocApp(
         facts=facts,
@@ -432,4 +435,5 @@ def make_app(
         watch_run=watch_run,
         job_run=job_run,
         tune_run=tune_run,
+        config=config,
     )

@@ -39,7 +39,7 @@ class SettingsPane(VerticalScroll):
                                  compact=True, id=f"set-{key}")
                 else:
                     yield Input(values[key], id=f"set-{key}", compact=True, classes="num")
-                yield Static(HINTS.get(key, ""), id=f"msg-{key}", classes="setting-msg")
+                yield Static(self._source_or_hint(key), id=f"msg-{key}", classes="setting-msg")
         with Horizontal(classes="form-row"):
             yield Button("Use recommendation", id="settings-adopt", compact=True)
             yield Button("Export... (^e)", id="settings-export", variant="primary", compact=True)
@@ -99,20 +99,29 @@ class SettingsPane(VerticalScroll):
                 msg.update(Text(errors[key], style="bold red"))
                 msg.add_class("-error")
             else:
-                msg.update(HINTS.get(key, ""))
+                msg.update(self._source_or_hint(key))
                 msg.remove_class("-error")
+
+    def _source_or_hint(self, key: str) -> str:
+        """Where a value came from while the config's settings are the chosen ones (the file's key
+        and line, or "not set (torch default 0)"), else what the knob does."""
+        session = self.app.session
+        if session.config is not None and session.settings == session.config.settings:
+            return session.config.sources.get(key, HINTS.get(key, ""))
+        return HINTS.get(key, "")
 
     # ---- widgets -> state ------------------------------------------------------------------
     def _edited(self) -> None:
         settings, errors = model.parse_settings_form(self._form_values())
-        self._show_errors(errors)
         if settings == self._shown:
+            self._show_errors(errors)
             self._note()
             return  # an event that changed nothing (e.g. a widget announcing its first value)
         if settings is not None:
             self._shown = settings
             self.app.set_settings(settings, "edited")
-        else:
+        self._show_errors(errors)  # after the change: the config's sources hold only for its own values
+        if settings is None:
             note = self.query_one("#settings-note", Static)
             note.update(Text.assemble(("Not applied: ", "bold red"),
                                       f"fix the field marked below; the chosen settings stay "

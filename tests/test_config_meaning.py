@@ -230,7 +230,7 @@ def test_show_read_prints_what_was_read_from_where_without_the_machine(tmp_path)
 
 
 def test_the_apps_config_option_checks_the_config_without_a_terminal_and_goes_with_no_other_command(tmp_path):
-    path = write(tmp_path, "opt.yaml", "weights: yolov5s.pt\nimgsz: 640\nbatch_size: 16\nworkers: 8\n")
+    write(tmp_path, "opt.yaml", "weights: yolov5s.pt\nimgsz: 640\nbatch_size: 16\nworkers: 8\n")
     proc = run("--config", "opt.yaml", "--machine", "ci-2core", cwd=tmp_path)
     assert "no terminal; running 'loaderdoc check'" in proc.stderr
     assert "Config opt.yaml (YOLO (ultralytics / YOLOv5)): 1 loader" in proc.stdout

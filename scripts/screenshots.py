@@ -126,6 +126,30 @@ async def settings():
     await shoot("settings", recorded("k8s-4cpu-quota"), BIG, run)
 
 
+CONFIG_SHOT = Path(__file__).resolve().parent.parent / "tests/fixtures/configs/projects/mmdet3/configs/retinanet/" \
+    "retinanet_r50_fpn_8xb8-amp-lsj-200e_coco.py"
+
+
+async def config(size=BIG, name="config"):
+    """`loaderdoc --config FILE`: a real mmdet 3.x config (three files of _base_), each field's source."""
+    from loaderdoc.commands.app import config_choice
+
+    async def run(pilot):
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+
+    os.chdir(CONFIG_SHOT.parent)  # the path as a user in the project's folder gives it
+    try:
+        chosen = config_choice(CONFIG_SHOT.name)
+    finally:
+        os.chdir(OUT.parent)
+    await shoot(name, recorded("ci-2core", config=chosen), size, run)
+
+
+async def config_small():
+    await config(SMALL, "config-80x24")
+
+
 async def export():
     async def run(pilot):
         await pilot.press("ctrl+e")
@@ -241,6 +265,8 @@ SHOTS = {
     "diagnoses": diagnoses,
     "tradeoffs": tradeoffs,
     "settings": settings,
+    "config": config,
+    "config-80x24": config_small,
     "export": export,
     "light-theme": light,
     "watch-report": watch_report,

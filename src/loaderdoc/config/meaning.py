@@ -27,7 +27,8 @@ SETTING_ORDER = tuple(f.name for f in fields(LoaderSettings))
 # beside or just below these, since `shuffle` and `timeout` mean many things in a project's config
 STRONG = ("num_workers", "batch_size", "pin_memory", "persistent_workers", "prefetch_factor")
 
-SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "dev": "val",
+SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "validate": "val",
+          "dev": "val",
           "eval": "eval", "evaluation": "eval", "test": "test", "testing": "test", "predict": "predict",
           "prediction": "predict", "inference": "predict"}
 FILLER = {"dataloader", "dataloaders", "data", "loader", "loaders", "dl", "cfg"}

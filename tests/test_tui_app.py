@@ -821,8 +821,8 @@ async def test_a_config_opened_in_the_app_says_where_each_setting_came_from_or_t
         def msg(key: str) -> str:
             return str(app.screen.query_one(f"#msg-{key}", Static).render())
 
-        assert msg("num_workers") == "from workers (opt.yaml:54)"
-        assert msg("batch_size") == "from batch_size (opt.yaml:35); in total over all GPUs"
+        assert msg("num_workers") == "from workers:54"
+        assert msg("batch_size") == "from batch_size:35; in total over all GPUs"
         assert msg("pin_memory") == "not set (torch default False)"
         assert msg("shuffle").startswith("not set; YOLO's train.py shuffles its training set")
         app.screen.query_one("#set-num_workers", Input).value = "4"

@@ -166,7 +166,7 @@ def config_choice(path: str):
     for setting, entry in described["settings"].items():
         if entry["set_by"] is not None and "unreadable" not in entry:
             scope = described["batch_scope"] if setting == "batch_size" else None
-            sources[setting] = f"from {where_text(entry, path, with_file=True)}" + (
+            sources[setting] = f"from {where_text(entry, path, with_file=False)}" + (
                 f"; {SCOPE_WORDS[scope]}" if scope in ("per_gpu", "total") else "")
         elif "unreadable" in entry:
             sources[setting] = f"not read: {entry['unreadable']} ({entry['why']}); torch's default shown"

@@ -26,7 +26,7 @@ from typing import Any
 
 from loaderdoc.config.parse import Tagged, parse_file
 from loaderdoc.config.python import module_file
-from loaderdoc.config.tree import Origin, Seq, Table, Unread, get_path, merge_into, origin_of
+from loaderdoc.config.tree import Origin, Seq, Table, Unread, get_path, merge_into, origin_of, without
 from loaderdoc.errors import SettingsError
 from loaderdoc.textfile import read_input
 
@@ -127,30 +127,19 @@ class _Loader:
             base = self.file(path.parent / name, named_by=f"_base_ of {path.name}")
             if base is not None:
                 merge_into(merged, base)
-        child = Table()
-        for key, value in tree.items():
-            if key != "_base_":
-                child.put(key, value, tree.origins.get(key))
-        return merge_into(merged, child)
+        return merge_into(merged, without(tree, "_base_"))
 
     def yacs_base(self, path: Path, tree: Table) -> Table:
         self.loaded.frameworks.add("detectron2 _BASE_")
         name = tree["_BASE_"]
         base = self.file(path.parent / name, named_by=f"_BASE_ of {path.name}") or Table()
-        child = Table()
-        for key, value in tree.items():
-            if key != "_BASE_":
-                child.put(key, value, tree.origins.get(key))
-        return merge_into(base, child)
+        return merge_into(base, without(tree, "_BASE_"))
 
     def hydra_defaults(self, path: Path, tree: Table) -> Table:
         """Compose a Hydra config: each defaults entry's file merged at its package, ``_self_``
         where listed (last when not), a later ``override`` replacing a group's earlier choice."""
         self.loaded.frameworks.add("Hydra defaults")
-        own = Table()
-        for key, value in tree.items():
-            if key != "defaults":
-                own.put(key, value, tree.origins.get(key))
+        own = without(tree, "defaults")
         entries: list[tuple[str, Any]] = []  # ("self", None) | ("group", (group, option, pkg, optional)) | ("file", name)
         choices: dict[str, int] = {}
         for item in tree["defaults"]:

@@ -117,17 +117,17 @@ def merge_into(base: Table, child: Table) -> Table:
                 base.origins[key] = origin
             continue
         if isinstance(value, dict) and value.get("_delete_"):
-            value = Table({k: v for k, v in value.items() if k != "_delete_"}) if not isinstance(value, Table) \
-                else _without_delete(value)
+            value = without(value if isinstance(value, Table) else tables(value), "_delete_")
         base.put(key, value, origin)
     return base
 
 
-def _without_delete(table: Table) -> Table:
+def without(table: Table, key: str) -> Table:
+    """The table less one key (``_delete_``, or an inheritance key once followed), origins kept."""
     out = Table()
-    for key, value in table.items():
-        if key != "_delete_":
-            out.put(key, value, table.origins.get(key))
+    for name, value in table.items():
+        if name != key:
+            out.put(name, value, table.origins.get(name))
     return out
 
 

@@ -41,7 +41,8 @@ def loaders_of(path: Path) -> dict[str, dict[str, object]]:
     ("IMS_PER_BATCH", "batch_size", None, "total"), ("total_batch_size", "batch_size", None, "total"),
     ("per_device_eval_batch_size", "batch_size", "eval", "per_gpu"), ("batch_size_per_card", "batch_size", None, "per_gpu"),
     ("train_micro_batch_size_per_gpu", "batch_size", "train", "per_gpu"), ("val_batch_size0", "batch_size", "val", "loader"),
-    ("global_batch_size", "batch_size", None, "total"), ("pin_mem", "pin_memory", None, "loader"),
+    ("global_batch_size", "batch_size", None, "total"), ("local_batch_size", "batch_size", None, "per_gpu"),
+    ("pin_mem", "pin_memory", None, "loader"),
     ("pinMemory", "pin_memory", None, "loader"), ("persistent_workers", "persistent_workers", None, "loader"),
     ("dataloader_prefetch_factor", "prefetch_factor", None, "loader"), ("drop_last", "drop_last", None, "loader"),
 ])

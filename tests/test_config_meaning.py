@@ -244,3 +244,19 @@ def test_the_apps_config_option_checks_the_config_without_a_terminal_and_goes_wi
     bad = write(tmp_path, "bad.yaml", "num_workers: -2\n")
     proc = run("--config", str(bad), "--machine", "ci-2core", cwd=tmp_path)
     assert proc.returncode == 3 and "num_workers must be >= 0" in proc.stderr
+
+
+def test_hostile_bases_are_said_and_deep_nesting_is_refused(tmp_path):
+    (tmp_path / "a.py").symlink_to(tmp_path / "b.py")
+    (tmp_path / "b.py").symlink_to(tmp_path / "a.py")
+    child = write(tmp_path, "c.py", "_base_ = ['./a.py', './folder', './none.yaml']\n"
+                  "train_dataloader = dict(num_workers=2)\n")
+    (tmp_path / "folder").mkdir()
+    config = read_config(child)
+    assert config.loaders[0].values == {"num_workers": 2} and config.read == "partial"
+    assert [m.split(" could not be read: ")[1] for m in config.missing] == [
+        "cannot read it (Too many levels of symbolic links)", "is a directory, not a config file", "no such file"]
+    deep = write(tmp_path, "deep.yaml", "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 3000))
+                 + "  " * 3000 + "num_workers: 1\n")
+    with pytest.raises(SettingsError, match="nested too deeply"):
+        read_config(deep)

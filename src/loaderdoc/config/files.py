@@ -150,7 +150,10 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
                         notes=loaded.notes, missing=loaded.missing, references=loaded.references)
     check_native(loaded.tree, config.line_of_origin)
     opaque: list[str] = []
-    hits = collect_hits(loaded.tree, opaque)
+    try:
+        hits = collect_hits(loaded.tree, opaque)
+    except RecursionError:
+        raise SettingsError(f"{path}: nested too deeply to be a config file") from None
     used = {hit.path for hit in hits}
     referenced: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
     for here, (target, _) in loaded.references.items():

@@ -51,8 +51,11 @@ def load(path: str | Path, *, flag: str = "--config") -> Loaded:
     path = Path(path)
     loaded = Loaded(tree=Table())
     text = read_input(path, what="config file", flag=flag, error=SettingsError)
-    loaded.tree = _Loader(loaded, path).file(path, text)
-    _resolve_references(loaded)
+    try:
+        loaded.tree = _Loader(loaded, path).file(path, text)
+        _resolve_references(loaded)
+    except RecursionError:
+        raise SettingsError(f"{path}: nested too deeply to be a config file") from None
     return loaded
 
 
@@ -65,7 +68,10 @@ class _Loader:
 
     def file(self, path: Path, text: str | None = None, *, named_by: str = "") -> Table | None:
         """One file, its own inheritance followed; None (and a note) when it cannot be read."""
-        resolved = path.resolve()
+        try:
+            resolved = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop: read_input names it below
+            resolved = path.absolute()
         if resolved in self.open:
             raise SettingsError(f"{path}: inherits from itself ({' -> '.join(p.name for p in [*self.open, path])})")
         if resolved in self.cache:
@@ -74,9 +80,10 @@ class _Loader:
             raise SettingsError(f"{self.primary}: inherits from over {MAX_FILES} files; not a config")
         if text is None:
             try:
-                text = read_input(path, what="config file", flag="_base_", error=SettingsError)
-            except SettingsError:
-                self.missing(f"{path} ({named_by}) could not be read" if named_by else f"{path} could not be read")
+                text = read_input(path, what="config file", flag="base", error=SettingsError)
+            except SettingsError as err:  # "PATH: no such file; ...": the reason after the path
+                reason = str(err).removeprefix(f"{path}: ").split(";")[0]
+                self.missing(f"{path} ({named_by}) could not be read: {reason}")
                 return None
         self.loaded.files.append(str(path))
         self.loaded.texts[str(path)] = text

@@ -61,3 +61,8 @@ def fmt_cpus(n: float | None) -> str:
 def fmt_share(share: float | None) -> str:
     """A share (0.42) as a whole percentage ("42%"); "-" where it was not measured."""
     return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def fmt_share_fine(share: float | None) -> str:
+    """A share to a tenth of a percent, as a watched run's reports show it ("42.3 %"); "?" unknown."""
+    return "?" if share is None else f"{100 * share:.1f} %"

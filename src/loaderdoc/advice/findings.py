@@ -37,6 +37,17 @@ class Finding:
         return SEVERITY_ORDER.get(self.severity, 0)
 
 
+def new_findings(findings: list[Finding], seen: set[tuple[str, str]]) -> list[Finding]:
+    """Those of ``findings`` not said yet (one rule's one symptom is said once, whichever loader,
+    rank or node showed it); ``seen`` is updated."""
+    out = []
+    for f in findings:
+        if (f.rule_id, f.symptom) not in seen:
+            seen.add((f.rule_id, f.symptom))
+            out.append(f)
+    return out
+
+
 def worst(findings: list[Finding]) -> str:
     """The most severe level among ``findings`` ("ok" when there are none)."""
     if not findings:

@@ -107,7 +107,7 @@ def per_process_batch(loader, settings, facts) -> int | None:
 
 def build_report(args: argparse.Namespace) -> dict:
     """Everything `check` knows, as the documented JSON structure."""
-    from loaderdoc.advice.findings import worst
+    from loaderdoc.advice.findings import new_findings, worst
     from loaderdoc.advice.recommend import batch_bytes_for, recommend
     from loaderdoc.advice.rules import TrainingContext, evaluate
     from loaderdoc.commands.common import sample_bytes
@@ -143,9 +143,7 @@ def build_report(args: argparse.Namespace) -> dict:
     findings = first["findings"] if first else evaluate(facts, None, batch_bytes=batch_bytes, context=context)
     seen = {(f.rule_id, f.symptom) for f in findings}
     for entry in checked[1:]:  # what only another loader (val, test) has
-        extra = [f for f in entry["findings"] if (f.rule_id, f.symptom) not in seen]
-        seen.update((f.rule_id, f.symptom) for f in extra)
-        findings = findings + extra
+        findings = findings + new_findings(entry["findings"], seen)
     status = worst([f for entry in checked for f in entry["findings"]] + list(findings))
     rec = recommend(facts, batch_size=batch_size, sample_bytes=per_sample)
     from loaderdoc._serde import to_dict

@@ -22,7 +22,7 @@ from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
-from loaderdoc.units import fmt_bytes, fmt_cpus
+from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
 from loaderdoc.watching.report_file import LoaderRun, WatchRun
 
 # ---- workload -----------------------------------------------------------------------------
@@ -388,17 +388,13 @@ def knob_blocks(knob: Any) -> list[tuple[str, str]]:
 # ---- a watched run (`loaderdoc --report FILE`) --------------------------------------------
 
 
-def _pct(share: float | None) -> str:
-    return "?" if share is None else f"{100 * share:.1f} %"
-
-
 def run_header(run: WatchRun) -> list[tuple[str, str]]:
     """(label, text) lines above the run's charts: the command, its outcome, memory peaks, GPU."""
     import shlex
 
     lines = [("Command", shlex.join(run.command) if run.command else "(not recorded)")]
     outcome = [f"exit {run.exit_code}" if run.exit_code is not None else "exit code unknown",
-               f"{run.steps} batches", f"waited for data {_pct(run.wait_share)} of the steady time"]
+               f"{run.steps} batches", f"waited for data {fmt_share_fine(run.wait_share)} of the steady time"]
     lines.append(("Run", ", ".join(outcome)))
     peaks = [(name, value) for name, value in (("main", run.main_pss_peak_bytes),
                                                ("workers", run.workers_pss_peak_bytes)) if value is not None]
@@ -408,7 +404,7 @@ def run_header(run: WatchRun) -> list[tuple[str, str]]:
                       + (f" of {fmt_bytes(run.shm_total_bytes)}" if run.shm_total_bytes else ""))
     lines.append(("Memory", "peak PSS " + ", ".join(memory) if memory else "not recorded in this report"))
     if run.gpu_timing is not None:
-        idle = [f"{lo.name.split(' (')[0]} {_pct(lo.gpu_idle_share)}" for lo in run.loaders
+        idle = [f"{lo.name.split(' (')[0]} {fmt_share_fine(lo.gpu_idle_share)}" for lo in run.loaders
                 if lo.gpu_idle_share is not None]
         lines.append(("GPU", "idle while waiting: " + ", ".join(idle) if idle else
                       "idle time not measured" + (" (no CUDA events)" if run.gpu_timing == "unavailable" else "")))
@@ -422,7 +418,7 @@ def loader_title(loader: LoaderRun) -> str:
     where = [f"rank {loader.rank}"] if loader.rank is not None else []
     where += [f"pid {loader.pid}"] if loader.pid is not None else []
     inside = knobs.removesuffix(")") + ("; " + ", ".join(where) if where else "")
-    return f"{short}: waited {_pct(loader.wait_share)}, {loader.steps} batches" + (f" ({inside})" if inside else "")
+    return f"{short}: waited {fmt_share_fine(loader.wait_share)}, {loader.steps} batches" + (f" ({inside})" if inside else "")
 
 
 def loader_chart_note(loader: LoaderRun) -> str:
@@ -433,7 +429,7 @@ def loader_chart_note(loader: LoaderRun) -> str:
     worst = max(loader.intervals, key=lambda i: i.wait_s / (i.wait_s + i.step_s) if i.wait_s + i.step_s else 0)
     total = worst.wait_s + worst.step_s
     return (f"share {per}; most waiting {worst.label} "
-            f"({_pct(worst.wait_s / total if total else None)} of it)")
+            f"({fmt_share_fine(worst.wait_s / total if total else None)} of it)")
 
 
 # ---- a job report (`loaderdoc --report job.json`) ------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loaderdoc.advice.findings import Finding, findings_from_json
+from loaderdoc.advice.findings import Finding, findings_from_json, new_findings
 from loaderdoc.errors import UserError
 from loaderdoc.watching.report import assemble, evidence_of, gpu_entry, rank_table
 
@@ -59,10 +59,8 @@ def merge_reports(reports: list[dict[str, Any]], names: list[str]) -> dict[str, 
         processes += _tagged(report.get("processes") or [], source)
         loaders += _tagged(report.get("loaders") or [], source)
         memory += _tagged(report.get("memory") or [], source)
-        for f in findings_from_json(report.get("findings") or []):
-            if f.rule_id != STRAGGLER_RULE and (f.rule_id, f.symptom) not in seen:
-                seen.add((f.rule_id, f.symptom))
-                kept.append(f)
+        kept += new_findings([f for f in findings_from_json(report.get("findings") or [])
+                              if f.rule_id != STRAGGLER_RULE], seen)
     ranks = rank_table(loaders, processes, memory,
                        {i: (r.get("machine") or {}).get("cpu_quota") for i, r in enumerate(reports)})
     findings = sorted(kept + stragglers(ranks, loaders), key=lambda f: -f.rank)

@@ -18,7 +18,7 @@ import os
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.advice.findings import Finding, worst
+from loaderdoc.advice.findings import Finding, new_findings, worst
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
 from loaderdoc.advice.watched import CPU_FIELDS, WatchedEpoch, WatchEvidence
 from loaderdoc.watching.summary_text import describe_loader, render_summary
@@ -304,11 +304,7 @@ def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], fact
             watch.rank, watch.job = entry.get("rank"), job
         fired = evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True)
         entry["proposed"] = proposed_change(fired)
-        for f in fired:
-            if (f.rule_id, f.symptom) in seen:
-                continue
-            seen.add((f.rule_id, f.symptom))
-            out.append(f)
+        out += new_findings(fired, seen)
     return sorted(out, key=lambda f: -f.rank)
 
 

@@ -12,14 +12,10 @@ import textwrap
 from typing import Any
 
 from loaderdoc.policy import WATCH_MIN_BATCHES
-from loaderdoc.units import fmt_bytes, fmt_seconds
+from loaderdoc.units import fmt_bytes, fmt_seconds, fmt_share_fine
 
 WIDTH = 80
 COMMAND_CHARS = 40  # the command in the head line, elided past this
-
-
-def _pct(share: float | None) -> str:
-    return "?" if share is None else f"{100 * share:.1f} %"
 
 
 def _wrap(text: str, indent: str, more: str) -> list[str]:
@@ -61,7 +57,7 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
     t = entry["totals"]
     longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})  # its percentiles are shown
     text = (f"{describe_loader(entry, where=where)}: {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''}, "
-            f"{t['steps']} batches, wait {_pct(t['wait_share'])}")
+            f"{t['steps']} batches, wait {fmt_share_fine(t['wait_share'])}")
     if t["waits"]:
         text += (f" ({fmt_seconds(t.get('wait_per_batch_s'))}/batch, p50 {fmt_seconds(longest.get('wait_p50_s'))}, "
                  f"p95 {fmt_seconds(longest.get('wait_p95_s'))}; step {fmt_seconds(t.get('step_per_batch_s'))})")
@@ -71,7 +67,7 @@ def _loader_lines(entry: dict[str, Any], where: bool) -> list[str]:
     if t.get("workers_pss_max_bytes") is not None and entry["settings"].get("num_workers"):
         text += f"; workers' memory peak {fmt_bytes(t['workers_pss_max_bytes'])} (PSS)"
     if t.get("gpu_idle_s") is not None:
-        text += f"; GPU idle while waiting {t['gpu_idle_s']:.1f} s ({_pct(t['gpu_idle_share'])})"
+        text += f"; GPU idle while waiting {t['gpu_idle_s']:.1f} s ({fmt_share_fine(t['gpu_idle_share'])})"
     if not entry["judged"]:
         text += f"; too few batches to judge (< {WATCH_MIN_BATCHES})"
     text += _applied_text(entry)
@@ -154,7 +150,7 @@ def render_summary(report: dict[str, Any]) -> str:
         if report.get("exit_code") is None and report.get("command") is not None:
             return f"{head}: no torch DataLoader iterated yet\n"
         return "\n".join([f"{head}: no torch DataLoader was iterated; nothing measured", *_apply_lines(report)]) + "\n"
-    out = _wrap(f"{head}: {report['steps']} batches, waited for data {_pct(report['wait_share'])} of the steady "
+    out = _wrap(f"{head}: {report['steps']} batches, waited for data {fmt_share_fine(report['wait_share'])} of the steady "
                 "time", "", "  ")
     where = len({(e.get("source"), e.get("pid")) for e in loaders}) > 1  # source: a merged report's
     for entry in loaders:

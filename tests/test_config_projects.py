@@ -6,6 +6,7 @@ line that set it, and nothing else: a setting no key sets is never reported as g
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,56 @@ def test_check_json_and_text_never_show_an_unset_setting_as_read(tmp_path):
     assert "train [" in text and "batch_size=16 (in total over all GPUs), num_workers=8" in text
     assert "not set: pin_memory (torch default False)" in text
     assert "num_workers <- workers:54" in text and "pin_memory <-" not in text
+
+
+SHOW_READ_R18 = """\
+retinanet_r18_fpn_1xb8-1x_coco.py: mmengine; 5 files read, complete
+  + ../_base_/models/retinanet_r50_fpn.py
+  + ../_base_/datasets/coco_detection.py
+  + ../_base_/schedules/schedule_1x.py
+  + ../_base_/default_runtime.py
+  train:
+    batch_size              8 <- train_dataloader.batch_size
+                            (retinanet_r18_fpn_1xb8-1x_coco.py:9)
+    shuffle                 True <- train_dataloader.sampler.shuffle
+                            (../_base_/datasets/coco_detection.py:42)
+    num_workers             2 <- train_dataloader.num_workers
+                            (../_base_/datasets/coco_detection.py:40)
+    pin_memory              not set (torch default False)
+    drop_last               not set (torch default False)
+    timeout                 not set (torch default 0.0)
+    prefetch_factor         not set (torch default: 2 per worker)
+    persistent_workers      True <- train_dataloader.persistent_workers
+                            (../_base_/datasets/coco_detection.py:41)
+    multiprocessing_context not set (torch default None)
+    in_order                not set (torch default True)
+"""
+CHECK_R18_TRAIN = """\
+Config retinanet_r18_fpn_1xb8-1x_coco.py (mmengine; 5 files): 3 loaders
+  train [ok]: batch_size=8, shuffle=True, num_workers=2, persistent_workers=True
+    not set: pin_memory (torch default False), prefetch_factor (torch default: 2
+      per worker)
+    read from:
+      batch_size <- train_dataloader.batch_size:9
+      shuffle <- train_dataloader.sampler.shuffle
+          (../_base_/datasets/coco_detection.py:42)
+      num_workers <- train_dataloader.num_workers
+          (../_base_/datasets/coco_detection.py:40)
+      persistent_workers <- train_dataloader.persistent_workers
+          (../_base_/datasets/coco_detection.py:41)
+"""
+
+
+def test_the_read_and_the_config_section_as_a_user_sees_them_at_80_columns():
+    """Whole rendered text, compared at a fixed width: an mmengine child and its four bases."""
+    folder = PROJECTS / "mmdet3/configs/retinanet"
+    env = {**os.environ, "COLUMNS": "80"}
+    shown = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--config", "retinanet_r18_fpn_1xb8-1x_coco.py",
+                            "--show-read"], capture_output=True, text=True, timeout=60, cwd=folder, env=env).stdout
+    assert shown.split("  val:\n")[0] == SHOW_READ_R18
+    checked = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--machine", "ci-2core", "--config",
+                              "retinanet_r18_fpn_1xb8-1x_coco.py"], capture_output=True, text=True, timeout=60,
+                             cwd=folder, env=env).stdout
+    section = "Config " + checked.split("\nConfig ", 1)[1].split("  val [", 1)[0]
+    assert section == CHECK_R18_TRAIN
+    assert all(len(line) <= 80 for line in checked.split("\nConfig ", 1)[1].split("\nFindings", 1)[0].splitlines())

@@ -41,9 +41,10 @@ def config_lines(config: dict) -> list[str]:
                  if v["set_by"] is not None]
         if pairs and len("    read from: " + ", ".join(pairs)) <= width:
             out.append("    read from: " + ", ".join(pairs))
-        elif pairs:  # one setting a line: a pair is never cut
+        elif pairs:  # one setting a line; a pair with its file wraps after the key, never inside a word
             out.append("    read from:")
-            out += [f"      {pair}" for pair in pairs]
+            for pair in pairs:
+                out += wrap(pair, width, first="      ", rest="          ")
     return out + _partial_lines(config, width)
 
 

@@ -260,3 +260,23 @@ def test_hostile_bases_are_said_and_deep_nesting_is_refused(tmp_path):
                  + "  " * 3000 + "num_workers: 1\n")
     with pytest.raises(SettingsError, match="nested too deeply"):
         read_config(deep)
+
+
+def test_a_table_of_settings_beside_the_loaders_tables_is_every_loaders(tmp_path):
+    """SlowFast's yacs layout: TRAIN and TEST hold the batch sizes, DATA_LOADER beside them the workers."""
+    path = write(tmp_path, "SLOWFAST_8x8_R50.yaml", "TRAIN:\n  ENABLE: True\n  BATCH_SIZE: 64\nSOLVER:\n"
+                 "  BASE_LR: 0.8\nTEST:\n  BATCH_SIZE: 32\nDATA_LOADER:\n  NUM_WORKERS: 8\n  PIN_MEMORY: True\n"
+                 "NUM_GPUS: 8\n")
+    assert loaders_of(path) == {"train": {"batch_size": 64, "num_workers": 8, "pin_memory": True},
+                                "test": {"batch_size": 32, "num_workers": 8, "pin_memory": True}}
+    assert read_config(path).layout == "read by key names"  # not detectron2: no DATALOADER, no IMS_PER_BATCH
+
+
+def test_omegaconfs_mandatory_values_are_left_to_the_command_line(tmp_path):
+    path = write(tmp_path, "defaults.yaml", "defaults:\n  - config: ???\nconfig:\n  DATA:\n    NUM_DATALOADER_WORKERS: 4\n"
+                 "    TRAIN:\n      BATCHSIZE_PER_REPLICA: ???\n")
+    got = describe(read_config(path))
+    (loader,) = got["loaders"]
+    assert loader["settings"]["num_workers"]["value"] == 4
+    assert loader["settings"]["batch_size"]["unreadable"] == "???"
+    assert got["read"] == "partial" and any("leaves config to the command line" in r for r in got["partial_reasons"])

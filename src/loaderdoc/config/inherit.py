@@ -186,6 +186,10 @@ class _Loader:
                 for choice in options:
                     if choice is None or not isinstance(choice, str):
                         continue
+                    if choice == "???":  # chosen on the command line (`config=pretrain/...`)
+                        self.missing(f"{path}: defaults leaves {group.strip('/')} to the command line (???); "
+                                     "what that choice sets is not read")
+                        continue
                     relative = f"{group.strip('/')}/{choice}.yaml"
                     found = self.group_file(path, relative, absolute=group.startswith("/"))
                     if found is None:
@@ -254,6 +258,8 @@ def _resolve_references(loaded: Loaded) -> None:
 
     def target_of(value: Any, here: tuple[str, ...]) -> tuple[str, tuple[str, ...] | None] | Unread | None:
         """(the text, the absolute path it names), an Unread, or None when the value is no reference."""
+        if value == "???":  # OmegaConf's mandatory value: the command line gives it
+            return Unread(value, "a mandatory value (???) given on the command line")
         if isinstance(value, str) and "${" in value:
             match = _INTERPOLATION.match(value.strip())
             if not match or ":" in match.group(1):  # a resolver (oc.env, oc.decode, ...) or text around it

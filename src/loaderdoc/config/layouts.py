@@ -120,7 +120,9 @@ LAYOUTS = (
            lambda t, lo, f: bool(_table(t, "data")) and _top(_table(t, "data"), "samples_per_gpu", "workers_per_gpu",
                                                              "imgs_per_gpu"),
            _rename_shared("train")),
-    Layout("detectron2 (yacs)", lambda t, lo, f: _top(t, "DATALOADER", "SOLVER"), _detectron2),
+    Layout("detectron2 (yacs)", lambda t, lo, f: "DATALOADER" in t or (bool(_table(t, "SOLVER"))
+                                                                     and "IMS_PER_BATCH" in _table(t, "SOLVER")),
+           _detectron2),
     Layout("detectron2 LazyConfig", lambda t, lo, f: bool(_table(t, "dataloader")) and any(
         "build_detection" in str(v.get("_target_", "")) for v in _table(t, "dataloader").values()
         if isinstance(v, Table))),

@@ -270,20 +270,25 @@ def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset
     unattributed: list[str] = []
     shared = _settle(by_split.pop(None, []), unattributed)
     loaders: list[FoundLoader] = []
+    owners: dict[str | None, list[tuple[str, ...]]] = {}
     for split, split_hits in by_split.items():
         loader = FoundLoader(split or "", layout)
-        settled = _settle(split_hits, unattributed)
-        _fill(loader, settled)
-        owners = [h.owner for h in split_hits]
-        for setting, hit_list in shared.items():
-            if setting in loader.keys or setting in loader.unreadable or setting == "shuffle" and split != "train":
-                continue
-            if setting == "batch_size" and "batch_size" in settled:
-                continue
-            below = [h for h in hit_list if any(o[:len(h.owner)] == h.owner for o in owners)]
-            if below:
-                _fill(loader, {setting: below})
+        _fill(loader, _settle(split_hits, unattributed))
+        owners[loader.name] = [h.owner for h in split_hits]
         loaders.append(loader)
+    for setting, hit_list in shared.items():
+        def below(loader: FoundLoader, hits: list[Hit] = hit_list) -> list[Hit]:
+            return [h for h in hits if any(o[:len(h.owner)] == h.owner for o in owners[loader.name])]
+
+        # a table of settings beside the loaders' own (yacs' DATA_LOADER next to TRAIN and TEST)
+        # is every loader's; one above some of them is theirs
+        reached = [lo for lo in loaders if below(lo)]
+        for loader in loaders:
+            if setting in loader.keys or setting in loader.unreadable or setting == "shuffle" and loader.name != "train":
+                continue
+            if reached and loader not in reached:
+                continue
+            _fill(loader, {setting: below(loader) or hit_list})
     if shared and not any(lo.name == "train" for lo in loaders):
         loader = FoundLoader("train" if loaders else "", layout)  # beside named loaders: the training one
         _fill(loader, shared)

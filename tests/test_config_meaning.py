@@ -280,3 +280,44 @@ def test_omegaconfs_mandatory_values_are_left_to_the_command_line(tmp_path):
     assert loader["settings"]["num_workers"]["value"] == 4
     assert loader["settings"]["batch_size"]["unreadable"] == "???"
     assert got["read"] == "partial" and any("leaves config to the command line" in r for r in got["partial_reasons"])
+
+
+# ---- inputs at the limits ------------------------------------------------------------------------
+@pytest.mark.parametrize("name, text", [
+    ("big.yaml", "num_workers: " + "9" * 5000 + "\n"),
+    ("big.toml", "num_workers = " + "9" * 5000 + "\n"),
+    ("big.json", '{"num_workers": ' + "9" * 5000 + "}"),
+    ("big.py", "train_dataloader = dict(num_workers=" + "9" * 5000 + ")\n"),
+])
+def test_a_number_of_thousands_of_digits_is_one_clear_line(tmp_path, name, text):
+    proc = run("check", "--config", str(write(tmp_path, name, text)), "--show-read")
+    assert proc.returncode == 3 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "holds a number of thousands of digits; no DataLoader setting is that large" in proc.stderr
+
+
+def test_a_long_list_written_out_is_read_and_a_multiplied_list_is_not_built(tmp_path):
+    long = write(tmp_path, "long.yaml", "num_workers: 2\nitems:\n" + "".join(f"  - {i}\n" for i in range(120_000)))
+    assert loaders_of(long) == {"": {"num_workers": 2}}
+    huge = write(tmp_path, "huge.py", "items = [0] * 10**9\ntrain_dataloader = dict(num_workers=2, ids=items)\n")
+    assert loaders_of(huge) == {"train": {"num_workers": 2}}
+
+
+def test_a_named_pipe_nobody_writes_to_is_refused_at_once_and_a_pipe_with_a_writer_is_read(tmp_path):
+    """`--config FIFO` with no writer would block for ever in open(); `--config <(cmd)` is a pipe
+    whose writer is there: it is read to its end."""
+    import os
+
+    fifo = tmp_path / "cfg.yaml"
+    os.mkfifo(fifo)
+    proc = run("check", "--config", str(fifo), "--show-read")
+    assert proc.returncode == 3 and "a named pipe with nothing written to it (no writer)" in proc.stderr
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"num_workers: 3\n")
+    os.close(write_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--config", f"/dev/fd/{read_end}",
+                               "--show-read", "--json"], capture_output=True, text=True, timeout=60,
+                              pass_fds=(read_end,))
+    finally:
+        os.close(read_end)
+    assert json.loads(proc.stdout)["loaders"][0]["settings"]["num_workers"]["value"] == 3, proc.stderr

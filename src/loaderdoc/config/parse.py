@@ -30,6 +30,9 @@ class Tagged(Unread):
         self.text = text
 
 
+HUGE_NUMBER = "holds a number of thousands of digits; no DataLoader setting is that large"
+
+
 def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
                notes: list[str] | None = None) -> Table:
     suffix = path.suffix.lower()
@@ -41,9 +44,27 @@ def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
             return _parse_yaml(text, path)
         if suffix == ".json":
             return _with_origins(_parse_json(text, path), where, (), {})
-        return _with_origins(_parse_toml(text, path), where, (), {})
+        if suffix == ".toml":
+            return _with_origins(_parse_toml(text, path), where, (), {})
+        return _sniffed(text, path)
     except RecursionError:
         raise SettingsError(f"{path}: nested too deeply to be a config file") from None
+    except ValueError as exc:  # Python refuses to turn over 4300 digits into an int
+        if "integer string conversion" in str(exc) or "Exceeds the limit" in str(exc):
+            raise SettingsError(f"{path}: {HUGE_NUMBER}") from None
+        raise
+
+
+def _sniffed(text: str, path: Path) -> Table:
+    """A file whose name says nothing (``--config <(cmd)`` is ``/dev/fd/63``): TOML, else YAML
+    (which JSON is too); the TOML error where neither reads it."""
+    try:
+        return _with_origins(_parse_toml(text, path), str(path), (), {})
+    except SettingsError as toml_error:
+        try:
+            return _parse_yaml(text, path)
+        except SettingsError:
+            raise toml_error from None
 
 
 def _with_origins(value: Any, where: str, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> Any:
@@ -96,6 +117,8 @@ def _parse_json(text: str, path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise SettingsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):
+            raise SettingsError(f"{path}: {HUGE_NUMBER}") from None
         raise SettingsError(f"{path}: not valid JSON: {exc}") from None
     return _as_mapping(data, path)
 
@@ -147,16 +170,19 @@ def _parse_yaml(text: str, path: Path) -> Table:
 
 
 def _bound_expansion(root, path: Path) -> None:
-    """Refuse a YAML document whose aliases expand past MAX_CONFIG_VALUES values, or into a cycle."""
+    """Refuse a YAML document whose aliases expand it past MAX_CONFIG_VALUES values, or into a cycle.
+    A long list written out in full is as large as its file (bounded by the read): not refused."""
     import yaml
 
     expanded: dict[int, int] = {}  # node id -> values it expands to (each alias target counted once)
     open_nodes: set[int] = set()
+    written = [0]  # nodes as written in the file, each counted once
 
     def size(node) -> int:
         key = id(node)
         if key in expanded:
             return expanded[key]
+        written[0] += 1
         if key in open_nodes:
             raise SettingsError(f"{path}:{node.start_mark.line + 1}: a YAML alias refers to a value that "
                                 "contains it; a config cannot be infinite")
@@ -168,7 +194,7 @@ def _bound_expansion(root, path: Path) -> None:
             total += sum(size(k) + size(v) for k, v in node.value)
         open_nodes.discard(key)
         expanded[key] = total
-        if total > MAX_CONFIG_VALUES:
+        if total > MAX_CONFIG_VALUES and total > 2 * written[0]:  # aliases, not the file, made it this large
             raise SettingsError(f"{path}:{node.start_mark.line + 1}: YAML aliases expand this value to over "
                                 f"{MAX_CONFIG_VALUES:,} values; a loader config needs a few dozen")
         return total

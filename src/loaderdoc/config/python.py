@@ -46,6 +46,9 @@ def read_python(text: str, where: str, *, import_file: ImportFile | None = None,
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
+        if "Exceeds the limit" in str(exc.msg):  # over 4300 digits: Python will not make the int
+            raise SettingsError(f"{where}:{exc.lineno}: holds a number of thousands of digits; no DataLoader "
+                                "setting is that large") from None
         raise SettingsError(f"{where}:{exc.lineno}: not valid Python: {exc.msg}") from None
     reader = _Reader(where, import_file, notes if notes is not None else [])
     reader.statements(tree.body)

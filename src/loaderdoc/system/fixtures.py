@@ -20,7 +20,7 @@ from pathlib import Path
 
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.system.machine_schema import MachineFileError, validate_machine
-from loaderdoc.textfile import InputTooLarge, read_bounded
+from loaderdoc.textfile import InputTooLarge, NoWriter, read_bounded
 
 MACHINES_DIR = Path(__file__).with_name("machines")
 
@@ -60,7 +60,7 @@ def load_machine(name_or_path: str | os.PathLike[str]) -> MachineFacts:
         raise MachineFileError(f"cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
     except json.JSONDecodeError as exc:
         raise MachineFileError(f"line {exc.lineno}: not valid JSON: {exc.msg}") from None
-    except InputTooLarge as exc:
+    except (InputTooLarge, NoWriter) as exc:
         raise MachineFileError(str(exc)) from None
     except RecursionError:
         raise MachineFileError("nested too deeply to be machine facts") from None

@@ -10,7 +10,7 @@ BLOCK = 64 * 1024  # below glibc's mmap threshold: malloc serves it from the hea
 
 
 def _heap_size() -> int:
-    from loaderdoc.probing.monitor import heap_bytes
+    from loaderdoc.system.procmem import heap_bytes
 
     return heap_bytes() or 0
 

@@ -23,23 +23,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from loaderdoc.probing.result import MemoryGrowth
+from loaderdoc.system.procmem import heap_bytes
 from loaderdoc.system.shm import shm_used_bytes
-
-
-def heap_bytes(pid: int | str = "self") -> int | None:
-    """Size of a process's malloc heap (the ``[heap]`` mappings that brk grows: in a forked
-    process the part grown after the fork is a mapping of its own), from ``/proc/<pid>/maps``;
-    None where it cannot be read (not Linux, the process is gone)."""
-    total = 0
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as fh:
-            for line in fh:
-                if line.rstrip().endswith(b"[heap]"):
-                    start, end = line.split(None, 1)[0].split(b"-")
-                    total += int(end, 16) - int(start, 16)
-    except (OSError, ValueError):
-        return None
-    return total
 
 
 class MemorySample(NamedTuple):

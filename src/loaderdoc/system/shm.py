@@ -50,10 +50,6 @@ def read_shm(tree: Tree, host: Host, path: str = SHM_PATH) -> ShmFacts:
 
 def shm_used_bytes(path: str = SHM_PATH) -> int | None:
     """Bytes in use on the /dev/shm file system right now (the probe samples it while measuring)."""
-    import os
+    from loaderdoc.system.procmem import shm_usage
 
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+    return shm_usage(path)[0]

@@ -30,79 +30,23 @@ _FORKSERVER = b"multiprocessing.forkserver"
 clock = time.perf_counter
 
 
-def _read(path: str, size: int = 1 << 16) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+def _procmem():
+    """loaderdoc's /proc and /dev/shm readers (system/procmem.py, standard library only), loaded by
+    path as hook.py loads this file: the probe's monitor reads with the same functions."""
+    import importlib.util
+
+    name = "_loaderdoc_procmem"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "system", "procmem.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
-def pss_bytes(pid: int | str = "self") -> int | None:
-    """The proportional set size (shared pages split between their users), None where unreadable
-    (or a zombie: it has no memory left)."""
-    raw = _read(f"/proc/{pid}/smaps_rollup")
-    if not raw:
-        return None
-    at = raw.find(b"\nPss:")
-    if at < 0:
-        return None
-    try:
-        return int(raw[at + 5:raw.index(b"kB", at)]) * 1024
-    except ValueError:
-        return None
-
-
-MAPS_CAP = 1 << 22  # read at most 4 MiB of a maps file looking for the heap (it sits near the top)
-
-
-def heap_bytes(pid: int | str = "self") -> int | None:
-    """Size of a process's malloc heap: its ``[heap]`` mappings (a forked process's heap grown
-    after the fork is a mapping of its own), from ``/proc/<pid>/maps``, read until the line after
-    the heap (a read of /proc returns a page at a time); None where unreadable or cut short."""
-    try:
-        fd = os.open(f"/proc/{pid}/maps", os.O_RDONLY)
-    except OSError:
-        return None
-    data = b""
-    try:
-        while len(data) < MAPS_CAP:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            data += chunk
-            last = data.rfind(b"[heap]\n")
-            if last >= 0 and data.find(b"\n", last + 7) >= 0:
-                break  # a whole line after the last heap mapping read: the heap's mappings are adjacent
-        else:
-            return None  # cut short before the heap was seen through
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    total = 0
-    for line in data.split(b"\n"):
-        if line.endswith(b"[heap]"):
-            try:
-                start, end = line.split(None, 1)[0].split(b"-")
-                total += int(end, 16) - int(start, 16)
-            except ValueError:
-                return None
-    return total
-
-
-def shm_usage(path: str = "/dev/shm") -> tuple[int | None, int | None]:
-    """(used, total) bytes of the shared-memory filesystem workers pass batches through."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None, None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_blocks * st.f_frsize
+_read, pss_bytes, heap_bytes, shm_usage = (getattr(_procmem(), n) for n in ("read", "pss_bytes", "heap_bytes",
+                                                                             "shm_usage"))
 
 
 def _ppid(pid: str) -> int | None:

@@ -436,3 +436,6 @@ from loaderdoc.policy import restarts as _restarts  # noqa: E402
 RestartSaving = _restarts.RestartSaving
 restart_saving = _restarts.restart_saving
 startup_saving = _restarts.startup_saving
+WATCHED_RESTART_PAYS_SHARE = _restarts.WATCHED_RESTART_PAYS_SHARE
+WatchedRestarts = _restarts.WatchedRestarts
+watched_restarts = _restarts.watched_restarts

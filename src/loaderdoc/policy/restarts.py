@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loaderdoc.policy import Key, stream_key, throughputs
+from loaderdoc.policy import PERSISTENT_PAYS_SHARE, Key, stream_key, throughputs
 from loaderdoc.policy.scaling import zero_load_ms
 
 if TYPE_CHECKING:
@@ -74,3 +74,34 @@ def startup_saving(results: Iterable[ConfigResult], key: Key) -> RestartSaving |
     fallback = zero[1] / 1000 if zero else 1.0 / rate
     load_s = max(((r.stages.load_ms or 0.0) / 1000 for r in rows if r.stages is not None), default=fallback)
     return RestartSaving(max(0.0, min(first) - load_s), min(first), load_s=load_s)
+
+
+# a watched run's saving is estimated with one steady batch's load, an upper bound of what the next
+# epoch's first batch still costs: the saving is a lower bound, so twice the probe's line is asked
+WATCHED_RESTART_PAYS_SHARE = 2 * PERSISTENT_PAYS_SHARE
+
+
+@dataclass
+class WatchedRestarts:
+    """What persistent workers would have saved over a watched run's later epochs: each epoch's
+    first batch less one steady batch's load (``RestartSaving``'s start-up estimate, per epoch)."""
+
+    saving_s: float
+    wall_s: float  # those epochs' time
+
+    @property
+    def share(self) -> float:
+        return self.saving_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def pays(self) -> bool:
+        return self.share >= WATCHED_RESTART_PAYS_SHARE
+
+
+def watched_restarts(epochs: Iterable[tuple[float, float]], load_s: float) -> WatchedRestarts | None:
+    """From (first batch s, wall s) of each epoch after the first; None without any."""
+    epochs = list(epochs)
+    if not epochs:
+        return None
+    return WatchedRestarts(sum(max(0.0, first - load_s) for first, _ in epochs), sum(wall for _, wall in epochs))
+

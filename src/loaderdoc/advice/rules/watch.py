@@ -201,8 +201,8 @@ def _watch_cpu_shared(i: Inputs) -> Finding | None:
 
 @rule("watch-slow-epoch-start", WARNING, "Every epoch waits for its workers to start again (measured)", "watch",
       f"measured in the run, workers not persistent: the later epochs' first batch, less one batch's load, is "
-      f">= {2 * policy.PERSISTENT_PAYS_SHARE:.0%} of those epochs' time (twice "
-      "loaderdoc.policy.PERSISTENT_PAYS_SHARE, from which the probe picks persistent_workers=True: the load "
+      f">= {policy.WATCHED_RESTART_PAYS_SHARE:.0%} of those epochs' time (loaderdoc.policy.WATCHED_RESTART_PAYS_SHARE, "
+      "twice the PERSISTENT_PAYS_SHARE from which the probe picks persistent_workers=True: the load "
       "estimate is an upper bound, so the saving is a lower one)")
 def _watch_slow_start(i: Inputs) -> Finding | None:
     w = i.watch
@@ -210,13 +210,10 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
         return None
     later = [e for e in w.epochs[1:] if e.finished and e.first_batch_s is not None and e.wall_s]
     load = w.load_per_batch_s
-    if not later or load is None:
+    restarts = policy.watched_restarts(((e.first_batch_s, e.wall_s) for e in later), load) if load is not None else None
+    if restarts is None or not restarts.pays:
         return None
-    saving = sum(max(0.0, e.first_batch_s - load) for e in later)
-    wall = sum(e.wall_s for e in later)
-    share = saving / wall
-    if share < 2 * policy.PERSISTENT_PAYS_SHARE:
-        return None
+    saving, wall, share = restarts.saving_s, restarts.wall_s, restarts.share
     firsts = ", ".join(f"{e.first_batch_s:.2f} s" for e in later[:5]) + (" ..." if len(later) > 5 else "")
     return found(
         WARNING,

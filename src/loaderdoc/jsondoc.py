@@ -2,7 +2,7 @@
 key by key: a hand edit or another file is refused in one line naming the file, the key and what
 was expected, never a traceback from deep inside the app.
 
-Shared by watching/report_file.py and cluster/job_file.py; only the keys a reader uses are
+Shared by watching/report_file.py, cluster/job_file.py and probing/report_file.py; only the keys a reader uses are
 checked, keys it does not know are ignored. No torch, no textual.
 """
 
@@ -20,10 +20,10 @@ class Bad(Exception):
     """A key holds what no such document holds; the message is '<key path>: expected ..., got ...'."""
 
 
-def load_json(path: Path, *, what: str, error: type[Exception], how_to_write: str) -> Any:
-    """The JSON value in ``path`` (given with --report); ``error`` with one line naming the file
+def load_json(path: Path, *, what: str, error: type[Exception], how_to_write: str, flag: str = "--report") -> Any:
+    """The JSON value in ``path`` (given with ``flag``); ``error`` with one line naming the file
     when it is missing, unreadable or not JSON."""
-    text = read_input(path, what=what, flag="--report", error=error)
+    text = read_input(path, what=what, flag=flag, error=error)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

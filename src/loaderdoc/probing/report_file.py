@@ -12,7 +12,6 @@ every number is finite and not negative. No torch, no textual.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import types
 import typing
@@ -20,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.errors import UserError
+from loaderdoc.jsondoc import kind, load_json
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
-from loaderdoc.textfile import read_input
 
 HOW_TO_WRITE = "write one with 'loaderdoc probe PRESET --json > FILE'"
 
@@ -35,13 +34,8 @@ def load_report(path: str | Path) -> ProbeReport:
     """The probe report in ``path`` (the JSON ``loaderdoc probe --json`` prints); ProbeReportError
     (exit 3) for a file that is missing, unreadable, not JSON or not a probe report."""
     path = Path(path)
-    text = read_input(path, what="probe report", flag="--probe-report", error=ProbeReportError)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProbeReportError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); {HOW_TO_WRITE}") from None
-    except RecursionError:
-        raise ProbeReportError(f"{path}: nested too deeply to be a probe report") from None
+    data = load_json(path, what="probe report", error=ProbeReportError, how_to_write=HOW_TO_WRITE,
+                     flag="--probe-report")
     problem = report_problem(data)
     if problem:
         raise ProbeReportError(f"{path}: {problem}")
@@ -51,7 +45,7 @@ def load_report(path: str | Path) -> ProbeReport:
 def report_problem(data: Any) -> str | None:
     """Why ``data`` (parsed JSON) is not a probe report, or None when it is one."""
     if not isinstance(data, dict):
-        return f"expected a JSON object (a probe report), got {_kind(data)}; {HOW_TO_WRITE}"
+        return f"expected a JSON object (a probe report), got {kind(data)}; {HOW_TO_WRITE}"
     missing = [key for key in ("workload", "results") if key not in data]
     if missing:
         if "schema_version" in data and "cpu" in data:
@@ -86,7 +80,7 @@ def _settings(data: dict | None, where: str) -> str | None:
 
 def _object(cls: type, data: Any, where: str) -> str | None:
     if not isinstance(data, dict):
-        return f"{where or 'the report'}: expected an object, got {_kind(data)}"
+        return f"{where or 'the report'}: expected an object, got {kind(data)}"
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in data:
@@ -105,7 +99,7 @@ def _value(tp: Any, value: Any, where: str) -> str | None:
         tp, origin = args[0], typing.get_origin(args[0])
     if origin is list:
         if not isinstance(value, list):
-            return f"{where}: expected a list, got {_kind(value)}"
+            return f"{where}: expected a list, got {kind(value)}"
         (item,) = typing.get_args(tp)
         for i, x in enumerate(value):
             problem = _value(item, x, f"{where}[{i}]")
@@ -126,8 +120,3 @@ def _value(tp: Any, value: Any, where: str) -> str | None:
         if not ok(value):
             return f"{where}: expected {expected}, got {value!r}"[:200]
     return None
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), type(value).__name__)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loaderdoc.textfile import read_input
+
+T = TypeVar("T")
 
 
 class Bad(Exception):
@@ -46,6 +49,18 @@ def not_schema(data: Any, expected: str, what: str, how_to_write: str) -> Bad:
     else:
         instead = "no 'schema' key"
     return Bad(f"not a {expected} report ({instead}); {how_to_write}")
+
+
+def read_document(data: Any, path: str | Path, *, schema: str, what: str, error: type[Exception],
+                  how_to_write: str, build: Callable[[dict], T]) -> T:
+    """``build(data)`` for parsed ``data`` that is a ``schema`` document; ``error`` naming the file
+    for anything else, and for the :class:`Bad` key ``build`` met (its message names the key)."""
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        raise error(f"{path}: {not_schema(data, schema, what, how_to_write)}")
+    try:
+        return build(data)
+    except Bad as bad:
+        raise error(f"{path}: {bad}") from None
 
 
 _EXPECTED = {int: "a whole number >= 0", float: "a finite number >= 0", str: "a string", list: "a list",

@@ -17,7 +17,7 @@ from typing import Any
 from loaderdoc.cluster.job import JOB_SCHEMA
 from loaderdoc.cluster.job_file import JobRun, job_run_from
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj
+from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
 from loaderdoc.watching.report import WATCH_SCHEMA
 from loaderdoc.watching.report_file import WatchRun, watch_run_from
@@ -64,15 +64,13 @@ def tune_run_from(data: Any, path: str | Path) -> TuneRun:
     type where it is present; a missing or null key takes the field's default (None where it may
     be null), except the fields without one (a trial's number, the pick's settings, rate, trial
     and reason) and ``trials``. Keys this build does not know are dropped."""
-    if not isinstance(data, dict) or data.get("schema") != TUNE_SCHEMA:
-        raise ReportError(f"{path}: {not_schema(data, TUNE_SCHEMA, 'a tune report', TUNE_HOW_TO_WRITE)}")
-    try:
-        get(data, "trials", list, "")
-        _loader(data.get("loader"))
-        checked = _checked(data, TuneReport, "")
-    except Bad as bad:
-        raise ReportError(f"{path}: {bad}") from None
-    return TuneRun(path=str(path), report=TuneReport.from_dict(checked))
+    def build(doc: dict) -> TuneRun:
+        get(doc, "trials", list, "")
+        _loader(doc.get("loader"))
+        return TuneRun(path=str(path), report=TuneReport.from_dict(_checked(doc, TuneReport, "")))
+
+    return read_document(data, path, schema=TUNE_SCHEMA, what="a tune report", error=ReportError,
+                         how_to_write=TUNE_HOW_TO_WRITE, build=build)
 
 
 def _loader(loader: Any) -> None:

@@ -16,7 +16,7 @@ from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import SEVERITY_ORDER, Finding, findings_from_json
 from loaderdoc.cluster.job import JOB_SCHEMA, JobTable, job_table
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, get, load_json, not_schema, obj
+from loaderdoc.jsondoc import Bad, get, load_json, obj, read_document
 
 HOW_TO_WRITE = "write one with 'torchrun ... -m loaderdoc check --distributed --json > job.json'"
 
@@ -56,12 +56,8 @@ def load_job_report(path: str | Path) -> JobRun:
 
 def job_run_from(data: Any, path: str | Path) -> JobRun:
     """The job in a parsed report (``path`` names it in the errors and the app)."""
-    if not isinstance(data, dict) or data.get("schema") != JOB_SCHEMA:
-        raise JobReportError(f"{path}: {not_schema(data, JOB_SCHEMA, 'a job report', HOW_TO_WRITE)}")
-    try:
-        return _job(data, str(path))
-    except Bad as bad:
-        raise JobReportError(f"{path}: {bad}") from None
+    return read_document(data, path, schema=JOB_SCHEMA, what="a job report", error=JobReportError,
+                         how_to_write=HOW_TO_WRITE, build=lambda doc: _job(doc, str(path)))
 
 
 def _status(value: Any, where: str) -> str:

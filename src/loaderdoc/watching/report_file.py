@@ -16,7 +16,7 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding, findings_from_json
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, get, load_json, not_schema, obj
+from loaderdoc.jsondoc import Bad, get, load_json, obj, read_document
 from loaderdoc.watching.report import WATCH_SCHEMA, describe_loader
 
 HOW_TO_WRITE = "write one with 'loaderdoc watch --report run.json -- python train.py'"
@@ -79,12 +79,8 @@ def load_watch_report(path: str | Path) -> WatchRun:
 
 def watch_run_from(data: Any, path: str | Path) -> WatchRun:
     """The run in a parsed report (``path`` names it in the errors and the app)."""
-    if not isinstance(data, dict) or data.get("schema") != WATCH_SCHEMA:
-        raise WatchReportError(f"{path}: {not_schema(data, WATCH_SCHEMA, 'a watch report', HOW_TO_WRITE)}")
-    try:
-        return _run(data, str(path))
-    except Bad as bad:
-        raise WatchReportError(f"{path}: {bad}") from None
+    return read_document(data, path, schema=WATCH_SCHEMA, what="a watch report", error=WatchReportError,
+                         how_to_write=HOW_TO_WRITE, build=lambda doc: _run(doc, str(path)))
 
 
 def _run(data: dict, path: str) -> WatchRun:

@@ -21,6 +21,13 @@ from loaderdoc.advice.cpu_use import CpuUse, cpu_use
 from loaderdoc.advice.stragglers import RankRun
 
 
+def wait_share_of(wait_s: float, step_s: float) -> float | None:
+    """The share of a loop's time spent waiting for data: wait / (wait + step); None for no time.
+    The one definition the report, the rules and the app's Run view share."""
+    total = wait_s + step_s
+    return wait_s / total if total > 0 else None
+
+
 @dataclass
 class WatchedEpoch:
     index: int
@@ -90,8 +97,7 @@ class WatchEvidence:
 
     @property
     def wait_share(self) -> float | None:
-        total = self.wait_s + self.step_s
-        return self.wait_s / total if total > 0 else None
+        return wait_share_of(self.wait_s, self.step_s)
 
     @property
     def wait_per_batch_s(self) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any
 from loaderdoc import policy
 from loaderdoc.advice.findings import Finding, new_findings, worst
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
-from loaderdoc.advice.watched import CPU_FIELDS, WatchedEpoch, WatchEvidence
+from loaderdoc.advice.watched import CPU_FIELDS, WatchedEpoch, WatchEvidence, wait_share_of
 from loaderdoc.watching.summary_text import describe_loader, render_summary
 
 __all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "describe_loader",
@@ -38,10 +38,6 @@ def machine_info() -> dict[str, Any]:
     except (AttributeError, OSError):
         affinity = None
     return {"cpus": os.cpu_count(), "affinity": affinity}
-
-
-def _share(wait: float, step: float) -> float | None:
-    return wait / (wait + step) if wait + step > 0 else None
 
 
 def _sum_or_none(values: list[Any]) -> float | None:
@@ -96,7 +92,7 @@ def loader_entry(raw: dict[str, Any], records: dict[str, Any] | None = None) -> 
             "wait_s": wait,
             "step_s": step,
             "wall_s": sum(e.get("wall_s", 0.0) for e in epochs),
-            "wait_share": _share(wait, step),
+            "wait_share": wait_share_of(wait, step),
             "wait_per_batch_s": wait / waits if waits else None,
             "step_per_batch_s": step / steps_timed if steps_timed else None,
             "first_batch_s": first[0] if first else None,  # the first epoch's (start-up included)
@@ -347,7 +343,7 @@ def assemble(*, command: list[str] | None, exit_code: int | None, processes: lis
         "exit_code": exit_code,
         "status": worst(findings),
         "steps": sum(e["totals"]["steps"] for e in loaders),
-        "wait_share": _share(wait, step),
+        "wait_share": wait_share_of(wait, step),
         "wait_s": wait,
         "step_s": step,
         "processes": processes,

@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
+from loaderdoc.advice.watched import wait_share_of
 from loaderdoc.tui import model
 from loaderdoc.watching.report_file import Interval, LoaderRun
 
@@ -85,7 +86,7 @@ def column_shares(points: list[Interval], columns: int) -> list[float | None]:
         hi = max((c + 1) * n // columns, lo + 1)
         wait = sum(p.wait_s for p in points[lo:hi])
         step = sum(p.step_s for p in points[lo:hi])
-        out.append(wait / (wait + step) if wait + step > 0 else None)
+        out.append(wait_share_of(wait, step))
     return out
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoc.commands.layout import LAST_MIN, table_lines, wrap
-from loaderdoc.policy import still_growing
+from loaderdoc.policy import same_throughput, still_growing
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport, step_note
 from loaderdoc.summary import finding_lines
 from loaderdoc.units import MiB, fmt_bytes
@@ -199,7 +199,9 @@ def measured_lines(report: ProbeReport, width: int) -> list[str]:
         return ["Measured: nothing (no configuration ran to the end)"]
     columns, why = fit_measured(report, width)
     recommended = report.recommended
-    marks = [MARK if recommended is not None and same_stream(r, recommended) else " " * len(MARK)
+    # the rows that are the pick's evidence (policy.same_throughput decides which)
+    marks = [MARK if recommended is not None and r.ok and same_throughput(r.settings, recommended)
+             else " " * len(MARK)
              for r in report.results]
     head1 = [c.head[0] for c in columns]
     head2 = [c.head[1] for c in columns]
@@ -221,14 +223,6 @@ def measured_lines(report: ProbeReport, width: int) -> list[str]:
     return wrap(title, width, "", INDENT) + table_lines(
         head1, [head2, *rows], [" " * len(MARK), *marks], width, right=set(range(len(columns))),
         wrap_last=why is not None)
-
-
-def same_stream(r: ConfigResult, settings: Any) -> bool:
-    """Rows measured with the recommended workers and prefetch (persistence and pinning do not
-    change steady throughput, so any of those rows is evidence for the pick)."""
-    from loaderdoc.policy import stream_key
-
-    return r.ok and stream_key(r.settings) == stream_key(settings)
 
 
 def failure_lines(report: ProbeReport, width: int) -> list[str]:

@@ -100,6 +100,12 @@ def stream_key(settings: LoaderSettings) -> Key:
     return settings.num_workers, settings.effective_prefetch_factor
 
 
+def same_throughput(a: LoaderSettings, b: LoaderSettings) -> bool:
+    """Two settings whose steady throughput is one: same workers and prefetch (persistence and
+    pinning do not change it), so a row of either is evidence for the other's rate."""
+    return stream_key(a) == stream_key(b)
+
+
 def same_stream(a: LoaderSettings, b: LoaderSettings) -> bool:
     """Two settings the probe would measure as one: same workers, prefetch, pinning and batch
     size (an unset batch size matches any)."""

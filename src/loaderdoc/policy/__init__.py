@@ -5,8 +5,9 @@
 - what "the same configuration" and "as fast as" mean when comparing measurements;
 - which measured configuration to recommend (:func:`choose`).
 
-The memory side (``/dev/shm``, the memory budget) is in :mod:`loaderdoc.policy.memory`, re-exported
-here: callers ask ``loaderdoc.policy``. ``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
+Its modules: :mod:`.core` (the thresholds and plain questions), :mod:`.memory` (``/dev/shm`` and
+the memory budget), :mod:`.scaling` (more workers than CPUs), :mod:`.restarts` (persistent
+workers) and :mod:`.choice` (the pick), each re-exported here: callers ask ``loaderdoc.policy``. ``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
 these functions, so a pick and a finding can never use two different thresholds. Each threshold
 is named once below with the reason for its value. No torch, no textual, and nothing here reads
 the machine: facts and measurements come in as arguments.
@@ -14,434 +15,186 @@ the machine: facts and measurements come in as arguments.
 
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from loaderdoc.units import MiB, cpus_text, fmt_bytes, fmt_cpus
-
-if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
-    from loaderdoc.probing.result import ConfigResult
-    from loaderdoc.settings import LoaderSettings
-    from loaderdoc.system.facts import MachineFacts
-
-# ---- thresholds -------------------------------------------------------------------------------
-# Comparing measurements
-TOLERANCE = 0.03  # "as fast as the best": within 3 % of its steps/s (a cheaper config within it wins)
-MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larger gaps are real
-NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
-SPIKY_LOAD_RATIO = 2.0  # batches whose load time p95 >= 2 x p50: a few slow samples hold batches back
-QUEUE_DRY_PCT = 20.0  # the step waits >= 20 % on average: the workers produce below its rate, their
-#                       prefetch queue is empty most of the time and a deeper one mostly runs dry too
-PERSISTENT_PAYS_SHARE = 0.01  # persistent_workers when restarting workers costs >= 1 % of an epoch
-PERSISTENT_CLEAR_BAND = 1.5  # the start-up's estimate of that cost decides unless within 1.5x of it
-#                              either way: then the probe times a real restart (a run of its own that
-#                              forks the workers twice: 2-5 s, for a choice worth under 1.5 % of an epoch)
-PERSISTENT_CLOSE_FACTOR = 2.0  # within 2x of the line either way the reason says either setting is fine:
-#                               the start-up estimate's noise (two noisy times subtracted) could tip it
-BURSTY_RATIO = 3.0  # wait p95 >= 3 x p50 ...
-BURSTY_FLOOR_MS = 10.0  # ... and p95 >= the step (this when no step is known): stalls, not jitter
-# CPU
-UNMEASURED_WORKER_CAP = 16  # facts only: more workers rarely pay for their memory until measured
-BEYOND_CPUS_PAYS = 1.2  # more workers than CPUs must measure >= 20 % faster than as many as the
-#                         CPUs allow: run-to-run noise of probe windows on a busy machine is ~10 %
-CPU_BUSY_SHARE = 0.7  # a 0-worker fetch that is >= 70 % CPU time is CPU work: extra workers contend
-CPU_IDLE_SHARE = 0.3  # < 30 % CPU time: the fetch waits on storage or the network
-CONTENDED_CPUS = 0.5  # other processes kept >= half a CPU busy beside the 0-worker run: the kernel
-#                       shares CPU time per runnable thread, so more workers win more of it
-COLD_READ_BYTES = 256 * 1024  # a 0-worker run that read >= 256 KiB a batch from storage (not the page
-COLD_WAIT_SHARE = 0.1  #         cache) and waited >= 10 % of its loading: cold files, which the probe's
-#                       next runs read again warm (they load the same indices); measured again once
-SCALING_SLACK = 1.3  # W workers deliver at most W times what the training process loaded alone with 0
-#                      workers (each worker does the same work, and hands its batch over besides); that
-#                      0-worker rate differed by up to ~20 % between probes of one workload here (cold
-#                      caches, noise), so a size is ruled out unmeasured only when 1.3x its bound still
-#                      falls short, and past the CPUs the bound is evidence only 1.3 x 1.2 above it
-# Memory
-SHM_SAFE_SHARE = 0.5  # batches in flight may fill half of free /dev/shm: workers also allocate
-#                       transient tensors there, the batch being consumed is still mapped, and other
-#                       processes on the node share it
-RAM_SAFE_SHARE = 0.8  # workers' PSS plus batches in flight may use 80 % of the memory budget
-#                       (available RAM capped by the cgroup); above 100 % the OOM killer acts
-DEFAULT_PREFETCH = 2  # torch's default prefetch_factor
-HEAP_HELD_SHARE = 0.5  # the workers' heaps grew by >= half as much as their memory did: malloc holds it
-MALLOC_MMAP_THRESHOLD = 128 * 1024  # glibc's starting mmap threshold, set as fixed: never raised, so
-#                                     buffers above it are mmapped and given back on free
-# A real run, measured by `loaderdoc watch` (the growth ratio and floor also judge a probe's window)
-WATCH_MIN_BATCHES = 20  # steady batches (after each epoch's first) before a loader's wait is judged
-WORKER_GROWTH_RATIO = 1.25  # workers' PSS peak in the last epoch (or at the end of a probe's steady
-#                             window) >= 1.25 x the first epoch's (the window's start) ...
-WORKER_GROWTH_MIN_BYTES = 64 * MiB  # ... and >= 64 MiB above it ...
-WORKER_GROWTH_EPOCHS = 3  # ... over >= 3 epochs, never falling back: copy-on-read (reference counts
-#                           written into Python objects copy the pages they live on) grows as the
-#                           workers touch more of a shuffled dataset; one epoch's rise is workers warming
-#                           up (imports, caches), a few MiB is the allocator
-SHM_PEAK_WARN_SHARE = 0.8  # measured /dev/shm peak >= 80 % of its size: unlike SHM_SAFE_SHARE (a margin on
-#                           a computed need) the peak already holds the transient tensors and other
-#                           processes, so one more worker or a larger batch is what is left
-SHM_PEAK_CRIT_SHARE = 0.95  # >= 95 %: the next larger batch gets 'Bus error' / 'No space left on device'
-STRAGGLER_RATIO = 2.0  # a rank waiting >= 2 x the other ranks' median per batch ...
-STRAGGLER_FLOOR_S = 0.001  # ... and >= 1 ms a batch more (0.3 ms against 0.1 ms is noise at any ratio)
-
-ZERO_WORKERS: dict[str, Any] = {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
-                                "multiprocessing_context": None}
-
-Key = tuple[int, int]  # (num_workers, effective prefetch_factor): what decides steady throughput
-
-
-# ---- what "the same configuration" means -------------------------------------------------------
-def stream_key(settings: LoaderSettings) -> Key:
-    """Configurations whose steady throughput should match: same workers and prefetch depth.
-
-    persistent_workers only changes the start of an epoch, pin_memory only the copy to a GPU;
-    neither changes how fast batches stream on the CPU side."""
-    return settings.num_workers, settings.effective_prefetch_factor
-
-
-def same_throughput(a: LoaderSettings, b: LoaderSettings) -> bool:
-    """Two settings whose steady throughput is one: same workers and prefetch (persistence and
-    pinning do not change it), so a row of either is evidence for the other's rate."""
-    return stream_key(a) == stream_key(b)
-
-
-def same_stream(a: LoaderSettings, b: LoaderSettings) -> bool:
-    """Two settings the probe would measure as one: same workers, prefetch, pinning and batch
-    size (an unset batch size matches any)."""
-    return (
-        stream_key(a) == stream_key(b)
-        and a.pin_memory == b.pin_memory
-        and (a.batch_size == b.batch_size or a.batch_size is None or b.batch_size is None)
-    )
-
-
-def workers_text(n: int) -> str:
-    return f"{n} worker" + ("" if n == 1 else "s")
-
-
-def key_text(key: Key) -> str:
-    return "num_workers=0" if key[0] == 0 else f"num_workers={key[0]}, prefetch_factor={key[1]}"
-
-
-def fewer_workers(n: int) -> dict[str, Any]:
-    """A settings change to ``n`` workers that LoaderSettings accepts (0 clears worker-only keys)."""
-    return dict(ZERO_WORKERS) if n <= 0 else {"num_workers": n}
-
-
-def key_change(settings: LoaderSettings, key: Key) -> dict[str, Any]:
-    """The smallest settings change that moves ``settings`` onto ``key``."""
-    if key[0] == 0:
-        return dict(ZERO_WORKERS) if settings.num_workers else {}
-    change: dict[str, Any] = {}
-    if settings.num_workers != key[0]:
-        change["num_workers"] = key[0]
-    if (settings.prefetch_factor or DEFAULT_PREFETCH) != key[1]:
-        change["prefetch_factor"] = key[1]
-    return change
-
-
-# ---- batch bytes ---------------------------------------------------------------------------
-def batch_bytes_for(batch_size: int | None, sample_bytes: int | None) -> int | None:
-    if batch_size is None or sample_bytes is None:
-        return None
-    return batch_size * sample_bytes
-
-
-def scale_batch_bytes(measured_bytes: int | None, measured_batch: int | None, batch_size: int | None) -> int | None:
-    """Bytes of a batch of ``batch_size`` from one measured batch of ``measured_batch`` samples."""
-    if not measured_bytes:
-        return None
-    if not batch_size or not measured_batch or batch_size == measured_batch:
-        return measured_bytes
-    return measured_bytes * batch_size // measured_batch
-
-
-# ---- CPU ------------------------------------------------------------------------------------
-def cpus_per_rank(facts: MachineFacts) -> float | None:
-    """CPUs one rank's loader may use, or None when no CPU count could be read."""
-    return facts.cpus_per_rank if facts.cpu.known else None
-
-
-def oversubscribed(workers: int, per_rank: float | None) -> bool:
-    """More workers than CPUs for this rank (torch's own check counts the affinity set only)."""
-    return per_rank is not None and workers > per_rank
-
-
-def cpu_limit(per_rank: float) -> int:
-    """The most workers that are not oversubscribed (at least one: a single worker on a fraction
-    of a CPU still overlaps loading with the step)."""
-    return max(1, math.floor(per_rank))
-
-
-def worker_target(per_rank: float) -> int:
-    """Workers that leave one CPU of the rank's budget to the training process itself."""
-    if per_rank >= 2:
-        return math.floor(per_rank) - 1
-    return 1 if per_rank >= 1 else 0
-
-
-def workers_for_cpus(facts: MachineFacts) -> tuple[int, str]:
-    """Workers from the facts alone, and why: one CPU for the training process, real cores only
-    (hyper-threads add little to CPU-bound decoding), at most :data:`UNMEASURED_WORKER_CAP`."""
-    cpu = facts.cpu
-    per_rank = facts.cpus_per_rank
-    ranks = facts.distributed.ranks_on_this_node
-    budget = f"CPU budget {fmt_cpus(cpu.budget)} ({cpu.budget_source})"
-    if ranks > 1:
-        budget += f" / {ranks} local ranks = {fmt_cpus(per_rank)} per rank"
-    usable = math.floor(per_rank)
-    if usable <= 1:
-        return 0, f"0: {budget}; the training process needs that CPU itself, workers would only contend"
-    workers = worker_target(per_rank)
-    reason = f"{workers}: {budget}, one CPU left for the training process"
-    physical = cpu.physical.get()
-    if physical:
-        physical_per_rank = max(1, math.floor(physical / ranks))
-        if physical_per_rank < workers:
-            workers = physical_per_rank
-            reason = f"{workers}: {budget}, but {physical} physical cores" + (
-                f" / {ranks} ranks" if ranks > 1 else ""
-            ) + " (hyper-threads add little to CPU-bound loading; a probe can show I/O-bound data wants more)"
-    if workers > UNMEASURED_WORKER_CAP:
-        workers = UNMEASURED_WORKER_CAP
-        reason = f"{workers}: {budget}; capped at {UNMEASURED_WORKER_CAP} until a probe shows more helps"
-    return workers, reason
-
-
-def _cpu_work(results: Iterable[ConfigResult]) -> bool:
-    """A 0-worker fetch was mostly CPU time (:data:`CPU_BUSY_SHARE`)."""
-    zero = [r.fetch_cpu_pct for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
-    return bool(zero) and max(zero) > 100 * CPU_BUSY_SHARE
-
-
-def single_windows_trusted(busy_cpus: float, fetch_cpu_pct: float | None) -> bool:
-    """Whether one window per configuration is evidence enough, or close contenders must be
-    measured again in turns: other processes kept less than :data:`CONTENDED_CPUS` busy in every
-    run, or the loading waits (a 0-worker fetch under :data:`CPU_IDLE_SHARE` CPU time), so what
-    the others take of the CPUs barely moves its rate (repeated windows of I/O-bound and spiky
-    data beside a burnt core differed by a median 1-2 % here, as on a quiet machine; CPU-bound
-    data by 3-6 %, up to 18 %)."""
-    if busy_cpus < CONTENDED_CPUS:
-        return True
-    return fetch_cpu_pct is not None and fetch_cpu_pct < 100 * CPU_IDLE_SHARE
-
-
-def idle_cpu_share(result: ConfigResult, per_rank: float) -> float | None:
-    """The share of the rank's CPUs that stood idle in a run's window: what this process and its
-    workers (and other processes) left of ``per_rank``; the whole machine's idle share where the
-    process tree's use was not read (no CPU affinity to read it on). None where neither was read."""
-    if result.loader_cpus is not None and per_rank > 0:
-        return max(0.0, 1.0 - (result.loader_cpus + (result.other_cpus or 0.0)) / per_rank)
-    if result.cpu_util_pct is not None:
-        return max(0.0, 1.0 - result.cpu_util_pct / 100.0)
-    return None
-
-
-def cold_read(result: ConfigResult | None) -> str | None:
-    """How much a run read from storage a batch, in words, when that made it wait (cold files:
-    :data:`COLD_READ_BYTES`, :data:`COLD_WAIT_SHARE`); None for a warm run."""
-    st = result.stages if result is not None and result.ok else None
-    if st is None or not st.dataset_read_bytes or not st.load_ms:
-        return None
-    if st.dataset_read_bytes < COLD_READ_BYTES or (st.dataset_wait_ms or 0.0) < COLD_WAIT_SHARE * st.load_ms:
-        return None
-    return fmt_bytes(int(st.dataset_read_bytes))
-
-
-def contended(other_cpus: float | None) -> float:
-    """CPUs other processes kept busy, 0 below :data:`CONTENDED_CPUS` (no contention to speak of)."""
-    return other_cpus if other_cpus is not None and other_cpus >= CONTENDED_CPUS else 0.0
-
-
-def contention(results: Iterable[ConfigResult]) -> float:
-    """CPUs other processes kept busy beside the 0-worker runs (mean), 0 below :data:`CONTENDED_CPUS`."""
-    seen = [r.other_cpus for r in results if r.ok and r.settings.num_workers == 0 and r.other_cpus is not None]
-    return round(contended(statistics.fmean(seen) if seen else 0.0), 2)
-
-
-def restart_share(saving_s: float, epoch_s: float) -> float:
-    """The share of an epoch (with its restart) that keeping the workers alive saves; worth it from
-    :data:`PERSISTENT_PAYS_SHARE`."""
-    return saving_s / (epoch_s + saving_s) if epoch_s + saving_s > 0 else 0.0
-
-
-# ---- memory: loaderdoc.policy.memory (after the thresholds and keys it uses) -----------------
-from loaderdoc.policy import memory as _memory  # noqa: E402
-
-Room = _memory.Room
-fit_in_flight = _memory.fit_in_flight
-in_flight_bytes = _memory.in_flight_bytes
-memory_need = _memory.memory_need
-misfit = _memory.misfit
-per_worker_pss = _memory.per_worker_pss
-ram_level = _memory.ram_level
-shm_level = _memory.shm_level
-workers_pss_at = _memory.workers_pss_at
-
-
-# ---- choosing among measurements -----------------------------------------------------------
-def bursty(p50_ms: float | None, p95_ms: float | None, step_ms: float | None) -> bool:
-    """Waits that stall now and then: p95 >= 3 x p50 and p95 at least a whole step."""
-    if p50_ms is None or p95_ms is None:
-        return False
-    return p95_ms >= BURSTY_RATIO * max(p50_ms, 0.0) and p95_ms >= (step_ms or BURSTY_FLOOR_MS)
-
-
-def spiky_loading(p50_ms: float | None, p95_ms: float | None) -> bool:
-    """Batches that take very unequal times to load (with 0 workers each wait is one batch's load)."""
-    return bool(p50_ms and p95_ms and p95_ms >= SPIKY_LOAD_RATIO * p50_ms)
-
-
-def memory_growing(first_bytes: int, last_bytes: int, swing_bytes: int = 0) -> bool:
-    """Workers' memory that rose to >= :data:`WORKER_GROWTH_RATIO` x where it was and
-    >= :data:`WORKER_GROWTH_MIN_BYTES` above it (and above ``swing_bytes``, what it may move by
-    without growing): not settled, a longer run holds more."""
-    return (last_bytes >= WORKER_GROWTH_RATIO * first_bytes
-            and last_bytes - first_bytes >= max(WORKER_GROWTH_MIN_BYTES, swing_bytes))
-
-
-def still_growing(result: ConfigResult) -> bool:
-    """A measured configuration whose workers' memory rose through its steady window by more
-    than the batches they may hold while building them (one a worker: in /dev/shm, counted in
-    their PSS while it is theirs) could account for."""
-    g = result.worker_memory_growth
-    if not result.ok or g is None:
-        return False
-    return memory_growing(g.first_bytes, g.last_bytes, result.settings.num_workers * (result.batch_bytes or 0))
-
-
-def heap_held(heap_rise_bytes: int | None, memory_rise_bytes: int, free_bytes: int | None = None) -> bool:
-    """Most of the workers' memory growth is their malloc heaps growing over the same stretch (not
-    pages of the training process copied on write, not /dev/shm), and, where malloc's own count
-    says how much of its arenas is free, most of that growth is free memory malloc kept (not live
-    objects: a cache)."""
-    if heap_rise_bytes is None or memory_rise_bytes <= 0 or heap_rise_bytes < HEAP_HELD_SHARE * memory_rise_bytes:
-        return False
-    return free_bytes is None or free_bytes >= HEAP_HELD_SHARE * heap_rise_bytes
-
-
-def queue_runs_dry(starvation_pct: float | None, zero_p50_ms: float | None, zero_p95_ms: float | None) -> bool:
-    """A deeper prefetch queue cannot feed the step faster: it waited >= :data:`QUEUE_DRY_PCT`
-    on average (the workers produce below its rate, so batches are taken as soon as they are
-    ready), and batches loaded evenly with 0 workers (``zero_*``: no slow batch holds ready ones
-    back while the other workers' queues fill up). Bursty waits then come from workers finishing
-    their batches together. Unknown 0-worker loads: it might help."""
-    if starvation_pct is None or starvation_pct < QUEUE_DRY_PCT or not zero_p50_ms or zero_p95_ms is None:
-        return False
-    return not spiky_loading(zero_p50_ms, zero_p95_ms)
-
-
-def _rates(results: Iterable[ConfigResult]) -> dict[Key, list[float]]:
-    """The steps/s of every measured run, by configuration."""
-    groups: dict[Key, list[float]] = {}
-    for r in results:
-        # in_order=False is judged against its in-order twin (same workers and prefetch), not pooled
-        if r.ok and r.batches_per_s and r.settings.in_order:
-            groups.setdefault(stream_key(r.settings), []).append(r.batches_per_s)
-    return groups
-
-
-def throughputs(results: Iterable[ConfigResult]) -> dict[Key, float]:
-    """Mean measured steps/s per configuration."""
-    return {k: statistics.fmean(v) for k, v in sorted(_rates(results).items())}
-
-
-def noise(results: Iterable[ConfigResult]) -> float:
-    """Half the largest relative spread between repeated runs of one configuration, capped at
-    :data:`MAX_NOISE`: on a small or shared machine two windows of one configuration differ, and
-    differences smaller than that between configurations are not evidence."""
-    spreads = [(max(v) - min(v)) / (2 * statistics.fmean(v)) for v in _rates(results).values() if len(v) >= 2]
-    return min(MAX_NOISE, max(spreads, default=0.0))
-
-
-def tolerance(results: Iterable[ConfigResult]) -> float:
-    return max(TOLERANCE, noise(results))
-
-
-@dataclass
-class Choice:
-    """The configuration to recommend among those measured, and the numbers behind it."""
-
-    key: Key
-    rate: float  # its mean steps/s
-    best_key: Key  # the fastest configuration allowed
-    best_rate: float
-    tolerance: float
-    excluded: dict[Key, str] = field(default_factory=dict)  # measured but not allowed, and why
-    beyond_cpus: BeyondCpus | None = None  # the proof that more workers than CPUs pay, if measured
-    per_rank: float | None = None
-
-    @property
-    def workers(self) -> int:
-        return self.key[0]
-
-    @property
-    def oversubscribed(self) -> bool:
-        return oversubscribed(self.key[0], self.per_rank)
-
-
-def choose(
-    results: Sequence[ConfigResult],
-    *,
-    per_rank: float | None,
-    room: Room | None = None,
-    batch_bytes: int | None = None,
-) -> Choice | None:
-    """The cheapest measured configuration within the noise tolerance of the fastest one allowed.
-
-    Allowed means: it fits /dev/shm and the memory budget (:func:`misfit`), and it has no more
-    workers than CPUs unless a measurement shows more pay (:func:`beyond_cpus_evidence`).
-    Cheapest means the fewest workers, then the shallowest prefetch: with as many workers, a
-    deeper queue holds more batches, so its memory can only be larger. Not the measured memory:
-    a worker-memory reading is the peak of samples in one run, and readings of one configuration
-    differed by up to 55 % (large samples, 279 vs 432 MiB), so between prefetch depths it
-    picked the slower, deeper queue on noise.
-    None when nothing allowed was measured.
-    """
-    room = room or Room()
-    table = throughputs(results)
-    if not table:
-        return None
-    excluded: dict[Key, str] = {}
-    for key in table:
-        why = misfit(results, key, room, batch_bytes)
-        if why:
-            excluded[key] = why
-    beyond = beyond_cpus_evidence(results, per_rank)
-    if beyond is None and per_rank is not None:
-        for key in table:
-            if key not in excluded and oversubscribed(key[0], per_rank):
-                excluded[key] = (f"{workers_text(key[0])} on {cpus_text(per_rank)} per rank, and no measurement "
-                                 f"showed more workers than CPUs faster than {workers_text(cpu_limit(per_rank))} "
-                                 f"({BEYOND_CPUS_PAYS - 1:.0%} in one run, or in every repeated run)")
-    allowed = {k: v for k, v in table.items() if k not in excluded}
-    if not allowed:
-        return None
-    tol = tolerance(results)
-    best_key = max(allowed, key=allowed.get)
-    near = [k for k, v in allowed.items() if v >= allowed[best_key] * (1 - tol)]
-    key = min(near)  # (workers, prefetch)
-    return Choice(key=key, rate=allowed[key], best_key=best_key, best_rate=allowed[best_key], tolerance=tol,
-                  excluded=excluded, beyond_cpus=beyond, per_rank=per_rank)
-
-
-# ---- more workers than CPUs: loaderdoc.policy.scaling (after everything it uses) --------------
-from loaderdoc.policy import scaling as _scaling  # noqa: E402
-
-BeyondCpus = _scaling.BeyondCpus
-beyond_cpus_evidence = _scaling.beyond_cpus_evidence
-linear_bound = _scaling.linear_bound
-ruled_out_below = _scaling.ruled_out_below
-zero_load_ms = _scaling.zero_load_ms
-zero_load_text = _scaling.zero_load_text
-
-# ---- persistent workers: loaderdoc.policy.restarts -------------------------------------------
-from loaderdoc.policy import restarts as _restarts  # noqa: E402
-
-RestartSaving = _restarts.RestartSaving
-restart_saving = _restarts.restart_saving
-startup_saving = _restarts.startup_saving
-WATCHED_RESTART_PAYS_SHARE = _restarts.WATCHED_RESTART_PAYS_SHARE
-WatchedRestarts = _restarts.WatchedRestarts
-watched_restarts = _restarts.watched_restarts
+from loaderdoc.policy.choice import (
+    Choice,
+    choose,
+)
+from loaderdoc.policy.core import (
+    BEYOND_CPUS_PAYS,
+    BURSTY_FLOOR_MS,
+    BURSTY_RATIO,
+    COLD_READ_BYTES,
+    COLD_WAIT_SHARE,
+    CONTENDED_CPUS,
+    CPU_BUSY_SHARE,
+    CPU_IDLE_SHARE,
+    DEFAULT_PREFETCH,
+    HEAP_HELD_SHARE,
+    MALLOC_MMAP_THRESHOLD,
+    MAX_NOISE,
+    NOT_STARVED_PCT,
+    PERSISTENT_CLEAR_BAND,
+    PERSISTENT_CLOSE_FACTOR,
+    PERSISTENT_PAYS_SHARE,
+    QUEUE_DRY_PCT,
+    RAM_SAFE_SHARE,
+    SCALING_SLACK,
+    SHM_PEAK_CRIT_SHARE,
+    SHM_PEAK_WARN_SHARE,
+    SHM_SAFE_SHARE,
+    SPIKY_LOAD_RATIO,
+    STRAGGLER_FLOOR_S,
+    STRAGGLER_RATIO,
+    TOLERANCE,
+    UNMEASURED_WORKER_CAP,
+    WATCH_MIN_BATCHES,
+    WORKER_GROWTH_EPOCHS,
+    WORKER_GROWTH_MIN_BYTES,
+    WORKER_GROWTH_RATIO,
+    ZERO_WORKERS,
+    Key,
+    batch_bytes_for,
+    bursty,
+    cold_read,
+    contended,
+    contention,
+    cpu_limit,
+    cpus_per_rank,
+    fewer_workers,
+    heap_held,
+    idle_cpu_share,
+    key_change,
+    key_text,
+    memory_growing,
+    noise,
+    oversubscribed,
+    queue_runs_dry,
+    restart_share,
+    same_stream,
+    same_throughput,
+    scale_batch_bytes,
+    single_windows_trusted,
+    spiky_loading,
+    still_growing,
+    stream_key,
+    throughputs,
+    tolerance,
+    worker_target,
+    workers_for_cpus,
+    workers_text,
+)
+from loaderdoc.policy.memory import (
+    Room,
+    fit_in_flight,
+    in_flight_bytes,
+    memory_need,
+    misfit,
+    per_worker_pss,
+    ram_level,
+    shm_level,
+    workers_pss_at,
+)
+from loaderdoc.policy.restarts import (
+    WATCHED_RESTART_PAYS_SHARE,
+    RestartSaving,
+    WatchedRestarts,
+    restart_saving,
+    startup_saving,
+    watched_restarts,
+)
+from loaderdoc.policy.scaling import (
+    BeyondCpus,
+    beyond_cpus_evidence,
+    linear_bound,
+    ruled_out_below,
+    zero_load_ms,
+    zero_load_text,
+)
+
+__all__ = [
+    "BEYOND_CPUS_PAYS",
+    "BURSTY_FLOOR_MS",
+    "BURSTY_RATIO",
+    "BeyondCpus",
+    "COLD_READ_BYTES",
+    "COLD_WAIT_SHARE",
+    "CONTENDED_CPUS",
+    "CPU_BUSY_SHARE",
+    "CPU_IDLE_SHARE",
+    "Choice",
+    "DEFAULT_PREFETCH",
+    "HEAP_HELD_SHARE",
+    "Key",
+    "MALLOC_MMAP_THRESHOLD",
+    "MAX_NOISE",
+    "NOT_STARVED_PCT",
+    "PERSISTENT_CLEAR_BAND",
+    "PERSISTENT_CLOSE_FACTOR",
+    "PERSISTENT_PAYS_SHARE",
+    "QUEUE_DRY_PCT",
+    "RAM_SAFE_SHARE",
+    "RestartSaving",
+    "Room",
+    "SCALING_SLACK",
+    "SHM_PEAK_CRIT_SHARE",
+    "SHM_PEAK_WARN_SHARE",
+    "SHM_SAFE_SHARE",
+    "SPIKY_LOAD_RATIO",
+    "STRAGGLER_FLOOR_S",
+    "STRAGGLER_RATIO",
+    "TOLERANCE",
+    "UNMEASURED_WORKER_CAP",
+    "WATCHED_RESTART_PAYS_SHARE",
+    "WATCH_MIN_BATCHES",
+    "WORKER_GROWTH_EPOCHS",
+    "WORKER_GROWTH_MIN_BYTES",
+    "WORKER_GROWTH_RATIO",
+    "WatchedRestarts",
+    "ZERO_WORKERS",
+    "batch_bytes_for",
+    "beyond_cpus_evidence",
+    "bursty",
+    "choose",
+    "cold_read",
+    "contended",
+    "contention",
+    "cpu_limit",
+    "cpus_per_rank",
+    "fewer_workers",
+    "fit_in_flight",
+    "heap_held",
+    "idle_cpu_share",
+    "in_flight_bytes",
+    "key_change",
+    "key_text",
+    "linear_bound",
+    "memory_growing",
+    "memory_need",
+    "misfit",
+    "noise",
+    "oversubscribed",
+    "per_worker_pss",
+    "queue_runs_dry",
+    "ram_level",
+    "restart_saving",
+    "restart_share",
+    "ruled_out_below",
+    "same_stream",
+    "same_throughput",
+    "scale_batch_bytes",
+    "shm_level",
+    "single_windows_trusted",
+    "spiky_loading",
+    "startup_saving",
+    "still_growing",
+    "stream_key",
+    "throughputs",
+    "tolerance",
+    "watched_restarts",
+    "worker_target",
+    "workers_for_cpus",
+    "workers_pss_at",
+    "workers_text",
+    "zero_load_ms",
+    "zero_load_text",
+]

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loaderdoc.policy import PERSISTENT_PAYS_SHARE, Key, stream_key, throughputs
+from loaderdoc.policy.core import PERSISTENT_PAYS_SHARE, Key, stream_key, throughputs
 from loaderdoc.policy.scaling import zero_load_ms
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loaderdoc.policy import (
+from loaderdoc.policy.core import (
     BEYOND_CPUS_PAYS,
     CPU_IDLE_SHARE,
     DEFAULT_PREFETCH,

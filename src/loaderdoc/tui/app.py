@@ -325,12 +325,16 @@ class LoaderDocApp(App[int]):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(screen.settle(), timeout=SETTLE_TIMEOUT_S)
 
-    async def _shutdown(self) -> None:
-        # textual's own teardown (that of run_test too) does not wait for widgets still being
-        # mounted; while the message loop runs they can still finish (after it, action_quit did it)
-        if self.is_running:
-            await self._settle_views()
-        await super()._shutdown()
+    @contextlib.asynccontextmanager
+    async def run_test(self, *args: Any, **kwargs: Any):
+        """textual's ``run_test``, letting the views being mounted finish before its teardown, as
+        :meth:`action_quit` does for a user (the teardown does not wait for them: they failed)."""
+        async with super().run_test(*args, **kwargs) as pilot:
+            try:
+                yield pilot
+            finally:
+                if self.is_running:
+                    await self._settle_views()
 
     # ---- navigation, export, theme --------------------------------------------------------
     def action_view_key(self, tab: str) -> Awaitable[None] | None:

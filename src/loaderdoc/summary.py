@@ -125,16 +125,23 @@ def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
     return "; ".join(changes) or "no change"
 
 
-def finding_lines(f: Any) -> list[str]:
+def finding_lines(f: Any, width: int | None = None, *, ok_brief: bool = False) -> list[str]:
     """A finding (a ``Finding`` or its JSON dict) as the text commands print: the symptom line,
-    then evidence, cause and fix, indented under it."""
+    then evidence, cause and fix, indented under it. ``width``: wrapped to it (words never cut),
+    as ``watch``'s summary on stderr is; ``ok_brief``: an ``ok`` finding's symptom line alone."""
+    import textwrap
+
     get = f.get if isinstance(f, dict) else (lambda key: getattr(f, key))
-    lines = [f"  {get('severity').upper():<8} {get('rule_id')}: {get('symptom')}"]
-    lines += [f"           evidence: {ev}" for ev in get("evidence")]
-    if get("cause"):
-        lines.append(f"           cause: {get('cause')}")
-    if get("fix"):
-        lines.append(f"           fix: {get('fix')}")
+    parts = [(f"{get('severity').upper():<8} {get('rule_id')}: {get('symptom')}", "  ", " " * 11)]
+    if not (ok_brief and get("severity") == "ok"):
+        parts += [(f"evidence: {ev}", " " * 11, " " * 13) for ev in get("evidence") or []]
+        parts += [(f"{label}: {get(label)}", " " * 11, " " * 13) for label in ("cause", "fix") if get(label)]
+    if width is None:
+        return [first + text for text, first, _ in parts]
+    lines: list[str] = []
+    for text, first, more in parts:
+        lines += textwrap.wrap(text, width, initial_indent=first, subsequent_indent=more, break_on_hyphens=False,
+                               break_long_words=False) or [first.rstrip()]
     return lines
 
 

@@ -12,6 +12,7 @@ import textwrap
 from typing import Any
 
 from loaderdoc.policy import WATCH_MIN_BATCHES
+from loaderdoc.summary import finding_lines
 from loaderdoc.units import fmt_bytes, fmt_seconds, fmt_share_fine
 
 WIDTH = 80
@@ -131,17 +132,6 @@ def _shm_lines(report: dict[str, Any]) -> list[str]:
     return _wrap(text, "  ", "    ")
 
 
-def _finding_lines(f: dict[str, Any]) -> list[str]:
-    out = _wrap(f"{f['severity'].upper():<8} {f['rule_id']}: {f['symptom']}", "  ", " " * 11)
-    if f["severity"] == "ok":  # its evidence is the loader's line above; the JSON has it all
-        return out
-    for label, items in (("evidence", f.get("evidence") or []), ("cause", [f.get("cause")]), ("fix", [f.get("fix")])):
-        for item in items:
-            if item:
-                out += _wrap(f"{label}: {item}", " " * 11, " " * 13)
-    return out
-
-
 def render_summary(report: dict[str, Any]) -> str:
     """A few lines for stderr: the run, one block per loader, /dev/shm, then the findings."""
     head = _head(report)
@@ -159,5 +149,5 @@ def render_summary(report: dict[str, Any]) -> str:
     out += _shm_lines(report)
     out += _apply_lines(report)
     for f in report["findings"]:
-        out += _finding_lines(f)
+        out += finding_lines(f, WIDTH, ok_brief=True)  # an ok finding's evidence is the loader's line above
     return "\n".join(out) + "\n"

@@ -28,7 +28,7 @@ from loaderdoc.reports import ReportError, open_report
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
 from loaderdoc.tui.model import ODD_MARK
-from loaderdoc.watching.report_file import WatchRun
+from loaderdoc.watching.run import WatchRun
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TWO, FOUR = FIXTURES / "job" / "two-nodes.json", FIXTURES / "job" / "four-nodes-odd.json"

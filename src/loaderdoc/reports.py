@@ -20,7 +20,8 @@ from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
 from loaderdoc.watching.report import WATCH_SCHEMA
-from loaderdoc.watching.report_file import WatchRun, watch_run_from
+from loaderdoc.watching.report_file import watch_run_from
+from loaderdoc.watching.run import WatchRun
 
 HOW_TO_WRITE = ("write one with 'loaderdoc watch --report run.json -- python train.py', "
                 "'loaderdoc tune --report tune.json -- python train.py' or "

@@ -29,7 +29,7 @@ from loaderdoc.reports import TuneRun
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.watching.report_file import WatchRun
+from loaderdoc.watching.run import WatchRun
 
 DetectFn = Callable[..., MachineFacts]
 ProbeFn = Callable[..., ProbeReport]

@@ -107,7 +107,7 @@ def run_app(args: argparse.Namespace) -> int:
     if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
         from loaderdoc.cluster.job_file import JobRun
         from loaderdoc.reports import open_report
-        from loaderdoc.watching.report_file import WatchRun
+        from loaderdoc.watching.run import WatchRun
 
         opened = open_report(args.open_report)
         if isinstance(opened, WatchRun):

@@ -41,7 +41,7 @@ from loaderdoc.tui.messages import (
     ProbeProgress,
     ProbeResultArrived,
 )
-from loaderdoc.watching.report_file import WatchRun
+from loaderdoc.watching.run import WatchRun
 
 TABS = ("machine", "probe", "diagnoses", "tradeoffs", "settings")
 SETTLE_TIMEOUT_S = 10.0  # longest wait, when stopping, for the views being mounted

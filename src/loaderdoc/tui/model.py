@@ -23,7 +23,7 @@ from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
-from loaderdoc.watching.report_file import LoaderRun, WatchRun
+from loaderdoc.watching.run import LoaderRun, WatchRun
 
 # ---- workload -----------------------------------------------------------------------------
 

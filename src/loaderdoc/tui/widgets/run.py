@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from loaderdoc.advice.watched import wait_share_of
 from loaderdoc.tui import model
-from loaderdoc.watching.report_file import Interval, LoaderRun
+from loaderdoc.watching.run import Interval, LoaderRun
 
 # fixed colours, as in chart.py; without colour (NO_COLOR) the wait is solid and the step shaded
 WAIT_COLOR = (220, 50, 47)

@@ -243,3 +243,20 @@ def test_the_read_and_the_config_section_as_a_user_sees_them_at_80_columns():
     section = "Config " + checked.split("\nConfig ", 1)[1].split("  val [", 1)[0]
     assert section == CHECK_R18_TRAIN
     assert all(len(line) <= 80 for line in checked.split("\nConfig ", 1)[1].split("\nFindings", 1)[0].splitlines())
+
+
+@pytest.mark.parametrize("relative", [D2 + "new_baselines/mask_rcnn_R_50_FPN_200ep_LSJ.py",
+                                      "lightning-hydra-template/configs/experiment/example.yaml",
+                                      "mmdet3/configs/retinanet/retinanet_r50_fpn_8xb8-amp-lsj-200e_coco.py"])
+def test_a_config_named_from_its_own_folder_reads_what_it_inherits(relative, monkeypatch):
+    """`cd configs/new_baselines && loaderdoc check --config x.py`: `..` imports and bases from there."""
+    path = PROJECTS / relative
+    monkeypatch.chdir(path.parent)
+    got = describe(read_config(path.name))
+    layout, loaders = EXPECTED[relative]
+    assert got["read"] == "complete", got["partial_reasons"]
+    assert [lo["name"] for lo in got["loaders"]] == list(loaders)
+    for loader in got["loaders"]:
+        for setting, (value, file, line) in loaders[loader["name"]].items():
+            entry = loader["settings"][setting]
+            assert (entry["value"], Path(entry["set_by"]["file"]).name, entry["set_by"]["line"]) == (value, file, line)

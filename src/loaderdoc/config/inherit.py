@@ -208,8 +208,9 @@ class _Loader:
     def group_file(self, config: Path, relative: str, *, absolute: bool) -> Path | None:
         """A defaults entry's file: beside the config naming it, else in a folder above (the config
         root Hydra searches: an experiment's ``/data: mnist`` is ``<root>/data/mnist.yaml``)."""
+        config, primary = config.absolute(), self.primary.absolute()  # parents of "." are none
         folders = [] if absolute else [config.parent]
-        folders += [self.primary.parent, *self.primary.parent.parents][:4]
+        folders += [primary.parent, *primary.parent.parents][:4]
         folders += [config.parent, *config.parent.parents][:4]
         for folder in folders:
             candidate = folder / relative

@@ -283,6 +283,7 @@ def module_file(module: str, level: int, importer: Path) -> Path | None:
     config: relative imports from the importer's folder, absolute ones from any folder above it that
     holds the package (``from mmdet.configs._base_.x import *`` inside a clone of mmdet)."""
     parts = [p for p in module.split(".") if p]
+    importer = importer.absolute()  # "../" from a config named relative to the working folder
     if level:
         base = importer.parent
         for _ in range(level - 1):

@@ -153,7 +153,8 @@ def config_choice(path: str):
     """The training loader of the user's config (else its first) as the app's chosen settings, each
     field with its source; None, said on stderr, for a file with no DataLoader settings."""
     from loaderdoc.config import read_config
-    from loaderdoc.config.report import SCOPE_WORDS, default_text, describe_loader, where_text
+    from loaderdoc.config.meaning import SCOPE_WORDS
+    from loaderdoc.config.report import default_text, describe_loader, where_text
     from loaderdoc.session import ConfigChoice
 
     config = read_config(path)

@@ -159,7 +159,7 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     for here, (target, _) in loaded.references.items():
         if here in used:
             referenced.setdefault(target, []).append(here)
-    found = group(hits, BY_NAMES, native=native_owners(loaded.tree), referenced=referenced)
+    found = group(hits, native=native_owners(loaded.tree), referenced=referenced)
     config.loaders = found.loaders
     config.unattributed = found.unattributed + opaque
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)

@@ -58,6 +58,7 @@ OTHER_LOADER_KEYS = {
 }
 INHERITANCE_KEYS = {"_base_", "_BASE_", "defaults"}
 SCOPE_ORDER = ("per_gpu", "loader", "total")  # the loader's own batch first when a file states several
+SCOPE_WORDS = {"per_gpu": "per GPU", "total": "in total over all GPUs", "loader": "per loader"}
 
 
 def words(key: str) -> list[str]:
@@ -140,7 +141,7 @@ class FoundLoader:
     """One DataLoader's settings as a config states them, each with the key and file that set it."""
 
     name: str  # "train", "val", "test", "eval"; "" when the file has one loader
-    layout: str  # which layout it was read in, for the report: "mmengine", "Hydra", "by key names", ...
+    layout: str = ""  # which layout it was read in, for the report: "mmengine", "Hydra", ... (layouts.refine)
     values: dict[str, Any] = field(default_factory=dict)  # DataLoader setting -> raw value
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # setting -> key path in the merged config
     origins: dict[str, Origin] = field(default_factory=dict)  # setting -> the file and line that set it
@@ -151,7 +152,6 @@ class FoundLoader:
     # settings not in the file that the framework sets itself (TrainingArguments' pin_memory=True)
     defaults: dict[str, tuple[Any, str]] = field(default_factory=dict)
     batch_scope: str = "loader"  # how the file counts batch_size: "loader", "per_gpu" or "total"
-    via: dict[str, str] = field(default_factory=dict)  # setting -> the reference it came through: "${data.bs}"
     also: list[str] = field(default_factory=list)  # other batch sizes the file states (a global batch)
 
     def where(self, setting: str) -> str:
@@ -168,9 +168,6 @@ class FoundLoader:
         self.keys[setting] = path
         if origin is not None:
             self.origins[setting] = origin
-
-    def is_set(self, setting: str) -> bool:
-        return setting in self.keys or setting in self.unreadable
 
     def raw_settings(self) -> dict[str, Any]:
         """What the DataLoader gets: the file's values over the framework's own defaults."""
@@ -242,7 +239,7 @@ def _fits(meaning: Meaning, key: str, value: Any) -> bool:
     return False
 
 
-def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset(),
+def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
           referenced: dict[tuple[str, ...], list[tuple[str, ...]]] | None = None) -> Found:
     """Hits into loaders: by split, shared settings given to every loader below their table.
     In ``native`` tables (loaderdoc's own layout) every DataLoader keyword counts on its own. A key
@@ -265,14 +262,13 @@ def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset
                 break
     by_split: dict[str | None, list[Hit]] = {}
     for hit in kept:
-        split = hit.split or _enclosing_split(hit.owner)
-        by_split.setdefault(split, []).append(hit)
+        by_split.setdefault(splits[hit.path], []).append(hit)
     unattributed: list[str] = []
     shared = _settle(by_split.pop(None, []), unattributed)
     loaders: list[FoundLoader] = []
     owners: dict[str | None, list[tuple[str, ...]]] = {}
     for split, split_hits in by_split.items():
-        loader = FoundLoader(split or "", layout)
+        loader = FoundLoader(split or "")
         _fill(loader, _settle(split_hits, unattributed))
         owners[loader.name] = [h.owner for h in split_hits]
         loaders.append(loader)
@@ -290,7 +286,7 @@ def group(hits: list[Hit], layout: str, native: set[tuple[str, ...]] = frozenset
                 continue
             _fill(loader, {setting: below(loader) or hit_list})
     if shared and not any(lo.name == "train" for lo in loaders):
-        loader = FoundLoader("train" if loaders else "", layout)  # beside named loaders: the training one
+        loader = FoundLoader("train" if loaders else "")  # beside named loaders: the training one
         _fill(loader, shared)
         loaders.insert(0, loader)
     return Found(loaders=loaders, unattributed=unattributed)
@@ -343,9 +339,5 @@ def _fill(loader: FoundLoader, settled: dict[str, list[Hit]]) -> None:
             loader.put(setting, hit.value, hit.path, hit.origin)
         if setting == "batch_size":
             loader.batch_scope = hit.scope
-            loader.also = [f"{'.'.join(h.path)} = {h.value!r} ({_scope_words(h.scope)})" for h in hit_list[1:]
+            loader.also = [f"{'.'.join(h.path)} = {h.value!r} ({SCOPE_WORDS[h.scope]})" for h in hit_list[1:]
                            if not isinstance(h.value, Unread)]
-
-
-def _scope_words(scope: str) -> str:
-    return {"per_gpu": "per GPU", "total": "in total over all GPUs", "loader": "per loader"}[scope]

@@ -13,12 +13,11 @@ from typing import Any
 
 from loaderdoc.config.files import ConfigFile
 from loaderdoc.config.layouts import LAYOUTS_UNDERSTOOD
-from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader
+from loaderdoc.config.meaning import SCOPE_WORDS, SETTING_ORDER, FoundLoader
 from loaderdoc.settings import LoaderSettings
 
 CONFIG_SCHEMA = "loaderdoc.config/1"
 TORCH_DEFAULTS = LoaderSettings()
-SCOPE_WORDS = {"per_gpu": "per GPU", "total": "in total over all GPUs", "loader": "per loader"}
 
 
 def describe(config: ConfigFile) -> dict[str, Any]:

@@ -124,9 +124,10 @@ class LoaderDocApp(App[int]):
             self._read_facts()
 
     def refresh_views(self) -> None:
-        """Re-render every pane from the app's state."""
+        """Re-render every pane from the app's state; nothing once the app is stopping (its views
+        are being taken down: a late message, the slow facts after a quit, finds them half gone)."""
         screen = getattr(self, "main_screen", None)
-        if screen is not None:
+        if screen is not None and self.is_running:
             screen.refresh_state()  # draws the views that are mounted; the others draw themselves then
 
     # ---- machine facts --------------------------------------------------------------------

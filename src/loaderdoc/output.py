@@ -6,6 +6,11 @@
   on stderr naming the problem, exit 3.
 - A terminal or ``PYTHONIOENCODING`` that cannot encode a character (a non-ASCII path under
   ``ascii``): the character is written as a backslash escape, never a crash.
+- A control character (an escape sequence in a command line, a path, a user's error message):
+  written as a backslash escape (:mod:`loaderdoc.visible`), to a terminal, a pipe or a file alike.
+  Every text command prints data through here; loaderdoc's own text has no control character
+  but newline and tab. Only the probe's progress bar, which draws with them, writes to
+  :func:`raw_stderr`.
 
 ``standard_streams_guarded()`` installs this around a command; the CLI maps the errors to codes.
 """
@@ -17,6 +22,7 @@ import os
 import sys
 
 from loaderdoc.errors import UserError
+from loaderdoc.visible import visible
 
 
 class OutputError(UserError):
@@ -58,7 +64,8 @@ class GuardedStdout(_StreamProxy):
     name = "standard output"
 
     def write(self, text: str) -> int:
-        return self._call("write", text)
+        self._call("write", visible(text))
+        return len(text)
 
     def flush(self) -> None:
         if self._stream is not None:
@@ -83,7 +90,7 @@ class QuietStderr(_StreamProxy):
     def write(self, text: str) -> int:
         with contextlib.suppress(OSError, ValueError):
             if self._stream is not None:
-                return self._stream.write(text)
+                self._stream.write(visible(text))
         return len(text)
 
     def flush(self) -> None:
@@ -115,6 +122,12 @@ def guard_standard_streams() -> None:
         sys.stdout = GuardedStdout(sys.stdout)
     if not isinstance(sys.stderr, QuietStderr):
         sys.stderr = QuietStderr(sys.stderr)
+
+
+def raw_stderr():
+    """Standard error without the escaping, for a drawing that moves the cursor (rich's progress
+    bar); what it shows from data must be made :func:`~loaderdoc.visible.visible` first."""
+    return sys.stderr.wrapped if isinstance(sys.stderr, QuietStderr) else sys.stderr
 
 
 def finish_output() -> None:

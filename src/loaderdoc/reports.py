@@ -1,7 +1,8 @@
 """The reports the app opens (``loaderdoc --report FILE``): a watched run (``loaderdoc.watch/1``),
 a job (``loaderdoc.job/1``) or a tune (``loaderdoc.tune/1``), told apart by their "schema" key.
 
-The file is read and parsed once here, then checked by its own reader; anything else is refused
+The file is read and parsed once here, its strings made visible (control characters escaped),
+then checked by its own reader; anything else is refused
 in one line naming the three kinds, before the app (or textual) starts. No torch, no textual.
 """
 
@@ -19,6 +20,7 @@ from loaderdoc.cluster.job_file import JobRun, job_run_from
 from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
+from loaderdoc.visible import visible_data
 from loaderdoc.watching.report import WATCH_SCHEMA
 from loaderdoc.watching.report_file import watch_run_from
 from loaderdoc.watching.run import WatchRun
@@ -45,6 +47,9 @@ def open_report(path: str | Path) -> WatchRun | JobRun | TuneRun:
     """The run, the job or the tune in ``path``; a UserError (exit 3) in one line for anything else."""
     path = Path(path)
     data = load_json(path, what="watch, job or tune report", error=ReportError, how_to_write=HOW_TO_WRITE)
+    # opened to be shown: an escape sequence in a field (the command line) is shown, never obeyed;
+    # the app draws past the escaping of loaderdoc.output
+    data = visible_data(data)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == WATCH_SCHEMA:
         return watch_run_from(data, path)

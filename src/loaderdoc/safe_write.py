@@ -5,6 +5,10 @@ leaves a half-written file, and an existing file is replaced only with ``force``
 device or a pipe (``/dev/null``, ``/dev/stdout``, a FIFO) is *written to*, not replaced: renaming
 over it would swap the device node for a regular file (as root nothing stops that). Anything else
 (a directory, a block device, a socket) is refused before any work is done.
+
+A new file is created 0600 (owner only), whatever the umask: reports, ``--fixes`` files and exports
+can carry the command line (``--token=...``), dataset names and paths. ``--force`` over an existing
+file keeps that file's mode: whoever widened it meant to share it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ _DESCRIPTOR_PATH = re.compile(r"^/(dev/(stdout|stderr|fd/\d+)|proc/(self|\d+)/fd
 _STDOUT_PATHS = {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}
 # room mkstemp needs around the target's name in a temporary sibling: "." + name + "." + 8 + ".tmp"
 _TEMP_NAME_KEEP = 64
+NEW_FILE_MODE = 0o600
 
 
 def is_stream(target: Path) -> bool:
@@ -49,6 +54,9 @@ def check_writable(target: Path, *, force: bool) -> None:
         mode = os.stat(target).st_mode
     except (FileNotFoundError, NotADirectoryError):
         mode = None  # the parent checks below say what is wrong
+        if os.path.islink(target) and not force:  # a dangling link: writing would meet it, not create the name
+            raise ExportError(f"{target} is a symbolic link to {os.readlink(target)}, which does not exist; "
+                              "pass --force to replace the link with the file, or choose another path") from None
     except OSError as exc:
         raise ExportError(f"cannot write {target}: {exc.strerror or exc}; choose another path") from None
     if mode is not None and stat.S_ISDIR(mode):
@@ -99,7 +107,7 @@ def _atomic_write(target: Path, text: str, *, force: bool) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o644)
+        os.chmod(tmp_name, _mode_to_keep(target))
         if force:
             os.replace(tmp_name, target)
         else:
@@ -118,6 +126,15 @@ def _atomic_write(target: Path, text: str, *, force: bool) -> None:
     finally:
         if os.path.exists(tmp_name):
             os.unlink(tmp_name)
+
+
+def _mode_to_keep(target: Path) -> int:
+    """The replaced file's permission bits (a symlink's target's), else :data:`NEW_FILE_MODE`."""
+    try:
+        st = os.stat(target)
+    except OSError:
+        return NEW_FILE_MODE
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else NEW_FILE_MODE
 
 
 def _name_max(directory: Path) -> int:

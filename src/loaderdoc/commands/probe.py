@@ -128,10 +128,14 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.console = Console(stderr=True)
+        from loaderdoc.output import raw_stderr
+
+        # the bar moves the cursor: it writes past the escaping of control characters, so the data
+        # it shows (a dataset's error) is made visible here, and never read as rich markup
+        self.console = Console(file=raw_stderr())
         self.progress = Progress(
             TextColumn("probe"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-            TextColumn("{task.description}"), console=self.console, transient=True,
+            TextColumn("{task.description}", markup=False), console=self.console, transient=True,
         )
         self.task = self.progress.add_task("starting", total=1.0)
 
@@ -143,12 +147,16 @@ class _Progress:
         self.progress.stop()
 
     def update(self, fraction: float, message: str) -> None:
-        self.progress.update(self.task, completed=fraction, description=message)
+        from loaderdoc.visible import visible
+
+        self.progress.update(self.task, completed=fraction, description=visible(message))
 
     def result(self, r: ConfigResult) -> None:
         from loaderdoc.commands.probe_text import config_label
+        from loaderdoc.visible import visible
 
-        self.progress.console.print(f"  {config_label(r)}: {_outcome_text(r)}", highlight=False)
+        self.progress.console.print(visible(f"  {config_label(r)}: {_outcome_text(r)}"), highlight=False,
+                                    markup=False)
 
 
 def _outcome_text(r: ConfigResult) -> str:

@@ -18,7 +18,7 @@ PACKAGE = SRC / "loaderdoc"
 # lowest first; a module may import its own group and the groups below it, nothing above
 LAYERS: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version", "visible"},
-    {"output", "safe_write", "textfile"},
+    {"output", "safe_write", "textfile", "preflight"},
     {"jsondoc"},
     {"settings"},
     {"config", "system"},

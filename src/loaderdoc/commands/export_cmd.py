@@ -26,6 +26,9 @@ def run(args: argparse.Namespace) -> int:
     probe_report = None
     if args.preset or args.dataset:
         from loaderdoc.commands.probe import probe_from_args
+        from loaderdoc.preflight import check_workplace
+
+        check_workplace("--export")
 
         probe_report = probe_from_args(args, progress=sys.stderr.isatty())
     rec = recommend(

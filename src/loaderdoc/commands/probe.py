@@ -204,9 +204,11 @@ def run(args: argparse.Namespace) -> int:
 
         format_for(args.export, args.format)  # a bad path or format fails now, not after 30 s
         check_writable(Path(args.export).expanduser(), force=args.force)
+    from loaderdoc.preflight import check_workplace
     from loaderdoc.probing.api import ProbeInterrupted
     from loaderdoc.system.detect import detect
 
+    check_workplace("probe")
     facts = detect()
     try:
         report = probe_from_args(args, progress=progress, facts=facts)

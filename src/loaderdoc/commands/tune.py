@@ -71,21 +71,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_of(args: argparse.Namespace) -> list[str]:
-    import shutil
-
     from loaderdoc.commands.common import command_after_dashes
-    from loaderdoc.errors import UserError
+    from loaderdoc.preflight import check_startable, check_workplace
 
     command = command_after_dashes(args.tuned, "tune")
-    if "/" not in command[0] and shutil.which(command[0]) is None:
-        raise UserError(f"tune: command not found: {command[0]}")
+    check_workplace("tune")
+    check_startable("tune", command)
     return command
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_WARNING
+    from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_WARNING, UserError
     from loaderdoc.export import format_for
     from loaderdoc.safe_write import check_writable
 
@@ -98,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         if args.export != "-":
             check_writable(Path(args.export).expanduser(), force=args.force)
     if args.report is not None:
+        if args.report.strip() in ("", "-"):  # stdout holds the trials' table: a report there would mix in
+            raise UserError(f"tune: --report needs a file name ('{args.report}' given); the trials' table "
+                            "goes to stdout, and 'loaderdoc --report FILE' opens the file")
         check_writable(Path(args.report), force=True)
     tuner = Tuner(command, args)
     interrupted = False

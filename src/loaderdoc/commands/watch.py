@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc watch --merge node0.json node1.json --report job.json  (one report for a job's nodes)\n"
     )
     parser.add_argument("--report", metavar="FILE",
-                        help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it")
+                        help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it "
+                             "('-' = stdout, after the command's output, as --json)")
     parser.add_argument("--json", action="store_true",
                         help=f"print the report (schema {WATCH_SCHEMA}) on stdout after the command's output")
     parser.add_argument("--apply", metavar="FILE",
@@ -85,7 +86,7 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
     import subprocess
     import threading
 
-    from loaderdoc.errors import UserError
+    from loaderdoc.preflight import cannot_start
 
     started: list[subprocess.Popen] = []
     pending: list[int] = []
@@ -103,12 +104,8 @@ def run_child(command: list[str], env: dict[str, str]) -> int:
     try:
         try:
             proc = subprocess.Popen(command, env=env)
-        except FileNotFoundError:
-            raise UserError(f"watch: command not found: {command[0]}") from None
-        except PermissionError:
-            raise UserError(f"watch: cannot run {command[0]}: permission denied") from None
         except OSError as exc:
-            raise UserError(f"watch: cannot run {command[0]}: {exc.strerror or exc}") from None
+            raise cannot_start("watch", command[0], exc) from None
         started.append(proc)
         for signum in pending:
             proc.send_signal(signum)
@@ -215,16 +212,23 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
+    from loaderdoc.errors import UserError
+    from loaderdoc.preflight import check_startable, check_workplace
     from loaderdoc.safe_write import check_writable
 
     if args.merge:
         return merge(args)
     command = command_of(args)
-    target = Path(args.report) if args.report else None
+    check_workplace("watch")
+    check_startable("watch", command)  # a missing command or #! interpreter is said before anything runs
+    as_json, target = report_destination(args)
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
-    fixes = Path(args.fixes) if args.fixes else None
+    fixes = Path(args.fixes) if args.fixes is not None else None
     if fixes is not None:
+        if args.fixes in ("", "-"):
+            raise UserError(f"watch: --fixes needs a file name ('{args.fixes}' given); it writes a TOML file "
+                            "for --apply")
         check_writable(fixes, force=True)
     plan = None
     if args.apply is not None:  # read before the command runs: a bad file runs nothing
@@ -242,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             report = watch.report(code)
         finally:
             shutil.rmtree(tmpdir, ignore_errors=True)
-        code = _finish(report, code, target, as_json=args.json)
+        code = _finish(report, code, target, as_json=as_json)
         return _write_fixes(report, fixes, code) if fixes is not None else code
 
 
@@ -283,7 +287,7 @@ def merge(args: argparse.Namespace) -> int:
         raise UserError("watch: give a command to run or --merge REPORT ..., not both")
     if args.apply is not None or args.fixes is not None:
         raise UserError("watch: --apply and --fixes go with a command to run, not with --merge")
-    target = Path(args.report) if args.report else None
+    as_json, target = report_destination(args)
     if target is not None:
         check_writable(target, force=True)
         if any(Path(p).resolve() == target.resolve() for p in args.merge):
@@ -294,8 +298,26 @@ def merge(args: argparse.Namespace) -> int:
         data = load_json(Path(path), what="watch report", error=WatchReportError, how_to_write=HOW_TO_WRITE)
         watch_run_from(data, path)  # checked as the app checks it: one line naming the bad key
         reports.append(data)
-    _finish(merge_reports(reports, list(args.merge)), 0, target, as_json=args.json)
+    _finish(merge_reports(reports, list(args.merge)), 0, target, as_json=as_json)
     return 0
+
+
+def report_destination(args: argparse.Namespace):
+    """(print the report on stdout, the file to write it to): ``--report -`` is stdout, as
+    ``--export -`` is, the same as ``--json``; never a file named '-'."""
+    from pathlib import Path
+
+    from loaderdoc.errors import UserError
+
+    if args.report is None:
+        return args.json, None
+    if not args.report.strip():
+        raise UserError("watch: --report needs a file name (or '-' for stdout), got an empty one")
+    if args.report == "-":
+        if args.json:
+            raise UserError("watch: --report - and --json both print the report on stdout; give one of them")
+        return True, None
+    return args.json, Path(args.report)
 
 
 def _finish(report: dict, code: int, target, *, as_json: bool) -> int:

@@ -101,7 +101,7 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
     which names the training loader). ``evidence`` fills the trial's CPU figures from its windows."""
     import io
 
-    from loaderdoc.errors import UserError
+    from loaderdoc.preflight import cannot_start
     from loaderdoc.watching.records import RecordsReader
 
     trial = Trial(number=number, settings=settings or TrialSettings())
@@ -127,10 +127,8 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
                 proc = subprocess.Popen(command, env=_env(str(records_dir), number, apply_tables(key, settings)),
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-            except FileNotFoundError:
-                raise UserError(f"tune: command not found: {command[0]}") from None
             except OSError as exc:
-                raise UserError(f"tune: cannot run {command[0]}: {exc.strerror or exc}") from None
+                raise cannot_start("tune", command[0], exc) from None
             records, windows, key = _follow(proc, trial, reader, key, limits, started, deadline)
     except KeyboardInterrupt:
         trial.status, trial.reason = STOPPED, "interrupted"

@@ -33,6 +33,8 @@ def load_json(path: Path, *, what: str, error: type[Exception], how_to_write: st
         raise error(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); {how_to_write}") from None
     except RecursionError:
         raise error(f"{path}: nested too deeply to be a {what}") from None
+    except ValueError:  # a whole number past Python's 4,300 digits: no field of a report is one
+        raise error(f"{path}: holds a number of thousands of digits; not a {what}") from None
 
 
 def not_schema(data: Any, expected: str, what: str, how_to_write: str) -> Bad:

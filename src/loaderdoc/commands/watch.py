@@ -297,6 +297,11 @@ def merge(args: argparse.Namespace) -> int:
     for path in args.merge:
         data = load_json(Path(path), what="watch report", error=WatchReportError, how_to_write=HOW_TO_WRITE)
         watch_run_from(data, path)  # checked as the app checks it: one line naming the bad key
+        for earlier, earlier_data in zip(args.merge[:len(reports)], reports, strict=True):
+            why = _same_run(Path(earlier), earlier_data, Path(path), data)
+            if why:  # its batches would count twice
+                raise UserError(f"watch --merge: {path} and {earlier} are the same run ({why}); give each "
+                                "node's report once")
         reports.append(data)
     _finish(merge_reports(reports, list(args.merge)), 0, target, as_json=as_json)
     return 0
@@ -318,6 +323,20 @@ def report_destination(args: argparse.Namespace):
             raise UserError("watch: --report - and --json both print the report on stdout; give one of them")
         return True, None
     return args.json, Path(args.report)
+
+
+def _same_run(a, a_data: dict, b, b_data: dict) -> str | None:
+    """Why two reports to merge are one run, or None: the same file (a symlink, a hard link) or the
+    same content (a copy). Not judged by host and pid: containers on two nodes share both (ranks
+    that repeat are refused by the merge itself)."""
+    import os
+
+    try:
+        if os.path.samefile(a, b):
+            return "the same file"
+    except OSError:
+        pass
+    return "the same content" if a_data == b_data else None
 
 
 def _finish(report: dict, code: int, target, *, as_json: bool) -> int:

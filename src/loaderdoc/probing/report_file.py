@@ -6,7 +6,8 @@ A report's numbers become the "measured" rows of the trade-off tables, so a file
 refused with the file, the key path and what was expected, never shown as measurements. The check
 follows the dataclasses of :mod:`.result` field by field: keys this build does not know are ignored
 (a newer loaderdoc's report still loads), a known key must hold the type its field declares, and
-every number is finite and not negative. No torch, no textual.
+every number is finite and not negative; a schema it does not know, and a batch size, worker count
+or prefetch depth no probe can have measured, are refused. No torch, no textual.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
 
 HOW_TO_WRITE = "write one with 'loaderdoc probe PRESET --json > FILE'"
+# the report formats this reader knows (a report from before loaderdoc.probe/2 lacks the breakdown)
+READABLE_SCHEMAS = ("loaderdoc.probe/1", "loaderdoc.probe/2")
+# what a probe can have run: --batch-size stops below 1,000,000; workers and prefetch past a few
+# thousand exist on no machine (the probe tries no more workers than it has CPUs to measure them)
+MEASURED_BOUNDS = {"batch_size": 1_000_000, "num_workers": 4096, "prefetch_factor": 1024}
 
 
 class ProbeReportError(UserError):
@@ -55,23 +61,51 @@ def report_problem(data: Any) -> str | None:
         else:
             what = f"no {' or '.join(missing)}"
         return f"not a probe report ({what}); {HOW_TO_WRITE}"
+    schema = data.get("schema")
+    if schema is not None and schema not in READABLE_SCHEMAS:
+        if isinstance(schema, str) and schema.startswith("loaderdoc.probe/"):
+            return (f"schema {schema} is not one this build reads ({', '.join(READABLE_SCHEMAS)}): written by "
+                    "another loaderdoc; upgrade this one, or write the report again with it")
+        return f"not a probe report (schema {schema!r}); {HOW_TO_WRITE}"[:300]
     problem = _object(ProbeReport, data, "")
     if problem:
         return problem
     workload = data["workload"]
     if not isinstance(workload.get("batch_size"), int) or workload["batch_size"] < 1:
-        return f"workload.batch_size: expected a whole number >= 1, got {workload.get('batch_size')!r}"
+        return f"workload.batch_size: expected a whole number >= 1, got {_shown(workload.get('batch_size'))}"
+    problem = _measurable("workload.batch_size", workload["batch_size"])
     for i, result in enumerate(data["results"]):
-        problem = _settings(result.get("settings"), f"results[{i}].settings")
-        if problem:
-            return problem
-    return _settings(data.get("recommended"), "recommended")
+        problem = problem or _settings(result.get("settings"), f"results[{i}].settings")
+    return problem or _settings(data.get("recommended"), "recommended")
+
+
+def _measurable(where: str, value: Any) -> str | None:
+    """A number no probe on a real machine can have measured (``num_workers`` 1,000,000, a batch of
+    10^30): the file was edited or corrupted, and its rows would be shown as measurements."""
+    key = where.rsplit(".", 1)[-1]
+    bound = MEASURED_BOUNDS.get(key)
+    if bound is None or not isinstance(value, int) or isinstance(value, bool) or value <= bound:
+        return None
+    return f"{where}: {_shown(value)} is beyond any measured run (at most {bound:,}); not a measurement"
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` cut short; a whole number of thousands of digits named by its size (repr refuses it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"a number of {value.bit_length() * 30103 // 100000 + 1} digits"
+    return repr(value)[:80]
 
 
 def _settings(data: dict | None, where: str) -> str | None:
-    """Settings torch would refuse on their own (a negative num_workers) are no measurement."""
+    """Settings torch would refuse on their own (a negative num_workers), or past anything a probe
+    measures, are no measurement."""
     if data is None:
         return None
+    if isinstance(data, dict):
+        for key in MEASURED_BOUNDS:
+            problem = _measurable(f"{where}.{key}", data.get(key))
+            if problem:
+                return problem
     known = {f.name for f in dataclasses.fields(LoaderSettings)}
     settings = LoaderSettings(**{k: v for k, v in data.items() if k in known})
     problems = settings.range_problems()
@@ -118,5 +152,5 @@ def _value(tp: Any, value: Any, where: str) -> str | None:
     if tp in checks:
         ok, expected = checks[tp]
         if not ok(value):
-            return f"{where}: expected {expected}, got {value!r}"[:200]
+            return f"{where}: expected {expected}, got {_shown(value)}"[:200]
     return None

@@ -1,0 +1,166 @@
+"""Inputs at the limits, in the reports loaderdoc reads back.
+
+- A probe report (``tradeoffs --probe-report``) of a schema this build does not know, or with a
+  batch size, a worker count or a prefetch depth no probe can have measured, or a number of
+  thousands of digits, is refused in one line, never shown as measured.
+- ``watch --merge`` given one report twice (the same path, a symlink, a hard link, a copy)
+  refuses: its batches would count twice. Two runs still merge.
+- ``watch --merge FIFO`` with no writer ends at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from faults_support import TESTS, loaderdoc, one_line_error
+
+from loaderdoc.errors import EXIT_OK, EXIT_USAGE
+
+PROBE_REPORT = json.loads((TESTS / "fixtures" / "probe" / "image.json").read_text())
+
+
+def spoiled(tmp_path: Path, change) -> Path:
+    doc = copy.deepcopy(PROBE_REPORT)
+    change(doc)
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def setting(where: str, key: str, value):
+    def change(doc):
+        target = doc["workload"] if where == "workload" else (
+            doc["recommended"] if where == "recommended" else doc["results"][int(where)]["settings"])
+        target[key] = value
+    return change
+
+
+# every place a count lives, at the first value past its bound and far past it
+BEYOND = [(where, key, value)
+          for where in ("workload", "0", "1", "recommended")
+          for key, bound in (("batch_size", 1_000_000), ("num_workers", 4096), ("prefetch_factor", 1024))
+          if not (where == "workload" and key != "batch_size")
+          for value in (bound + 1, 10**6 if key != "batch_size" else 10**7, 10**30)]
+
+
+@pytest.mark.parametrize("where, key, value", BEYOND)
+def test_a_count_no_probe_can_have_measured_is_refused(tmp_path, where, key, value):
+    path = spoiled(tmp_path, setting(where, key, value))
+    proc = loaderdoc("tradeoffs", "--probe-report", str(path))
+    place = "workload" if where == "workload" else ("recommended" if where == "recommended" else
+                                                    f"results[{where}].settings")
+    one_line_error(proc, EXIT_USAGE, f"{place}.{key}:", "is beyond any measured run", "not a measurement")
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("where, key, value", [("workload", "batch_size", 1_000_000), ("0", "num_workers", 4096),
+                                               ("recommended", "prefetch_factor", 1024)])
+def test_counts_at_the_bound_are_still_read(tmp_path, where, key, value):
+    proc = loaderdoc("tradeoffs", "--probe-report", str(spoiled(tmp_path, setting(where, key, value))))
+    assert proc.returncode == EXIT_OK, proc.stderr
+
+
+@pytest.mark.parametrize("schema", ["loaderdoc.probe/99", "loaderdoc.probe/3", "loaderdoc.probe/"])
+def test_a_probe_report_of_a_schema_this_build_does_not_know_is_refused(tmp_path, schema):
+    proc = loaderdoc("tradeoffs", "--probe-report", str(spoiled(tmp_path, lambda d: d.update(schema=schema))))
+    one_line_error(proc, EXIT_USAGE, f"schema {schema} is not one this build reads", "loaderdoc.probe/2")
+
+
+@pytest.mark.parametrize("schema", ["loaderdoc.probe/1", "loaderdoc.probe/2", None])
+def test_the_schemas_it_knows_are_read(tmp_path, schema):
+    def change(doc):
+        if schema is None:
+            del doc["schema"]
+        else:
+            doc["schema"] = schema
+    proc = loaderdoc("tradeoffs", "--probe-report", str(spoiled(tmp_path, change)))
+    assert proc.returncode == EXIT_OK, proc.stderr
+
+
+@pytest.mark.parametrize("where", ["workload.batch_size", "results.0.batches_per_s", "elapsed_s"])
+def test_a_number_of_thousands_of_digits_is_one_line(tmp_path, where):
+    path = spoiled(tmp_path, lambda d: None)
+    key = where.rsplit(".", 1)[-1]
+    text = path.read_text()
+    at = text.index(f'"{key}": ') + len(f'"{key}": ')
+    end = min(i for i in (text.find(",", at), text.find("}", at)) if i > 0)
+    path.write_text(text[:at] + "9" * 5000 + text[end:])
+    proc = loaderdoc("tradeoffs", "--probe-report", str(path))
+    one_line_error(proc, EXIT_USAGE, "holds a number of thousands of digits; not a probe report")
+
+
+def test_a_probe_report_opened_in_the_app_is_refused_as_what_it_is(tmp_path):
+    proc = loaderdoc("--report", str(spoiled(tmp_path, lambda d: d.update(schema="loaderdoc.probe/99"))))
+    one_line_error(proc, EXIT_USAGE, "a probe report, which 'loaderdoc tradeoffs --probe-report' reads")
+
+
+# ---- one run merged twice ----------------------------------------------------------------------
+TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+for _ in DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8):
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("runs")
+    (folder / "train.py").write_text(TRAIN)
+    for name in ("a.json", "b.json"):
+        proc = loaderdoc("watch", "--report", name, "--", sys.executable, "train.py", cwd=folder)
+        assert proc.returncode == EXIT_OK, proc.stderr
+    return folder / "a.json", folder / "b.json"
+
+
+def twice(kind: str, report: Path, folder: Path) -> tuple[str, str, str]:
+    """Two names for one run, and the words the refusal gives."""
+    other = folder / "other.json"
+    if kind == "same path":
+        return str(report), str(report), "the same file"
+    if kind == "symlink":
+        other.symlink_to(report)
+        return str(report), str(other), "the same file"
+    if kind == "hard link":
+        os.link(report, other)
+        return str(report), str(other), "the same file"
+    doc = json.loads(report.read_text())
+    if kind == "copy":
+        other.write_text(report.read_text())
+        return str(report), str(other), "the same content"
+    assert kind == "copy written again"  # other spacing, the same document
+    other.write_text(json.dumps(doc, separators=(",", ":")))
+    return str(report), str(other), "the same content"
+
+
+@pytest.mark.parametrize("kind", ["same path", "symlink", "hard link", "copy", "copy written again"])
+def test_one_run_merged_twice_is_refused_not_counted_twice(tmp_path, two_runs, kind):
+    first, second, words = twice(kind, two_runs[0], tmp_path)
+    proc = loaderdoc("watch", "--merge", first, second, "--report", str(tmp_path / "merged.json"))
+    one_line_error(proc, EXIT_USAGE, "watch --merge:", "are the same run", words, "give each node's report once")
+    assert not (tmp_path / "merged.json").exists()
+
+
+def test_two_runs_still_merge(tmp_path, two_runs):
+    proc = loaderdoc("watch", "--merge", *map(str, two_runs), "--json")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    merged = json.loads(proc.stdout)
+    assert merged["merged_from"] == [str(p) for p in two_runs]
+    assert sum(e["totals"]["steps"] for e in merged["loaders"]) == sum(
+        e["totals"]["steps"] for p in two_runs for e in json.loads(p.read_text())["loaders"])
+
+
+def test_merge_from_a_fifo_without_a_writer_ends_at_once(tmp_path):
+    fifo = tmp_path / "node0.json"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    proc = loaderdoc("watch", "--merge", str(fifo), timeout=30)
+    one_line_error(proc, EXIT_USAGE, "node0.json: a named pipe with nothing written to it (no writer)")
+    assert time.monotonic() - started < 10

@@ -19,7 +19,7 @@ PACKAGE = SRC / "loaderdoc"
 LAYERS: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version"},
     {"output", "safe_write", "textfile"},
-    {"jsondoc"},
+    {"jsondoc", "usercode"},
     {"settings"},
     {"config", "system"},
     {"policy"},

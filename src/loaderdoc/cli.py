@@ -153,7 +153,16 @@ def _contained(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from loaderdoc import usercode
+
+    code = _main(argv)
+    usercode.leave_past_user_threads(code)  # a thread a --dataset factory left must not hold the exit
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     from loaderdoc import output
+    from loaderdoc.usercode import UserCodeExit
 
     with output.standard_streams_guarded():
         try:
@@ -166,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("loaderdoc: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except UserCodeExit as exc:  # os._exit() in the user's Dataset, in this process, mid-probe
+            print(f"loaderdoc: error: the --dataset code {exc} in loaderdoc's process; it stopped with "
+                  "nothing written; the Dataset must not end the process", file=sys.stderr)
+            return EXIT_USAGE
         except BrokenPipeError:
             output.discard_stdout()
             return EXIT_BROKEN_PIPE

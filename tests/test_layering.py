@@ -19,7 +19,7 @@ PACKAGE = SRC / "loaderdoc"
 LAYERS: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version", "visible"},
     {"output", "safe_write", "textfile", "preflight"},
-    {"jsondoc"},
+    {"jsondoc", "usercode"},
     {"settings"},
     {"config", "system"},
     {"policy"},

@@ -185,19 +185,21 @@ def test_python_api_sampler_stops_when_the_loop_ends():
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
-def test_a_forked_copy_neither_samples_nor_writes(tmp_path):
+def test_a_forked_copy_that_iterates_nothing_neither_samples_nor_writes(tmp_path):
+    # a DataLoader worker is such a copy: it loads samples, it never iterates a DataLoader
     recorder = hook.Recorder(str(tmp_path), interval=0.05, write_s=0.05)
     items = list(range(3))
     list(recorder.wrap(items, iter(items), hook.clock()))
     assert recorder.sampler.running
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: iterate again, end the epoch, "exit"
+    if pid == 0:  # the child: the parent's epoch ends in its copy, then it "exits"
         code = 1
         try:
-            list(recorder.wrap(items, iter(items), hook.clock()))
+            recorder.epoch_ended(recorder.loaders[0].epochs[0])
+            recorder.write()
             recorder.at_exit()
-            code = 0 if not recorder.sampler.running else 2
+            code = 0
         finally:
             os.write(write, bytes([code]))
             os._exit(0)
@@ -207,6 +209,35 @@ def test_a_forked_copy_neither_samples_nor_writes(tmp_path):
     os.waitpid(pid, 0)
     assert not (tmp_path / f"records-{pid}.json").exists()
     wait_for((tmp_path / f"records-{os.getpid()}.json").exists, "the parent's periodic write")
+    recorder.sampler.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_process_iterating_a_loader_of_its_own_writes_its_own_records(tmp_path):
+    # a multiprocessing.Process under fork or forkserver: before, its loader was never recorded
+    recorder = hook.Recorder(str(tmp_path), interval=0.05, write_s=0.05)
+    parents = list(range(3))
+    list(recorder.wrap(parents, iter(parents), hook.clock()))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            own = list(range(5))
+            list(recorder.wrap(own, iter(own), hook.clock()))
+            recorder.at_exit()
+            code = 0 if not recorder.sampler.running else 2
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        assert fh.read() == b"\x00"
+    os.waitpid(pid, 0)
+    records = json.loads((tmp_path / f"records-{pid}.json").read_text())
+    assert records["pid"] == pid
+    # its own loader alone, not a copy of the parent's
+    assert [(r["loader"], [e["steps"] for e in r["epochs"]]) for r in records["loaders"]] == [(1, [5])]
     recorder.sampler.stop()
 
 

@@ -22,6 +22,7 @@ from loaderdoc.errors import (
     EXIT_PROBE_FAILED,
     EXIT_USAGE,
     EXIT_WARNING,
+    STOP_SIGNALS,
     UserError,
 )
 
@@ -135,7 +136,7 @@ def _keep_top_level_values(parser: argparse.ArgumentParser, sub: argparse.Argume
 
 
 def _terminate_as_interrupt(signum, frame) -> None:
-    # a job scheduler's SIGTERM gets the same clean stop as Ctrl+C: workers reaped, partial results kept
+    # a job scheduler's SIGTERM, a hangup, ...: the same clean stop as Ctrl+C, workers reaped, partial results kept
     raise KeyboardInterrupt
 
 
@@ -153,7 +154,16 @@ def _contained(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from loaderdoc import usercode
+
+    code = _main(argv)
+    usercode.leave_past_user_threads(code)  # a thread a --dataset factory left must not hold the exit
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     from loaderdoc import output
+    from loaderdoc.usercode import UserCodeExit
 
     with output.standard_streams_guarded():
         try:
@@ -166,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("loaderdoc: interrupted", file=sys.stderr)
             return EXIT_INTERRUPTED
+        except UserCodeExit as exc:  # os._exit() in the user's Dataset, in this process, mid-probe
+            print(f"loaderdoc: error: the --dataset code {exc} in loaderdoc's process; it stopped with "
+                  "nothing written; the Dataset must not end the process", file=sys.stderr)
+            return EXIT_USAGE
         except BrokenPipeError:
             output.discard_stdout()
             return EXIT_BROKEN_PIPE
@@ -180,7 +194,11 @@ def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+        for name in STOP_SIGNALS:
+            signum = getattr(signal, name, None)
+            # one the process was started ignoring (nohup's SIGHUP) stays ignored, here and in what it runs
+            if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, _terminate_as_interrupt)
     if args.open_report is not None and (args.command or args.export is not None):
         given = f"'{args.command}'" if args.command else "--export"
         raise UserError(f"--report FILE opens a watched run, a job or a tune report in the app; it does not go with {given} "

@@ -10,6 +10,9 @@ EXIT_USAGE = 3  # bad command line, config file, dataset or export path: nothing
 EXIT_PROBE_FAILED = 4  # the probe could not measure any configuration
 EXIT_INTERNAL = 70  # a bug in loaderdoc (sysexits' EX_SOFTWARE): never 0-2, which a job script acts on
 EXIT_INTERRUPTED = 130  # Ctrl+C / SIGTERM: stopped cleanly
+# besides Ctrl+C (SIGINT), what a supervisor sends to stop a command (a scheduler, a closed SSH
+# session, Ctrl+\): each stops it as Ctrl+C does, its processes reaped (exit 130)
+STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2")
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of stdout went away (`| head`), as `cat` reports it
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 
 from loaderdoc.errors import UserError
 from loaderdoc.visible import visible
@@ -130,16 +131,103 @@ def raw_stderr():
     return sys.stderr.wrapped if isinstance(sys.stderr, QuietStderr) else sys.stderr
 
 
+class _UserOutputRouter:
+    """Standard output once the user's code runs (:func:`route_user_output_to_stderr`): loaderdoc's
+    own writes (this process, its main thread, outside the user's code) go to the real standard
+    output, through ``ours``; the rest (the factory, a thread it started, a forked measuring process
+    or worker) to ``theirs``, the old stream, whose fd 1 now leads to standard error."""
+
+    def __init__(self, ours, theirs, user_code_running) -> None:
+        self.ours = ours
+        self.theirs = theirs
+        self.user_code_running = user_code_running  # () -> bool: the main thread runs the user's code
+        self.pid = os.getpid()
+
+    def _target(self):
+        if (os.getpid() == self.pid and threading.current_thread() is threading.main_thread()
+                and not self.user_code_running()):
+            return self.ours
+        return self.theirs
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        target = self._target()
+        if target is self.ours:  # theirs too, so that lines keep their order on a shared terminal
+            with contextlib.suppress(OSError, ValueError):
+                self.theirs.flush()
+        target.flush()
+
+    def isatty(self) -> bool:
+        return self.ours.isatty()
+
+    def fileno(self) -> int:
+        return self._target().fileno()
+
+    def __getattr__(self, name: str):
+        return getattr(self.ours, name)
+
+
+def route_user_output_to_stderr(user_code_running) -> None:
+    """From now to the end of the command, fd 1 leads to standard error, and only loaderdoc's own
+    writes to ``sys.stdout`` reach the real standard output (idempotent): those of this process's
+    main thread while ``user_code_running()`` is false. Nothing is lost: what
+    was buffered is flushed first."""
+    guarded = sys.stdout if isinstance(sys.stdout, GuardedStdout) else None
+    current = guarded.wrapped if guarded is not None else sys.stdout
+    if isinstance(current, _UserOutputRouter) or current is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        current.flush()
+    try:
+        real = os.dup(1)  # not inherited by what the user's code starts (os.dup is close-on-exec)
+    except OSError:
+        return  # no stdout to protect (closed): nothing of ours can reach it anyway
+    ours = os.fdopen(real, "w", encoding=getattr(current, "encoding", None) or "utf-8", errors="backslashreplace")
+    ours.reconfigure(line_buffering=bool(getattr(current, "line_buffering", False)))
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        ours.close()
+        return
+    router = _UserOutputRouter(ours, current, user_code_running)
+    sys.stdout = GuardedStdout(router) if guarded is not None else router
+
+
+def stdout_columns(fallback: int = 80) -> int:
+    """``$COLUMNS``, else the width of the terminal standard output is (the real one, also once the
+    user's output goes to stderr), else ``fallback`` (a pipe, a file)."""
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "0")) > 0:
+            return int(os.environ["COLUMNS"])
+    stream = sys.stdout.wrapped if isinstance(sys.stdout, GuardedStdout) else sys.stdout
+    fd = 1
+    if isinstance(stream, _UserOutputRouter):
+        with contextlib.suppress(OSError, ValueError):
+            fd = stream.ours.fileno()
+    try:
+        return os.get_terminal_size(fd).columns or fallback
+    except (OSError, ValueError):
+        return fallback
+
+
 def finish_output() -> None:
     """Flush standard output now, inside the command, so a failure gets the policy's exit code."""
     sys.stdout.flush()
 
 
 def discard_stdout() -> None:
-    """After EPIPE: point fd 1 at /dev/null so the interpreter's final flush cannot fail again."""
+    """After EPIPE: point standard output (fd 1, or the router's own descriptor) at /dev/null so the
+    interpreter's final flush cannot fail again."""
+    stream = sys.stdout.wrapped if isinstance(sys.stdout, GuardedStdout) else sys.stdout
+    fd = 1
+    if isinstance(stream, _UserOutputRouter):
+        with contextlib.suppress(OSError, ValueError):
+            fd = stream.ours.fileno()
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
+        os.dup2(devnull, fd)
         os.close(devnull)
     except OSError:
         pass

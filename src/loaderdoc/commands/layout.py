@@ -7,15 +7,15 @@ No torch, no textual, no rich: `facts` and `tradeoffs` stay fast and print the s
 
 from __future__ import annotations
 
-import shutil
-
 MIN_WIDTH, MAX_WIDTH = 60, 120
 LAST_MIN = 12  # table_lines(wrap_last=True): the narrowest the free-text column is wrapped to
 
 
 def output_width() -> int:
     """``$COLUMNS`` or the terminal's width (80 for a pipe), kept within 60..120 columns."""
-    return max(MIN_WIDTH, min(MAX_WIDTH, shutil.get_terminal_size((80, 24)).columns))
+    from loaderdoc.output import stdout_columns
+
+    return max(MIN_WIDTH, min(MAX_WIDTH, stdout_columns(80)))
 
 
 def _pieces(word: str, room: int) -> list[str]:

@@ -110,11 +110,19 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         elif getattr(args, "dtype", "uint8") not in (None, "uint8"):
             overrides["dtype"] = args.dtype
         kwargs.update(preset=preset, overrides=overrides or None)  # step_ms None: the preset's typical step
-    else:
+        return _probe(probe, kwargs, progress)
+    from loaderdoc.usercode import running_user_code
+
+    # the factory, the Dataset and its workers print, exit, start threads: none of it is our output
+    with running_user_code():
         dataset, collate_fn = load_user_dataset(dataset_spec)
         kwargs.update(dataset=dataset, collate_fn=collate_fn, name=dataset_spec)
         if kwargs["step_ms"] is None:
             kwargs["step_ms"] = DEFAULT_STEP_MS
+        return _probe(probe, kwargs, progress)
+
+
+def _probe(probe, kwargs: dict[str, Any], progress: bool) -> ProbeReport:
     if not progress:
         return probe(**kwargs)
     with _Progress(kwargs["budget_s"]) as bar:

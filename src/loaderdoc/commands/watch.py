@@ -4,10 +4,11 @@ The launcher imports neither torch nor textual. The child runs with the user's s
 stderr, and with ``loaderdoc/watching/sitedir`` first on its PYTHONPATH: its sitecustomize installs
 the hook (``loaderdoc.watching.hook``), and every process of the command that iterates a DataLoader
 writes its records to ``records-<pid>.json`` in ``LOADERDOC_WATCH_DIR`` (a private temporary
-directory); the report merges them all. Ctrl+C reaches the child from the terminal (the whole
-foreground group gets SIGINT; the launcher swallows it while it waits), SIGTERM to the launcher is
-forwarded to the child. SIGUSR1 to the launcher (``kill -USR1 <launcher pid>``) is not forwarded:
-the launcher reads the records written so far (the hook rewrites them every few seconds) and
+directory); the report merges them all. A signal a supervisor sends the launcher (SIGINT,
+SIGTERM, SIGHUP, SIGQUIT, SIGUSR2, SIGALRM) reaches the child once, then the report is written
+(:mod:`loaderdoc.watching.forward`); Ctrl+C reaches it from the terminal (the whole foreground
+group gets SIGINT) and is not forwarded a second time. SIGUSR1 to the launcher (``kill -USR1
+<launcher pid>``) is not forwarded: the launcher reads the records written so far (the hook rewrites them every few seconds) and
 prints the findings so far on stderr (with ``--report`` it writes the report so far too), and the
 command runs on. The launcher exits with the child's code (128 + N for a child killed by signal N);
 the summary goes to stderr so the child's stdout stays clean; ``--json`` prints the report on
@@ -75,44 +76,16 @@ def command_of(args: argparse.Namespace) -> list[str]:
     return command_after_dashes(args.watched, "watch")
 
 
-def run_child(command: list[str], env: dict[str, str]) -> int:
-    """Run ``command`` to its end; its exit code. Meanwhile SIGINT is swallowed (the terminal sent
-    it to the child too) and SIGTERM is forwarded to the child.
-
-    Both handlers are Python functions installed before the child starts, never SIG_IGN: exec
-    resets caught signals to their default in the child (an ignored one would stay ignored), and
-    a signal that arrives while the child is being started is not lost."""
-    import signal
-    import subprocess
-    import threading
-
+def run_child(command: list[str], env: dict[str, str], forwarder) -> int:
+    """Run ``command`` to its end; its exit code. ``forwarder`` (from :func:`loaderdoc.watching.forward.held`)
+    passes on the signals a supervisor sends the launcher meanwhile."""
     from loaderdoc.preflight import cannot_start
 
-    started: list[subprocess.Popen] = []
-    pending: list[int] = []
-
-    def forward(signum, frame) -> None:
-        if started:
-            started[0].send_signal(signum)
-        else:
-            pending.append(signum)
-
-    saved = {}
-    if threading.current_thread() is threading.main_thread():
-        saved[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
-        saved[signal.SIGTERM] = signal.signal(signal.SIGTERM, forward)
     try:
-        try:
-            proc = subprocess.Popen(command, env=env)
-        except OSError as exc:
-            raise cannot_start("watch", command[0], exc) from None
-        started.append(proc)
-        for signum in pending:
-            proc.send_signal(signum)
-        return exit_code_of(proc.wait())
-    finally:
-        for signum, handler in saved.items():
-            signal.signal(signum, handler)
+        forwarder.start(command, env)
+    except OSError as exc:
+        raise cannot_start("watch", command[0], exc) from None
+    return exit_code_of(forwarder.wait())
 
 
 @contextlib.contextmanager
@@ -215,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoc.errors import UserError
     from loaderdoc.preflight import check_startable, check_workplace
     from loaderdoc.safe_write import check_writable
+    from loaderdoc.watching.forward import held
 
     if args.merge:
         return merge(args)
@@ -237,17 +211,20 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_from_file(args.apply)
         if plan.not_applied_line():
             print(f"loaderdoc watch: {plan.not_applied_line()}", file=sys.stderr)
-    tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-    watch = Watch(command, Path(tmpdir), target, plan)
-    with on_sigusr1(watch.so_far):
-        try:
-            code = run_child(command, child_env(tmpdir, apply=plan.env_value() if plan else None))
-            watch.ended = True
-            report = watch.report(code)
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        code = _finish(report, code, target, as_json=as_json)
-        return _write_fixes(report, fixes, code) if fixes is not None else code
+    # held from before the records folder exists until the report is out: a supervisor's signal
+    # reaches the command, and the launcher still writes the report and removes the folder
+    with held() as forwarder:
+        tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
+        watch = Watch(command, Path(tmpdir), target, plan)
+        with on_sigusr1(watch.so_far):
+            try:
+                code = run_child(command, child_env(tmpdir, apply=plan.env_value() if plan else None), forwarder)
+                watch.ended = True
+                report = watch.report(code)
+            finally:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+            code = _finish(report, code, target, as_json=as_json)
+            return _write_fixes(report, fixes, code) if fixes is not None else code
 
 
 def _write_fixes(report: dict, target, code: int) -> int:

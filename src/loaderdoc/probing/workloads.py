@@ -20,6 +20,7 @@ from typing import Any
 
 from loaderdoc.errors import UserError
 from loaderdoc.units import DTYPE_BYTES
+from loaderdoc.usercode import UserCodeExit
 
 
 # ---- errors: each names the fix in one line ---------------------------------------------------
@@ -239,10 +240,9 @@ def _import_module(module: str, spec: str) -> Any:
             f"--dataset {spec}: importing {module} failed: it needs {missing!r}, which is not "
             "installed here; install it in this environment"
         ) from None
-    except (Exception, SystemExit) as exc:  # raised while importing (sys.exit / argparse at import too)
+    except (Exception, SystemExit, UserCodeExit) as exc:  # raised while importing (sys.exit / argparse at import too)
         raise DatasetImportError(
-            f"--dataset {spec}: importing {module} raised {type(exc).__name__}: {_first_line(exc)}; "
-            "fix the module so that it imports"
+            f"--dataset {spec}: importing {module} {_what_happened(exc)}; fix the module so that it imports"
         ) from None
 
 
@@ -271,10 +271,9 @@ def load_user_dataset(spec: str) -> tuple[Any, Callable | None]:
         )
     try:
         made = obj()
-    except (Exception, SystemExit) as exc:  # a factory that calls sys.exit() must not end loaderdoc silently
+    except (Exception, SystemExit, UserCodeExit) as exc:  # sys.exit(), os._exit(): must not end loaderdoc silently
         raise DatasetFactoryError(
-            f"--dataset {spec}: {attr_path}() raised {type(exc).__name__}: {_first_line(exc)}; "
-            "fix the factory (it is called with no arguments)",
+            f"--dataset {spec}: {attr_path}() {_what_happened(exc)}; fix the factory (it is called with no arguments)",
             details=traceback.format_exc(),
         ) from None
     collate_fn = None
@@ -318,6 +317,13 @@ def _is_dataset(obj: Any) -> bool:
     if isinstance(obj, (str, bytes, dict, tuple)):
         return False
     return hasattr(type(obj), "__getitem__") and hasattr(type(obj), "__len__")
+
+
+def _what_happened(exc: BaseException) -> str:
+    """'raised ValueError: bad' / 'called os._exit(0)'."""
+    if isinstance(exc, UserCodeExit):
+        return f"{exc}, which would end loaderdoc with no result"
+    return f"raised {type(exc).__name__}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

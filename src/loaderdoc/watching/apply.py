@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import os
 import sys
 
@@ -56,6 +57,28 @@ _MARK = "_loaderdoc_watch"
 def table_key(role: str | None) -> str | None:
     """The table a role reads: val and eval are one (Lightning says val, Hugging Face eval)."""
     return "val" if role == "eval" else role
+
+
+# how torch uses each setting: a count goes through range() and arithmetic (np.int64(2) workers are
+# 2 workers, True is 1), a flag through truth tests (np.True_ pins memory), timeout through comparisons
+COUNTS = ("num_workers", "batch_size", "prefetch_factor")
+FLAGS = ("shuffle", "persistent_workers", "pin_memory", "drop_last", "in_order")
+SECONDS = ("timeout",)
+
+
+def as_torch_reads(name: str, value):
+    """``value`` of setting ``name`` as torch reads it (a numpy or enum number as the plain int or
+    float it stands for, a flag as True/False); None stays None (not given); a value torch refuses
+    is kept as :func:`plain` writes it."""
+    if value is not None:
+        with contextlib.suppress(Exception):  # a __bool__ or __index__ that raises: torch refuses it too
+            if name in FLAGS:
+                return bool(value)
+            if name in COUNTS:
+                return operator.index(value)
+            if name in SECONDS and not isinstance(value, bool):
+                return operator.index(value) if hasattr(type(value), "__index__") else float(value)
+    return plain(value)
 
 
 def plain(value):
@@ -189,7 +212,7 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
         return
     bound.apply_defaults()
     received = bound.arguments
-    asked = dict(getattr(source, ASKED, None) or {k: plain(received[k]) for k in RECORDED if k in received})
+    asked = dict(getattr(source, ASKED, None) or {k: as_torch_reads(k, received[k]) for k in RECORDED if k in received})
     table, used = applier.table_for(role, site)
     name = f"the {role} loader" if role else "a loader"
     final = {k: received[k] for k in APPLIED if k in received}
@@ -275,7 +298,7 @@ def at_iteration(loader, applier: Applier, frame) -> None:
     used = list(getattr(loader, TABLES_USED, None) or [])
     if not table or key in used:
         return
-    asked = getattr(loader, ASKED, None) or {k: plain(getattr(loader, k, None)) for k in RECORDED}
+    asked = getattr(loader, ASKED, None) or {k: as_torch_reads(k, getattr(loader, k, None)) for k in RECORDED}
     changes = {k: v for k, v in table.items() if hasattr(loader, k) and getattr(loader, k) != v}
     workers = changes.get("num_workers", getattr(loader, "num_workers", 0))
     implied = {}

@@ -278,7 +278,7 @@ def loader_settings(loader, extra=()) -> dict:
         value = getattr(loader, name, None)
         if name == "batch_size" and value is None:  # built with batch_sampler= (accelerate does)
             value = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-        out[name] = apply.plain(value)
+        out[name] = apply.as_torch_reads(name, value)
     return out
 
 
@@ -292,29 +292,48 @@ class Recorder:
     def __init__(self, directory: str | None = None, *, interval: float | None = None,
                  write_s: float | None = None, sample: bool = True, sample_per_epoch: bool = False) -> None:
         self.directory = directory
-        self.pid = os.getpid()  # a forked copy (a DataLoader worker, the user's fork) never writes
-        self.t0 = clock()  # the samples' and epochs' clock starts here
-        self.loaders: list[LoaderRecord] = []
-        self._by_id: dict[int, LoaderRecord] = {}
+        self._begin_process()
         self.interval = interval if interval is not None else procinfo.env_positive(ENV_INTERVAL, DEFAULT_INTERVAL, MIN_INTERVAL, _warn)
         self.write_s = write_s if write_s is not None else procinfo.env_positive(ENV_WRITE_S, DEFAULT_WRITE_S, MIN_INTERVAL, _warn)
         self._sample = sample
         self._per_epoch = sample_per_epoch
-        self.sampler = None  # created at the first iteration
+
+    def _begin_process(self) -> None:
+        """This process's own records, empty: at start, and in a forked process that iterates a
+        DataLoader of its own (a ``multiprocessing.Process`` under fork or forkserver), which would
+        otherwise hold a copy of its parent's records and never write."""
+        self.pid = os.getpid()  # a forked copy that iterates nothing (a DataLoader worker) never writes
+        self.t0 = clock()  # the samples' and epochs' clock starts here
+        self.loaders: list[LoaderRecord] = []
+        self._by_id: dict[int, LoaderRecord] = {}
+        self.sampler = None  # created at the first iteration (a parent's thread did not survive the fork)
         self.gpu = None  # a gpuidle.GpuIdle once the program has initialised CUDA
         self.gpu_reason: str | None = "no DataLoader iterated yet"
         self._write_failed = False
+        self._exited = False
         self.cpu = cpuacct.CpuLedger()  # the workers' CPU time per epoch
         try:
             self.cpus: frozenset[int] | None = frozenset(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             self.cpus = None
 
+    def _adopt_fork(self) -> None:
+        """A forked process iterates its first DataLoader: it records its own, and writes them at
+        its exit too, which for a ``multiprocessing`` child is ``os._exit`` after the target ran
+        (no atexit): its finalizers run then, so the last write is one of them."""
+        self._begin_process()
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None:
+            with contextlib.suppress(Exception):
+                util.Finalize(self, self.at_exit, exitpriority=100)
+
     @property
     def path(self) -> str | None:
         return os.path.join(self.directory, f"records-{self.pid}.json") if self.directory else None
 
     def wrap(self, loader, iterator, started: float) -> WatchedIterator:
+        if self.directory and os.getpid() != self.pid:
+            self._adopt_fork()
         rec = self._by_id.get(id(loader))
         if rec is None or not rec.is_for(loader):  # new, or a new object at a dead one's address
             rec = LoaderRecord(len(self.loaders) + 1, loader)
@@ -378,8 +397,9 @@ class Recorder:
 
     def at_exit(self) -> None:
         """The last sample and the last write (the sampler is stopped first: one writer)."""
-        if os.getpid() != self.pid or not self.loaders:
+        if os.getpid() != self.pid or not self.loaders or self._exited:
             return
+        self._exited = True  # once: a multiprocessing child's finalizer, then atexit where it exits normally
         if self.gpu is not None:
             with contextlib.suppress(Exception):
                 self.gpu.resolve()

@@ -150,7 +150,14 @@ class _UserOutputRouter:
         return self.theirs
 
     def write(self, text: str) -> int:
-        return self._target().write(text)
+        target = self._target()
+        written = target.write(text)
+        if target is self.theirs:
+            # it now reaches standard error, which is not buffered: a worker the probe stops at its
+            # budget's end (killed, never flushing) would otherwise lose what it printed
+            with contextlib.suppress(OSError, ValueError):
+                target.flush()
+        return written
 
     def flush(self) -> None:
         target = self._target()

@@ -287,18 +287,17 @@ def run_step(step: Step, folder: Path, limit_s: float, env: dict[str, str]) -> R
     def left() -> float:
         return max(1.0, deadline - time.monotonic())
 
-    if step.name == "facts":
+    if step.name == "facts":  # all three run: the facts are worth keeping without nvidia-smi
         smi_before, facts_cmd, smi_after = cmds
-        wall = 0.0
+        wall, why, code = 0.0, None, 0
         for cmd, out in ((smi_before, "nvidia-smi-before.csv"), (facts_cmd, "facts.json"), (smi_after, "nvidia-smi-after.csv")):
             ran = run_process(cmd, log, min(30.0, left()), stdout=folder / out, env=env)
             wall += ran.wall_s
-            if ran.code != 0:
-                why = ran.why or f"`{cmd[0] if cmd[0] != sys.executable else 'loaderdoc facts'}` exited {ran.code}: {_last_line(log)}"
-                _write(fig_path, json.dumps({"error": why}) + "\n")
-                return Ran(ran.code, wall, why)
-        _write(fig_path, json.dumps({"error": None}) + "\n")
-        return Ran(0, wall)
+            if ran.code != 0 and why is None:
+                name = "loaderdoc facts" if cmd[0] == sys.executable else cmd[0]
+                why, code = ran.why or f"`{name}` exited {ran.code}: {_last_line(log)}", ran.code
+        _write(fig_path, json.dumps({"error": why}) + "\n")
+        return Ran(code, wall, why or "")
     stdout = folder / "reports" / "probe.json" if step.name == "probe" else None
     ran = run_process(cmds[0], log, left(), stdout=stdout, env=env)
     if step.name in ("consumer", "h2d"):

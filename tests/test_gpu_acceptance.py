@@ -406,6 +406,8 @@ def test_the_facts_step_without_nvidia_smi_measures_nothing_and_says_why(tmp_pat
     figures = json.loads((folder / "figures" / "facts.json").read_text())
     (check,) = gc.judge_facts(None, None, None, error=figures["error"])
     assert check.status == gc.NOT_MEASURED and "nvidia-smi did not start" in check.note
+    # the machine fixture is recorded all the same
+    assert json.loads((folder / "facts.json").read_text())["gpu"]["nvml"]["unknown"]
     assert_nothing_left(tag)
 
 

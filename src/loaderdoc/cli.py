@@ -155,6 +155,14 @@ def _contained(args: argparse.Namespace):
 def main(argv: list[str] | None = None) -> int:
     from loaderdoc import output
 
+    code = _main(argv)
+    output.exit_now_if_asked(code)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    from loaderdoc import output
+
     with output.standard_streams_guarded():
         try:
             code = _run(argv)

@@ -48,11 +48,9 @@ def store_entry(place, listens_on: str) -> dict:
 
     served_by = "rank 0" if listens_on else "torchrun's agent"
     note = ""
-    if not listens_on:
-        note = "torchrun's agent store listens on every interface"
-    elif listens_on == EVERY_INTERFACE:
-        note = ("MASTER_ADDR is a host name or not an address of this host, so it listens on every interface; "
-                "a literal address of rank 0's host (MASTER_ADDR=10.1.2.3) keeps it to that one")
+    if listens_on == EVERY_INTERFACE:
+        note = ("MASTER_ADDR is a host name or not an address of this host; a literal address of rank 0's host "
+                "(MASTER_ADDR=10.1.2.3) keeps it to that one, as torch's store has no authentication")
     return {"address": where(place), "served_by": served_by,
             "listens_on": listens_on or EVERY_INTERFACE, "note": note}
 

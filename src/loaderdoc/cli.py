@@ -154,10 +154,11 @@ def _contained(args: argparse.Namespace):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loaderdoc import usercode
+    from loaderdoc import output, usercode
 
     code = _main(argv)
     usercode.leave_past_user_threads(code)  # a thread a --dataset factory left must not hold the exit
+    output.exit_now_if_asked(code)  # a thread still inside torch must not wake during finalization
     return code
 
 

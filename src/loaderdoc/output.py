@@ -13,6 +13,12 @@
   :func:`raw_stderr`.
 
 ``standard_streams_guarded()`` installs this around a command; the CLI maps the errors to codes.
+
+A command that leaves a thread blocked in native code (torch's store, which ignores its own timeout
+facing a service that is not a store) calls :func:`end_without_finalizing`: the CLI then flushes
+the standard streams and ends the process at once. A daemon thread that returns from C++ while
+Python finalizes is stopped by ``pthread_exit``, whose unwinding aborts the process (SIGABRT,
+"terminate called without an active exception") in place of the command's exit code.
 """
 
 from __future__ import annotations
@@ -222,6 +228,25 @@ def stdout_columns(fallback: int = 80) -> int:
 def finish_output() -> None:
     """Flush standard output now, inside the command, so a failure gets the policy's exit code."""
     sys.stdout.flush()
+
+
+_end_without_finalizing = False
+
+
+def end_without_finalizing() -> None:
+    """Ask the CLI to end the process without Python's finalization (see the module's docstring)."""
+    global _end_without_finalizing
+    _end_without_finalizing = True
+
+
+def exit_now_if_asked(code: int) -> None:
+    """``os._exit(code)`` after flushing the standard streams, where a command asked for it."""
+    if not _end_without_finalizing:
+        return
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):  # a broken stdout already has its exit code
+            stream.flush()
+    os._exit(code)
 
 
 def discard_stdout() -> None:

@@ -12,12 +12,14 @@ No torch, no textual.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loaderdoc.errors import UserError
 
 DEFAULT_PORT = 29500  # torchrun's default --master-port
+MAX_WORLD_SIZE = 1_000_000  # past the largest jobs run; rank 0 lists every rank, so a typo must not fill its memory
 SRUN_ADDR_HINT = ("export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) "
                   "in the batch script before srun")
 
@@ -35,18 +37,50 @@ class Place:
     master_port: int
     agent_store: bool  # torchrun's agent on node 0 already serves the store at MASTER_ADDR:PORT
     restart: int = 0  # torchrun's restart count: keys of an earlier attempt are not this one's
+    job: dict[str, str] = field(default_factory=dict)  # what tells this job from another on the same store
 
 
-def _whole(env: Mapping[str, str], name: str, minimum: int = 0) -> int | None:
+def job_identity(env: Mapping[str, str], launcher: str, world_size: int) -> dict[str, str]:
+    """What the launcher says about which job this is: Slurm's job and step, torchrun's run id (its
+    --rdzv-id), the launcher and the world size. Two jobs given one MASTER_PORT differ in at least one
+    of these where the launcher sets them; a field one rank lacks is not compared (see :func:`job_conflict`)."""
+    job = {"launcher": launcher, "world_size": str(world_size)}
+    for name, key in (("SLURM_JOB_ID", "slurm_job"), ("SLURM_STEP_ID", "slurm_step"),
+                      ("TORCHELASTIC_RUN_ID", "torchrun_run")):
+        value = (env.get(name) or "").strip()
+        if value:
+            job[key] = value[:200]
+    return job
+
+
+JOB_WORDS = {"slurm_job": "SLURM job {}", "slurm_step": "Slurm step {}", "torchrun_run": "torchrun run id {!r}",
+             "launcher": "launcher {}", "world_size": "a world size of {}"}
+
+
+def job_conflict(mine: dict[str, str], theirs: dict[str, str]) -> str | None:
+    """None when both could be one job; else what differs, in words: "SLURM job 123; this rank's: 456"."""
+    differ = [k for k in JOB_WORDS if k in mine and k in theirs and mine[k] != theirs[k]]
+    if not differ:
+        return None
+    key = differ[0]  # the job id first: it names the other job best
+    mine_text = repr(mine[key]) if key == "torchrun_run" else mine[key]
+    return f"{JOB_WORDS[key].format(theirs[key])}; this rank's: {mine_text}"
+
+
+def _whole(env: Mapping[str, str], name: str, minimum: int = 0, maximum: int = MAX_WORLD_SIZE) -> int | None:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise UserError(f"--distributed: {name}={raw!r} is not a whole number") from None
+    # digits only: int() would also take '1_000' and other scripts' digits, which no launcher writes
+    if not re.fullmatch(r"[+-]?[0-9]+", raw.strip()):
+        raise UserError(f"--distributed: {name}={raw[:40]!r} is not a whole number")
+    if len(raw.strip()) > 12:  # no int() of thousands of digits
+        raise UserError(f"--distributed: {name}={raw.strip()[:20]}... is absurd; use a value up to {maximum:,}")
+    value = int(raw.strip())
     if value < minimum:
         raise UserError(f"--distributed: {name}={value} is below {minimum}")
+    if value > maximum:
+        raise UserError(f"--distributed: {name}={value} is absurd; use a value up to {maximum:,}")
     return value
 
 
@@ -75,6 +109,10 @@ def read_place(env: Mapping[str, str]) -> Place:
                         "(SLURM_PROCID); neither is set here")
     if rank >= world:
         raise UserError(f"--distributed: rank {rank} is not below the world size {world}")
+    if nodes is not None and nodes > world:
+        raise UserError(f"--distributed: {nodes} nodes for {world} ranks; each node runs at least one rank")
+    if node is not None and nodes is not None and node >= nodes:
+        raise UserError(f"--distributed: node rank {node} is not below the number of nodes {nodes}")
     addr = (env.get("MASTER_ADDR") or "").strip()
     if not addr:
         raise UserError(f"--distributed: MASTER_ADDR is not set (the address of rank 0's node); {hint}")
@@ -85,5 +123,5 @@ def read_place(env: Mapping[str, str]) -> Place:
         launcher=launcher, rank=rank, world_size=world, local_rank=local, node=node, node_source=node_source,
         nodes=nodes, master_addr=addr, master_port=port or DEFAULT_PORT,
         agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
-        restart=_whole(env, "TORCHELASTIC_RESTART_COUNT") or 0,
+        restart=_whole(env, "TORCHELASTIC_RESTART_COUNT") or 0, job=job_identity(env, launcher, world),
     )

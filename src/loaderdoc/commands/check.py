@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING, UserError
@@ -36,14 +37,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_distributed_arguments(parser)
 
 
-def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
-    from loaderdoc.commands.common import positive_float
+MAX_JOB_TIMEOUT_S = 86_400  # a day: past any launcher's own wait; far larger ones overflow torch's timedelta
 
+
+def job_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_JOB_TIMEOUT_S:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most {MAX_JOB_TIMEOUT_S} (a day), "
+                                         f"got {text[:40]!r}")
+    return value
+
+
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("a whole job (under torchrun or srun)")
     g.add_argument("--distributed", action="store_true",
                    help="check every rank's machine of a torchrun/srun job and print one table for the job on "
                    "rank 0, naming the node that differs (needs torch; gloo, no GPU needed)")
-    g.add_argument("--timeout", type=positive_float, default=60.0, metavar="SECONDS",
+    g.add_argument("--timeout", type=job_timeout, default=60.0, metavar="SECONDS",
                    help="--distributed: how long rank 0 waits for every rank to join (default 60); a node whose "
                    "torchrun never starts is torchrun's own wait: bound it with torchrun --rdzv-conf timeout=N "
                    "(static rendezvous) or join_timeout=N (c10d)")

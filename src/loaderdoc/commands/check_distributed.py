@@ -30,15 +30,29 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
     hostname = report["machine"].get("platform", {}).get("hostname", {}).get("value") or socket.gethostname()
     entry = RankEntry(place.rank, place.node, place.node_source, place.local_rank, hostname, report)
     try:
-        gathered = gather(place, to_dict(entry), hostname, args.timeout)
+        gathered, listens_on = gather(place, to_dict(entry), hostname, args.timeout)
     except JobStopped:  # rank 0 prints why
         return EXIT_USAGE
     if place.rank != 0:
         return 0
     entries = [from_dict(RankEntry, item) for item in gathered or []]  # keys a newer rank adds are ignored
     job = build_job_report(entries, launcher=place.launcher, world_size=place.world_size)
+    job["store"] = store_entry(place, listens_on)
     sys.stdout.write(json.dumps(job, indent=2) + "\n" if args.json else render_text(job))
     return job["exit_code"]
+
+
+def store_entry(place, listens_on: str) -> dict:
+    """Where the job's store was and who could reach it: torch's TCPStore has no authentication."""
+    from loaderdoc.cluster.gather import EVERY_INTERFACE, where
+
+    served_by = "rank 0" if listens_on else "torchrun's agent"
+    note = ""
+    if listens_on == EVERY_INTERFACE:
+        note = ("MASTER_ADDR is a host name or not an address of this host; a literal address of rank 0's host "
+                "(MASTER_ADDR=10.1.2.3) keeps it to that one, as torch's store has no authentication")
+    return {"address": where(place), "served_by": served_by,
+            "listens_on": listens_on or EVERY_INTERFACE, "note": note}
 
 
 def render_text(job: dict) -> str:
@@ -63,6 +77,10 @@ def render_text(job: dict) -> str:
     for f in findings:
         out.extend(finding_lines(f))
     out.append("")
+    store = job.get("store")
+    if store:  # while the check ran, whoever reached this port could read and write the store (no authentication)
+        text = f"store: {store['address']}, served by {store['served_by']} on {store['listens_on']}"
+        out.extend(wrap(text + (f" ({store['note']})" if store["note"] else ""), width))
     out.append(f"status: {job['status']} (exit {job['exit_code']})")
     return "\n".join(out) + "\n"
 

@@ -10,7 +10,8 @@ What one wrapped ``__next__`` measures (``time.perf_counter`` and ``time.process
 float additions, no lock, no I/O): the first batch of an epoch (``first_batch_s``, from
 ``iter(loader)``, worker start-up included); for every later one the wait blocked in ``next()``
 (``wait_s``) and the step since the previous batch (``step_s``; the one after the last batch counts
-when the epoch ends normally), each with this process's CPU time in it (:mod:`cpuacct`: the rest).
+when the epoch ends normally), each with this process's CPU time in it (:mod:`cpuacct`: the rest;
+:mod:`ioacct`: what this process and its workers read per epoch).
 
 Waits are kept as a bounded sample (every ``stride``-th one, doubling when full) for p50/p95. From the first iteration on,
 a sampler thread (:mod:`sampler`) reads memory, workers and ``/dev/shm`` every
@@ -66,10 +67,10 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, procinfo, sampler
+    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, ioacct, procinfo, sampler
 else:  # loaded by path under ``loaderdoc watch``
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo = (  # sampler first: cpuacct reads with it
-        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo"))
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct = (  # sampler first: cpuacct reads with it
+        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "ioacct"))
 
 
 class EpochRecord:
@@ -79,7 +80,8 @@ class EpochRecord:
                  "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
                  "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
                  "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
-                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s")
+                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
+                 "io_main_start", "io_main", "io_workers", "io_first")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -117,6 +119,12 @@ class EpochRecord:
         self.busy_start: float | None = None
         self.busy_s: float | None = None
         self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
+        # reads (ioacct: rchar, read calls, bytes from a device): this process's own threads' over
+        # the epoch, its workers', and both by the first batch; None: not read
+        self.io_main_start = None
+        self.io_main = None
+        self.io_workers = None
+        self.io_first = None
 
     def to_dict(self, t0: float) -> dict:
         waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
@@ -151,7 +159,14 @@ class EpochRecord:
             "workers_runq_first_s": self.workers_runq_first,
             "others_cpu_s": cpuacct.others_cpu_s(self),
             "torch_threads": self.torch_threads,
+            "io_main": _listed(self.io_main),
+            "io_workers": _listed(self.io_workers),
+            "io_first": _listed(self.io_first),
         }
+
+
+def _listed(reads) -> list[int] | None:
+    return list(reads) if reads is not None else None
 
 
 def _quantile(ordered: list[float], q: float) -> float | None:
@@ -305,6 +320,7 @@ class Recorder:
         self.gpu_reason: str | None = "no DataLoader iterated yet"
         self._write_failed = False
         self.cpu = cpuacct.CpuLedger()  # the workers' CPU time per epoch
+        self.io = ioacct.IoLedger()  # this process's and its workers' reads per epoch
         try:
             self.cpus: frozenset[int] | None = frozenset(os.sched_getaffinity(0))
         except (AttributeError, OSError):
@@ -328,6 +344,7 @@ class Recorder:
         watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch)
         if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
             cpuacct.begin_epoch(self, epoch, iterator)
+            ioacct.begin_epoch(self, epoch, iterator)
             self._start_sampler()
             if self.gpu is None:
                 self.gpu, self.gpu_reason = gpuidle.from_torch()
@@ -351,6 +368,7 @@ class Recorder:
                 "period_s": smp.period if smp is not None else self.interval, "samples": samples,
                 "shm_peak_used_bytes": smp.shm_peak if smp is not None else None,
                 "sampler": {"ticks": smp.ticks if smp else 0, "busy_s": smp.busy_s if smp else 0.0},
+                "io": {"readable": self.io.readable, "reason": self.io.reason},
                 "gpu": {"timing": gpuidle.CUDA_EVENTS if self.gpu is not None else gpuidle.UNAVAILABLE,
                         "reason": None if self.gpu is not None else self.gpu_reason},
                 "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)]}
@@ -358,12 +376,14 @@ class Recorder:
     def first_batch(self, epoch: EpochRecord) -> None:
         if os.getpid() == self.pid:
             cpuacct.first_batch(self, epoch)
+            ioacct.first_batch(self, epoch)
 
     def epoch_ended(self, epoch: EpochRecord | None = None) -> None:
         if os.getpid() != self.pid:
             return
         if epoch is not None:
             cpuacct.end_epoch(self, epoch)
+            ioacct.end_epoch(self, epoch)
         if self.gpu is not None:
             self.gpu.resolve()
         if self._per_epoch and self.sampler is not None:
@@ -389,6 +409,7 @@ class Recorder:
         for rec in self.loaders:  # epochs still open at exit (Lightning's last never asks for StopIteration)
             for epoch in rec.epochs[-1:]:
                 cpuacct.end_epoch(self, epoch)
+                ioacct.end_epoch(self, epoch)
         self.write()
 
     def write(self) -> None:

@@ -71,16 +71,20 @@ class IoLedger:
             self._skip.add(threading.get_native_id())
 
     def begin(self, epoch, pids: list[int]) -> None:
+        if self.reason is not None:
+            return  # the epoch's reads stay None: not measured
         with self._lock:
-            self._settle()
-            epoch.io_main_start = self.main
-            epoch.io_main = ZERO
-            self._open.append(epoch)
+            # the workers first: persistent ones began loading this epoch's batches when
+            # iter(loader) reset them, and their last epoch was settled when it ended
             for pid in pids:
                 self._owner[pid] = epoch
                 self._seen.setdefault(pid, ZERO)  # a new worker's reads since its start count
                 if epoch.io_workers is None:
                     epoch.io_workers = ZERO
+            self._settle()
+            epoch.io_main_start = self.main
+            epoch.io_main = ZERO
+            self._open.append(epoch)
 
     def first_batch(self, epoch) -> None:
         with self._lock:

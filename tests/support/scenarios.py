@@ -178,7 +178,7 @@ def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float
                      0 if cached else int(batches * io["device"] * 1024)]
             e.io_main = [0, 0, 0] if workers else reads
             e.io_workers = reads if workers else None
-            e.io_first = [v // batches for v in reads]  # one batch's by the first
+            e.io_first = [v // batches for v in reads]  # one batch's by the first batch
     knobs = f"num_workers={workers}, batch_size=64" + (f", persistent_workers={persistent}" if workers else "")
     return WatchEvidence(name=f"loader 1 (DataLoader, {knobs})", workers=workers,
                          persistent_workers=persistent if workers else False, epochs=eps,

@@ -121,26 +121,37 @@ class IoUse:
         return text
 
 
+def loading(epoch) -> list[int]:
+    """The reads that loaded an epoch's batches: its workers' where it had workers (the training
+    process then takes batches through pipes and pages in its own code and model: not loading),
+    else the training process's own (hook's ``ioacct.loading``)."""
+    return epoch.io_workers if epoch.io_workers is not None else epoch.io_main
+
+
 def io_use(epochs, waits: int) -> IoUse | None:
     """The loader's reads from its epochs (objects with ``io_main``, ``io_workers``, ``io_first``
-    (rchar, calls, device) lists, ``wall_s``, ``first_batch_s``, ``finished``); None where no
-    epoch's reads were recorded."""
+    (rchar, calls, device) lists, ``io_traced`` (--trace's steps: left out), ``wall_s``,
+    ``first_batch_s``, ``finished``); None where no epoch's reads were recorded."""
     known = [e for e in epochs if e.io_main is not None]
     if not known:
         return None
     main, workers, steady = [0, 0, 0], None, [0, 0, 0]
     seconds = 0.0
+    batches = waits
     for e in known:
-        total = list(e.io_main)
         main = [a + b for a, b in zip(main, e.io_main, strict=True)]
         if e.io_workers is not None:
             workers = [a + b for a, b in zip(workers or [0, 0, 0], e.io_workers, strict=True)]
-            total = [a + b for a, b in zip(total, e.io_workers, strict=True)]
+        total = loading(e)
         first = e.io_first or [0, 0, 0]
         steady = [a + max(0, b - c) for a, b, c in zip(steady, total, first, strict=True)]
         if e.wall_s:
             seconds += max(0.0, e.wall_s - (e.first_batch_s or 0.0))
-    finished = [e for e in known if e.finished]
-    device = tuple(int(e.io_main[2] + (e.io_workers[2] if e.io_workers is not None else 0)) for e in finished)
-    return IoUse(rchar=steady[0], calls=steady[1], device=steady[2], batches=waits, seconds=seconds,
+        traced = e.io_traced
+        if isinstance(traced, dict):  # --trace's steps: the profiler reads its own files meanwhile
+            steady = [max(0, a - b) for a, b in zip(steady, traced.get("reads") or [0, 0, 0], strict=True)]
+            batches -= traced.get("batches") or 0
+            seconds -= traced.get("seconds") or 0.0
+    device = tuple(int(loading(e)[2]) for e in known if e.finished)
+    return IoUse(rchar=steady[0], calls=steady[1], device=steady[2], batches=max(0, batches), seconds=max(0.0, seconds),
                  main=tuple(main), workers=tuple(workers) if workers is not None else None, epoch_device=device)

@@ -64,12 +64,13 @@ class WatchedEpoch:
     io_main: list[int] | None = None
     io_workers: list[int] | None = None
     io_first: list[int] | None = None
+    io_traced: dict | None = None  # under --trace: the traced steps' reads, batches and seconds (left out)
 
 
 # the CPU accounting's fields, named as the hook's records name them
 CPU_FIELDS = ("cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s", "cpu_step_wall_s", "proc_cpu_s", "workers_cpu_s",
               "workers_runq_s", "workers_cpu_first_s", "workers_runq_first_s", "others_cpu_s", "torch_threads")
-IO_FIELDS = ("io_main", "io_workers", "io_first")  # the read accounting's, likewise
+IO_FIELDS = ("io_main", "io_workers", "io_first", "io_traced")  # the read accounting's, likewise
 
 
 @dataclass

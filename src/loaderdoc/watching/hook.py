@@ -67,10 +67,11 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, ioacct, procinfo, sampler
+    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, ioacct, procinfo, sampler, trace
 else:  # loaded by path under ``loaderdoc watch``
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct = (  # sampler first: cpuacct reads with it
-        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "ioacct"))
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace = (  # sampler first: cpuacct reads with it
+        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "ioacct",
+                                    "trace"))
 
 
 class EpochRecord:
@@ -81,7 +82,7 @@ class EpochRecord:
                  "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
                  "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
                  "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
-                 "io_main_start", "io_main", "io_workers", "io_first")
+                 "io_main_start", "io_main", "io_workers", "io_first", "io_traced")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -119,12 +120,8 @@ class EpochRecord:
         self.busy_start: float | None = None
         self.busy_s: float | None = None
         self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
-        # reads (ioacct: rchar, read calls, bytes from a device): this process's own threads' over
-        # the epoch, its workers', and both by the first batch; None: not read
-        self.io_main_start = None
-        self.io_main = None
-        self.io_workers = None
-        self.io_first = None
+        # reads (ioacct: rchar, read calls, bytes from a device; None: not read)
+        self.io_main_start = self.io_main = self.io_workers = self.io_first = self.io_traced = None
 
     def to_dict(self, t0: float) -> dict:
         waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
@@ -159,14 +156,8 @@ class EpochRecord:
             "workers_runq_first_s": self.workers_runq_first,
             "others_cpu_s": cpuacct.others_cpu_s(self),
             "torch_threads": self.torch_threads,
-            "io_main": _listed(self.io_main),
-            "io_workers": _listed(self.io_workers),
-            "io_first": _listed(self.io_first),
+            **ioacct.fields(self),
         }
-
-
-def _listed(reads) -> list[int] | None:
-    return list(reads) if reads is not None else None
 
 
 def _quantile(ordered: list[float], q: float) -> float | None:
@@ -178,9 +169,9 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
-    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end", "_on_first")
+    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end", "_on_first", "_trace")
 
-    def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None) -> None:
+    def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None, trace=None) -> None:
         self._it = iterator
         self._next = iterator.__next__
         self._epoch = epoch
@@ -188,11 +179,14 @@ class WatchedIterator:
         self._returned_cpu: float | None = None  # this process's CPU time then, where read
         self._on_end = on_end
         self._on_first = on_first  # once an epoch, at its first batch: the workers' start-up is over
+        self._trace = trace  # under --trace, called at the top of each next(): may start or stop the profiler
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._trace is not None:
+            self._trace(self)
         t0 = clock()
         before = self._returned_cpu
         c0 = cpu_clock() if before is not None else None
@@ -318,6 +312,7 @@ class Recorder:
         self.sampler = None  # created at the first iteration
         self.gpu = None  # a gpuidle.GpuIdle once the program has initialised CUDA
         self.gpu_reason: str | None = "no DataLoader iterated yet"
+        self.tracer = None  # a trace.Tracer under --trace (install() sets it)
         self._write_failed = False
         self.cpu = cpuacct.CpuLedger()  # the workers' CPU time per epoch
         self.io = ioacct.IoLedger()  # this process's and its workers' reads per epoch
@@ -341,7 +336,8 @@ class Recorder:
             self.epoch_ended(rec.epochs[-1])
         epoch = EpochRecord(len(rec.epochs), started)
         rec.epochs.append(epoch)
-        watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch)
+        watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch,
+                                  trace.per_batch(self.tracer, rec.number, os.getpid() == self.pid))
         if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
             cpuacct.begin_epoch(self, epoch, iterator)
             ioacct.begin_epoch(self, epoch, iterator)
@@ -371,7 +367,8 @@ class Recorder:
                 "io": {"readable": self.io.readable, "reason": self.io.reason},
                 "gpu": {"timing": gpuidle.CUDA_EVENTS if self.gpu is not None else gpuidle.UNAVAILABLE,
                         "reason": None if self.gpu is not None else self.gpu_reason},
-                "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)]}
+                "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)],
+                **({"trace": self.tracer.to_dict()} if self.tracer is not None else {})}
 
     def first_batch(self, epoch: EpochRecord) -> None:
         if os.getpid() == self.pid:
@@ -384,6 +381,7 @@ class Recorder:
         if epoch is not None:
             cpuacct.end_epoch(self, epoch)
             ioacct.end_epoch(self, epoch)
+            trace.ended(self.tracer, epoch)
         if self.gpu is not None:
             self.gpu.resolve()
         if self._per_epoch and self.sampler is not None:
@@ -410,6 +408,7 @@ class Recorder:
             for epoch in rec.epochs[-1:]:
                 cpuacct.end_epoch(self, epoch)
                 ioacct.end_epoch(self, epoch)
+                trace.ended(self.tracer, epoch)
         self.write()
 
     def write(self) -> None:
@@ -473,6 +472,7 @@ def install(directory: str | None) -> Recorder:
     """Measure every DataLoader this process iterates and write the records into ``directory`` at
     each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
     recorder = Recorder(directory)
+    recorder.tracer = trace.Tracer.from_env(recorder.io)  # --trace DIR: a profiler trace of a few steady steps
     applier = apply.Applier.from_env()  # --apply's tables (none: the loaders are only named)
 
     def on_load(module) -> None:

@@ -62,6 +62,8 @@ class IoLedger:
         self._lock = threading.Lock()
         self.settle()
 
+    procio = procio  # for the tracer, which loads no module of its own
+
     @property
     def readable(self) -> bool:
         return self.reason is None
@@ -90,7 +92,7 @@ class IoLedger:
         with self._lock:
             self._settle()
             if epoch.io_main is not None:
-                epoch.io_first = plus(epoch.io_workers, epoch.io_main)
+                epoch.io_first = loading(epoch)
 
     def end(self, epoch) -> None:
         with self._lock:
@@ -102,6 +104,33 @@ class IoLedger:
     def settle(self) -> None:
         with self._lock:
             self._settle()
+
+    def loading(self, epoch) -> tuple:
+        """The epoch's loading's reads so far (:func:`loading`), settled now."""
+        if self.reason is not None or epoch.io_main is None:
+            return ZERO
+        with self._lock:
+            self._settle()
+            return loading(epoch)
+
+    def excluded(self, action) -> None:
+        """Run ``action``; what this process's threads read meanwhile counts for no epoch (the
+        profiler's start reads megabytes of its own files: not the loader's data)."""
+        if self.reason is not None:
+            action()
+            return
+        with self._lock:
+            self._settle()
+            before = self.main
+        try:
+            action()
+        finally:
+            with self._lock:
+                self._settle()
+                spent = minus(self.main, before)
+                for epoch in self._open:
+                    epoch.io_main_start = plus(epoch.io_main_start, spent)
+                    epoch.io_main = minus(self.main, epoch.io_main_start)
 
     def _settle(self) -> None:
         if self.reason is not None:
@@ -139,6 +168,23 @@ class IoLedger:
             epoch.io_workers = plus(epoch.io_workers, share)
         self._pending.clear()
         self._gone = gone_now
+
+
+def fields(epoch) -> dict:
+    """The epoch's reads as its records hold them: this process's own threads' over the epoch,
+    its workers', the loading's by the first batch, and --trace's steps (left out of the figures)."""
+    def listed(reads):
+        return list(reads) if reads is not None else None
+
+    return {"io_main": listed(epoch.io_main), "io_workers": listed(epoch.io_workers),
+            "io_first": listed(epoch.io_first), "io_traced": epoch.io_traced}
+
+
+def loading(epoch) -> tuple:
+    """The reads that load the epoch's batches: its workers' where it has workers (the training
+    process then reads batches through pipes, and pages in its own code and model), else the
+    training process's own."""
+    return epoch.io_workers if epoch.io_workers is not None else epoch.io_main
 
 
 def _sum(values) -> tuple:

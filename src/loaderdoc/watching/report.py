@@ -353,9 +353,14 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
         machine = {**machine, "cpu_quota": facts.cpu.cgroup_quota.get()}  # what --merge compares across nodes
         ranks = rank_table(loaders, processes, memory, {None: machine["cpu_quota"]})
         findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes), ranks)
-    return assemble(command=list(command) if command is not None else None, exit_code=exit_code,
-                    processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
-                    findings=findings, machine=machine)
+    report = assemble(command=list(command) if command is not None else None, exit_code=exit_code,
+                      processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
+                      findings=findings, machine=machine)
+    traces = [{"pid": r.get("pid"), "rank": (r.get("process") or {}).get("rank"), **r["trace"]}
+              for r in runs if isinstance(r.get("trace"), dict)]
+    if traces:  # under --trace only
+        report["traces"] = traces
+    return report
 
 
 def assemble(*, command: list[str] | None, exit_code: int | None, processes: list[dict[str, Any]],

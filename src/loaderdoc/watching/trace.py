@@ -136,6 +136,10 @@ class Tracer:
         self._from_batch = e.steps + 1
         try:
             torch = sys.modules["torch"]
+            enabled = getattr(torch.autograd, "_profiler_enabled", None)
+            if enabled is not None and enabled():  # starting ours would end theirs (it then records nothing)
+                self._fail("the program runs its own torch profiler; loaderdoc's would stop it, so it did not start")
+                return
             profiler = torch.profiler
             activities = [profiler.ProfilerActivity.CPU]
             cuda = getattr(torch, "cuda", None)

@@ -64,9 +64,9 @@ def files(tmp_path_factory) -> Path:
     return folder
 
 
-def _watched(folder: Path, *args: str) -> tuple[dict, str]:
+def _watched(folder: Path, *args: str, watch_args: tuple[str, ...] = ()) -> tuple[dict, str]:
     env, _ = fault_env()
-    proc = loaderdoc("watch", "--json", "--", sys.executable, LOOP, str(folder), *args, env=env)
+    proc = loaderdoc("watch", "--json", *watch_args, "--", sys.executable, LOOP, str(folder), *args, env=env)
     assert proc.returncode == 0, proc.stderr
     start = proc.stdout.index("{\n")
     return json.loads(proc.stdout[start:]), proc.stderr
@@ -175,3 +175,17 @@ def test_an_unreadable_proc_io_is_said_not_guessed(files, tmp_path):
                                                          "counters"}
     assert "reads: not measured: /proc/self/io holds no rchar" in " ".join(proc.stderr.split())
     assert loader["cpu"] is not None  # the rest of the run is measured as before
+
+
+def test_a_trace_leaves_the_profilers_own_reads_out_of_the_loaders(files, tmp_path):
+    # torch.profiler's start reads megabytes of its own files and its threads go on reading; the
+    # traced steps' reads are set aside with their batches: the figures stay the data's
+    report, _ = _watched(files, "--mode", "cold", "--epochs", "2", watch_args=("--trace", str(tmp_path)))
+    (loader,) = report["loaders"]
+    io, batch = loader["io"], 4 * SIZE
+    assert report["traces"][0]["state"] == "written"
+    assert loader["epochs"][0]["io_traced"]["batches"] == 10
+    assert io["steady_batches"] == 2 * 49 - 10
+    assert batch <= io["rchar_per_batch_bytes"] < 1.05 * batch, io
+    assert 0.9 * batch <= io["read_bytes_per_batch"] < 1.05 * batch, io
+    assert all(0.9 * DATA <= b < 1.1 * DATA for b in io["epoch_read_bytes"]), io["epoch_read_bytes"]

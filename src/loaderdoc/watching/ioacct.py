@@ -114,20 +114,22 @@ class IoLedger:
             return loading(epoch)
 
     def excluded(self, action) -> None:
-        """Run ``action``; what this process's threads read meanwhile counts for no epoch (the
-        profiler's start reads megabytes of its own files: not the loader's data)."""
+        """Run ``action``; what this process's threads read meanwhile counts for no epoch, nor do
+        the threads it starts (the profiler's start reads megabytes of its own files, and its
+        threads go on reading: not the loader's data)."""
         if self.reason is not None:
             action()
             return
         with self._lock:
             self._settle()
-            before = self.main
+            before, threads = self.main, set(self._threads or ())
         try:
             action()
         finally:
             with self._lock:
                 self._settle()
                 spent = minus(self.main, before)
+                self._skip.update(set(self._threads or ()) - threads)
                 for epoch in self._open:
                     epoch.io_main_start = plus(epoch.io_main_start, spent)
                     epoch.io_main = minus(self.main, epoch.io_main_start)

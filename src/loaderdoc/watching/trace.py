@@ -67,6 +67,7 @@ class Tracer:
         self._export_s = 0.0
         self._from_batch: int | None = None
         self._restore = None  # (the WatchedIterator, its _next before the trace)
+        self._window = None  # (the loading's reads, clock()) when recording began
         self.io = None  # the recorder's ioacct.IoLedger: the profiler's own reads are kept out of the epoch's
 
     @classmethod
@@ -92,6 +93,7 @@ class Tracer:
             self._end_step()
             if self._traced >= self.steps:
                 self._export_s = self._shift(watched, self._stop)
+                self._overhead_in_window()
             return
         if not self.armed:
             watched._trace = None  # traced (or failed) already: nothing more to do per batch
@@ -102,6 +104,8 @@ class Tracer:
         if e.steps >= self.after + 1:  # the first batch and `after` steady ones
             self._epoch, self._loader = e, loader_number
             self._start_s = self._shift(watched, lambda: self._start(watched))
+            if self.state == "recording":  # after the start's own reads were set aside
+                self._window = (self.io.loading(e) if self.io is not None else None, clock())
 
     def ended(self, epoch) -> None:
         """The epoch ended (StopIteration, or its loader's next epoch began) while recording: write
@@ -111,6 +115,7 @@ class Tracer:
             t = clock()
             self._stop()
             self._export_s = clock() - t
+            self._overhead_in_window()
 
     def to_dict(self) -> dict:
         out = {"folder": self.folder, "state": self.state, "path": self.path, "error": self.error,
@@ -152,7 +157,6 @@ class Tracer:
             return
         self._prof = prof
         self.state = "recording"
-        self._window = (self.io.loading(e) if self.io is not None else None, clock())
         original = watched._next
         record_function = torch.profiler.record_function
         tracer = self
@@ -171,6 +175,13 @@ class Tracer:
         watched._next = traced_next
         self._restore = (watched, original)
 
+    def _overhead_in_window(self) -> None:
+        """The profiler's start and export are in the epoch's wall time: the traced window (left
+        out of the reads per second) holds them too."""
+        traced = self._epoch.io_traced if self._epoch is not None else None
+        if isinstance(traced, dict):
+            traced["seconds"] += self._start_s + self._export_s
+
     def _end_step(self) -> None:
         """The step after a traced batch is over: time it and close its range."""
         if self._returned is not None:
@@ -187,7 +198,7 @@ class Tracer:
             watched, original = self._restore
             watched._next = original
             self._restore = None
-        window = getattr(self, "_window", None)
+        window = self._window
         if window is not None and window[0] is not None and self.io is not None:
             # what the traced steps read (the profiler pages its own code in meanwhile): kept out of
             # the loader's steady reads, with their batches and time

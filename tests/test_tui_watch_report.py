@@ -281,3 +281,37 @@ def test_a_report_from_before_the_cpu_accounting_shows_no_cpu_line_and_a_broken_
     assert loader.cpu_line is None
     with pytest.raises(WatchReportError, match=r"loaders\[0\]\.cpu: not a CPU accounting"):
         load_watch_report(_with_cpu(tmp_path, {"budget_cpus": 2.0}))
+
+
+# ---- the reads (issue 34) ---------------------------------------------------------------------
+IO = {"readable": True, "main": {"rchar_bytes": 13107200, "read_calls": 410, "read_bytes": 13107200},
+      "workers": None, "steady_batches": 49, "steady_s": 0.14, "rchar_per_batch_bytes": 262144.0,
+      "read_calls_per_batch": 8.1, "read_bytes_per_batch": 262144.0, "rchar_per_s": 9.2e7,
+      "read_bytes_per_s": 9.2e7, "device_share": 1.0, "bytes_per_read_call": 32768.0,
+      "epoch_read_bytes": [13107200], "reads_from": "disk", "verdict": "waiting on the disk"}
+
+
+def _with_io(tmp_path: Path, io) -> Path:
+    doc = json.loads(STARVED.read_text(encoding="utf-8"))
+    doc["loaders"][0]["io"] = io
+    return _write(tmp_path, doc)
+
+
+async def test_the_run_view_says_what_each_loader_read_and_from_where(tmp_path):
+    path = _with_io(tmp_path, IO)
+    (loader,) = load_watch_report(path).loaders
+    assert loader.io_line == ("reads: 256 KiB/batch in 8.1 read calls (87.7 MiB/s), 256 KiB/batch from the disk "
+                              "(100%, 87.7 MiB/s): waiting on the disk")
+    app = app_with(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        shown = [str(s.render()) for s in app.screen.query(".run-cpu").results(Static)]
+        assert any("waiting on the disk" in line for line in shown), shown
+
+
+def test_unread_reads_are_said_and_a_broken_read_block_is_refused(tmp_path):
+    (loader,) = load_watch_report(_with_io(tmp_path, {"readable": False, "reason": "/proc/self/io does not exist"})).loaders
+    assert loader.io_line == "reads: not measured: /proc/self/io does not exist"
+    assert load_watch_report(STARVED).loaders[0].io_line is None  # a report from before the reads
+    with pytest.raises(WatchReportError, match=r"loaders\[0\]\.io: not a read accounting"):
+        load_watch_report(_with_io(tmp_path, {"readable": True}))

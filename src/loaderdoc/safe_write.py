@@ -74,6 +74,35 @@ def check_writable(target: Path, *, force: bool) -> None:
         raise ExportError(f"cannot write to directory {parent} (permission denied); choose another path")
 
 
+def writable_folder(folder: Path, option: str) -> Path:
+    """``folder``, created if missing (its parent must exist), where a file can be written: checked
+    by creating one, so a read-only mount or a full disk is refused as root too. Raise ExportError
+    naming ``option`` before any work is done."""
+    folder = Path(folder)
+    created = False
+    if folder.exists() and not folder.is_dir():
+        raise ExportError(f"{option} {folder} is a file, not a folder; give a folder to write into")
+    if not folder.exists():
+        if not folder.parent.is_dir():
+            raise ExportError(f"{option} {folder}: folder {folder.parent} does not exist; create it first or "
+                              "choose another folder")
+        try:
+            folder.mkdir()
+        except OSError as exc:
+            raise ExportError(f"{option} {folder}: cannot create it: {exc.strerror or exc}; choose another "
+                              "folder") from None
+        created = True
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        if created:
+            folder.rmdir()
+        raise ExportError(f"{option} {folder}: cannot write into it: {exc.strerror or exc}; choose another "
+                          "folder") from None
+    return folder.resolve()
+
+
 def write_text(target: Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``target`` as :func:`check_writable` allowed; raise ExportError on failure."""
     check_writable(target, force=force)

@@ -142,12 +142,14 @@ def report(results: list[ConfigResult], *, batch_size: int = 64, batch_bytes: in
 def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float = 1.0, step_ms: float = 50.0,
             first_s: float = 0.5, later_first_s: float | None = None, persistent: bool | None = None,
             pss_mib: list[float] | None = None, shm: tuple[float, float] | None = None,
-            cpu: dict[str, float] | None = None) -> WatchEvidence:
+            cpu: dict[str, float] | None = None, io: dict[str, float] | None = None) -> WatchEvidence:
     """One loader of a real run as `loaderdoc watch` measures it: ``batches`` per epoch waiting
     ``wait_ms`` and stepping ``step_ms`` each; ``pss_mib`` the workers' peak per epoch; ``shm``
     (peak used, size) of /dev/shm in MiB. ``cpu``: the CPU accounting, per batch in ms:
     ``wait_cpu`` (the loop's CPU while waiting), ``step_cpu``, ``load_cpu`` (the workers'),
-    ``queued`` (the workers' run-queue wait), and ``others`` (CPUs other processes took)."""
+    ``queued`` (the workers' run-queue wait), and ``others`` (CPUs other processes took). ``io``: the
+    reads per batch: ``rchar`` and ``device`` in KiB, ``calls``; ``cached_after`` (an epoch from which
+    the device served nothing: the page cache kept the data)."""
     if persistent is None:
         persistent = workers > 0
     eps = []
@@ -169,6 +171,14 @@ def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float
                 e.workers_cpu_s = batches * cpu["load_cpu"] / 1000
                 e.workers_runq_s = batches * cpu.get("queued", 0.0) / 1000
             e.others_cpu_s = cpu.get("others", 0.0) * wall
+        if io is not None:
+            e = eps[-1]
+            cached = n >= io.get("cached_after", epochs)
+            reads = [int(batches * io["rchar"] * 1024), int(batches * io["calls"]),
+                     0 if cached else int(batches * io["device"] * 1024)]
+            e.io_main = [0, 0, 0] if workers else reads
+            e.io_workers = reads if workers else None
+            e.io_first = [v // batches for v in reads]  # one batch's by the first batch
     knobs = f"num_workers={workers}, batch_size=64" + (f", persistent_workers={persistent}" if workers else "")
     return WatchEvidence(name=f"loader 1 (DataLoader, {knobs})", workers=workers,
                          persistent_workers=persistent if workers else False, epochs=eps,
@@ -674,6 +684,35 @@ def _watched() -> list[Scenario]:
             "ci-2core", LoaderSettings(batch_size=64, num_workers=0),
             watch=watched(0, batches=100, wait_ms=20.0, step_ms=10.0),
             expect=frozenset({"watch-data-starved"}),
+        ),
+        # issue 34's loaders over 200 files of 64 KiB on this VM's disk, the page cache dropped for them
+        Scenario(
+            "watch-waits-on-small-files",
+            "a watched run loading 4 files of 64 KiB a batch in the training process, the page cache dropped: "
+            "every byte from the disk, 32 KiB a read call, 2.8 ms waits (0.6 ms of CPU) per 1.5 ms step",
+            "ci-2core", LoaderSettings(batch_size=4, num_workers=0),
+            watch=watched(0, batches=100, wait_ms=2.8, step_ms=1.5, cpu={"wait_cpu": 0.6, "step_cpu": 0.04},
+                          io={"rchar": 256, "device": 256, "calls": 8}),
+            expect=frozenset({"watch-data-starved", "watch-waits-on-disk"}),
+        ),
+        Scenario(
+            "watch-rereads-every-epoch",
+            "the same files through 2 workers over 3 epochs, each epoch fetching them from the disk again",
+            "ci-2core", LoaderSettings(batch_size=4, num_workers=2, persistent_workers=True),
+            watch=watched(2, epochs=3, batches=100, wait_ms=3.0, step_ms=2.2,
+                          cpu={"wait_cpu": 0.5, "step_cpu": 0.06, "load_cpu": 1.8},
+                          io={"rchar": 256, "device": 256, "calls": 8}),
+            expect=frozenset({"watch-data-starved", "watch-waits-on-disk", "watch-rereads-from-disk"}),
+        ),
+        Scenario(
+            "watch-first-epoch-from-disk",
+            "the same 2 workers over 3 epochs; only the first read from the disk, the page cache served the "
+            "rest: no epoch is re-read, and the wait is the disk's only while it lasts",
+            "ci-2core", LoaderSettings(batch_size=4, num_workers=2, persistent_workers=True),
+            watch=watched(2, epochs=3, batches=100, wait_ms=3.0, step_ms=2.2,
+                          cpu={"wait_cpu": 0.5, "step_cpu": 0.06, "load_cpu": 1.8},
+                          io={"rchar": 256, "device": 256, "calls": 8, "cached_after": 1}),
+            expect=frozenset({"watch-data-starved", "watch-waits-on-disk"}),
         ),
         # issue 28's CPU-trained model: ImageFolder JPEGs, batch 64, a small CNN stepping 41 ms on
         # torch's 2 threads; its measured rates: 0 workers 4.8/s, 2 workers 5.4-5.9/s, 4 workers 5.6-6.1/s

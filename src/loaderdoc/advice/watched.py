@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loaderdoc.advice.cpu_use import CpuUse, cpu_use
+from loaderdoc.advice.io_use import IoUse, io_use
 from loaderdoc.advice.stragglers import RankRun
 
 
@@ -58,11 +59,18 @@ class WatchedEpoch:
     workers_runq_first_s: float | None = None
     others_cpu_s: float | None = None
     torch_threads: int | None = None
+    # reads, each [rchar, read calls, bytes from a block device] (None: not recorded): the training
+    # process's own threads' over the epoch, its workers', and both by the first batch
+    io_main: list[int] | None = None
+    io_workers: list[int] | None = None
+    io_first: list[int] | None = None
+    io_traced: dict | None = None  # under --trace: the traced steps' reads, batches and seconds (left out)
 
 
 # the CPU accounting's fields, named as the hook's records name them
 CPU_FIELDS = ("cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s", "cpu_step_wall_s", "proc_cpu_s", "workers_cpu_s",
               "workers_runq_s", "workers_cpu_first_s", "workers_runq_first_s", "others_cpu_s", "torch_threads")
+IO_FIELDS = ("io_main", "io_workers", "io_first", "io_traced")  # the read accounting's, likewise
 
 
 @dataclass
@@ -82,6 +90,7 @@ class WatchEvidence:
     # rank's (the straggler rule compares them); empty on other loaders and single-process runs
     rank: int | None = None
     job: list[RankRun] = field(default_factory=list)
+    io_unreadable: str | None = None  # why the run's reads were not measured (None: they were, or an older record)
 
     @property
     def waits(self) -> int:
@@ -116,6 +125,10 @@ class WatchEvidence:
         if wait is None or step is None:
             return None
         return wait if self.workers == 0 else self.workers * (wait + step)
+
+    def io_use(self) -> IoUse | None:
+        """The loader's reads over its steady batches (None: not recorded)."""
+        return io_use(self.epochs, self.waits)
 
     def cpu_use(self, budget: float | None, ranks: int = 1) -> CpuUse | None:
         """The loader's CPU accounting against ``budget`` CPUs, this rank's share of the node's

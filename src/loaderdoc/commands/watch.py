@@ -24,10 +24,15 @@ import sys
 from loaderdoc.watching.records import child_env, exit_code_of  # noqa: F401 - shared with tune
 
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
+TRACE_STEPS = 10  # loaderdoc.watching.trace's DEFAULT_STEPS and DEFAULT_AFTER (not imported: --help stays cheap)
+TRACE_AFTER = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.usage = ("loaderdoc watch [--report FILE] [--json] [--apply FILE] [--fixes FILE] -- COMMAND [ARGS...]\n"
+    from loaderdoc.commands.common import positive_int
+
+    parser.usage = ("loaderdoc watch [--report FILE] [--json] [--apply FILE] [--fixes FILE] [--trace DIR "
+                    "[--trace-steps N]]\n                       -- COMMAND [ARGS...]\n"
                     "       loaderdoc watch --merge REPORT [REPORT ...] [--report FILE] [--json]")
     parser.epilog = (
         "exit code: the command's own (128+N when signal N killed it), so a job script acts on it as before;\n"
@@ -47,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc watch --apply fast.toml -- python train.py  (run with the settings 'loaderdoc --export fast.toml' chose)\n"
         "  loaderdoc watch --fixes next.toml -- python train.py  (the changes the findings propose, per loader)\n"
         "  loaderdoc watch --apply next.toml --fixes next2.toml -- python train.py  (try them; again until none)\n"
+        "  loaderdoc watch --trace traces -- python train.py  (a profiler trace of 10 steady steps, for Perfetto)\n"
         "  kill -USR1 <pid of loaderdoc watch>  (findings so far on stderr, and in FILE with --report)\n"
         "  loaderdoc watch --merge node0.json node1.json --report job.json  (one report for a job's nodes)\n"
     )
@@ -63,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fixes", metavar="FILE",
                         help="write the settings to try next as a file --apply reads (TOML, per loader: what --apply "
                              "set plus the changes the findings propose); not written when nothing is to change")
+    parser.add_argument("--trace", metavar="DIR",
+                        help="record a torch.profiler trace of a few steady steps of the loop (after "
+                             f"{TRACE_AFTER} steady batches), the data waits marked, into DIR/trace-<pid>.json "
+                             "(Chrome/Perfetto); profiling slows the traced steps, and the summary says by how much")
+    parser.add_argument("--trace-steps", type=positive_int, metavar="N",
+                        help=f"steps the trace records (default {TRACE_STEPS})")
     parser.add_argument("--merge", nargs="+", metavar="REPORT",
                         help="instead of running a command: merge the reports each node's watch wrote into one "
                              "(every rank in one table, stragglers across the job)")
@@ -211,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_from_file(args.apply)
         if plan.not_applied_line():
             print(f"loaderdoc watch: {plan.not_applied_line()}", file=sys.stderr)
+    trace = _trace_request(args)  # last: it may create the folder, and nothing after it refuses the run
     # held from before the records folder exists until the report is out: a supervisor's signal
     # reaches the command, and the launcher still writes the report and removes the folder
     with held() as forwarder:
@@ -218,13 +231,30 @@ def run(args: argparse.Namespace) -> int:
         watch = Watch(command, Path(tmpdir), target, plan)
         with on_sigusr1(watch.so_far):
             try:
-                code = run_child(command, child_env(tmpdir, apply=plan.env_value() if plan else None), forwarder)
+                env = child_env(tmpdir, apply=plan.env_value() if plan else None, trace=trace)
+                code = run_child(command, env, forwarder)
                 watch.ended = True
                 report = watch.report(code)
             finally:
                 shutil.rmtree(tmpdir, ignore_errors=True)
             code = _finish(report, code, target, as_json=as_json)
             return _write_fixes(report, fixes, code) if fixes is not None else code
+
+
+def _trace_request(args: argparse.Namespace) -> tuple[str, int] | None:
+    """--trace's folder (created if missing, checked writable) and steps, before the command runs."""
+    from pathlib import Path
+
+    from loaderdoc.errors import UserError
+    from loaderdoc.safe_write import writable_folder
+
+    if args.trace is None:
+        if args.trace_steps is not None:
+            raise UserError("watch: --trace-steps goes with --trace DIR (the folder the trace is written to)")
+        return None
+    if not args.trace:
+        raise UserError("watch: --trace needs a folder to write the trace into, e.g. --trace traces")
+    return str(writable_folder(Path(args.trace), "--trace")), args.trace_steps or TRACE_STEPS
 
 
 def _write_fixes(report: dict, target, code: int) -> int:
@@ -262,8 +292,8 @@ def merge(args: argparse.Namespace) -> int:
 
     if [a for a in args.watched or [] if a != "--"]:
         raise UserError("watch: give a command to run or --merge REPORT ..., not both")
-    if args.apply is not None or args.fixes is not None:
-        raise UserError("watch: --apply and --fixes go with a command to run, not with --merge")
+    if args.apply is not None or args.fixes is not None or args.trace is not None or args.trace_steps is not None:
+        raise UserError("watch: --apply, --fixes and --trace go with a command to run, not with --merge")
     as_json, target = report_destination(args)
     if target is not None:
         check_writable(target, force=True)

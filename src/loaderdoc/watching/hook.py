@@ -10,7 +10,8 @@ What one wrapped ``__next__`` measures (``time.perf_counter`` and ``time.process
 float additions, no lock, no I/O): the first batch of an epoch (``first_batch_s``, from
 ``iter(loader)``, worker start-up included); for every later one the wait blocked in ``next()``
 (``wait_s``) and the step since the previous batch (``step_s``; the one after the last batch counts
-when the epoch ends normally), each with this process's CPU time in it (:mod:`cpuacct`: the rest).
+when the epoch ends normally), each with this process's CPU time in it (:mod:`cpuacct`: the rest;
+:mod:`ioacct`: what this process and its workers read per epoch).
 
 Waits are kept as a bounded sample (every ``stride``-th one, doubling when full) for p50/p95. From the first iteration on,
 a sampler thread (:mod:`sampler`) reads memory, workers and ``/dev/shm`` every
@@ -66,10 +67,11 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, procinfo, sampler
+    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, ioacct, procinfo, sampler, trace
 else:  # loaded by path under ``loaderdoc watch``
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo = (  # sampler first: cpuacct reads with it
-        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo"))
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace = (  # sampler first: cpuacct reads with it
+        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "ioacct",
+                                    "trace"))
 
 
 class EpochRecord:
@@ -79,7 +81,8 @@ class EpochRecord:
                  "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
                  "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
                  "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
-                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s")
+                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
+                 "io_main_start", "io_main", "io_workers", "io_first", "io_traced")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -117,6 +120,8 @@ class EpochRecord:
         self.busy_start: float | None = None
         self.busy_s: float | None = None
         self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
+        # reads (ioacct: rchar, read calls, bytes from a device; None: not read)
+        self.io_main_start = self.io_main = self.io_workers = self.io_first = self.io_traced = None
 
     def to_dict(self, t0: float) -> dict:
         waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
@@ -151,6 +156,7 @@ class EpochRecord:
             "workers_runq_first_s": self.workers_runq_first,
             "others_cpu_s": cpuacct.others_cpu_s(self),
             "torch_threads": self.torch_threads,
+            **ioacct.fields(self),
         }
 
 
@@ -163,9 +169,9 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
-    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end", "_on_first")
+    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end", "_on_first", "_trace")
 
-    def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None) -> None:
+    def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None, trace=None) -> None:
         self._it = iterator
         self._next = iterator.__next__
         self._epoch = epoch
@@ -173,11 +179,14 @@ class WatchedIterator:
         self._returned_cpu: float | None = None  # this process's CPU time then, where read
         self._on_end = on_end
         self._on_first = on_first  # once an epoch, at its first batch: the workers' start-up is over
+        self._trace = trace  # under --trace, called at the top of each next(): may start or stop the profiler
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._trace is not None:
+            self._trace(self)
         t0 = clock()
         before = self._returned_cpu
         c0 = cpu_clock() if before is not None else None
@@ -309,9 +318,11 @@ class Recorder:
         self.sampler = None  # created at the first iteration (a parent's thread did not survive the fork)
         self.gpu = None  # a gpuidle.GpuIdle once the program has initialised CUDA
         self.gpu_reason: str | None = "no DataLoader iterated yet"
+        self.tracer = None  # a trace.Tracer under --trace (install() sets it)
         self._write_failed = False
         self._exited = False
         self.cpu = cpuacct.CpuLedger()  # the workers' CPU time per epoch
+        self.io = ioacct.IoLedger()  # this process's and its workers' reads per epoch
         try:
             self.cpus: frozenset[int] | None = frozenset(os.sched_getaffinity(0))
         except (AttributeError, OSError):
@@ -344,9 +355,11 @@ class Recorder:
             self.epoch_ended(rec.epochs[-1])
         epoch = EpochRecord(len(rec.epochs), started)
         rec.epochs.append(epoch)
-        watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch)
+        watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch,
+                                  trace.per_batch(self.tracer, rec.number, os.getpid() == self.pid))
         if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
             cpuacct.begin_epoch(self, epoch, iterator)
+            ioacct.begin_epoch(self, epoch, iterator)
             self._start_sampler()
             if self.gpu is None:
                 self.gpu, self.gpu_reason = gpuidle.from_torch()
@@ -370,19 +383,24 @@ class Recorder:
                 "period_s": smp.period if smp is not None else self.interval, "samples": samples,
                 "shm_peak_used_bytes": smp.shm_peak if smp is not None else None,
                 "sampler": {"ticks": smp.ticks if smp else 0, "busy_s": smp.busy_s if smp else 0.0},
+                "io": {"readable": self.io.readable, "reason": self.io.reason},
                 "gpu": {"timing": gpuidle.CUDA_EVENTS if self.gpu is not None else gpuidle.UNAVAILABLE,
                         "reason": None if self.gpu is not None else self.gpu_reason},
-                "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)]}
+                "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)],
+                **({"trace": self.tracer.to_dict()} if self.tracer is not None else {})}
 
     def first_batch(self, epoch: EpochRecord) -> None:
         if os.getpid() == self.pid:
             cpuacct.first_batch(self, epoch)
+            ioacct.first_batch(self, epoch)
 
     def epoch_ended(self, epoch: EpochRecord | None = None) -> None:
         if os.getpid() != self.pid:
             return
         if epoch is not None:
             cpuacct.end_epoch(self, epoch)
+            ioacct.end_epoch(self, epoch)
+            trace.ended(self.tracer, epoch)
         if self.gpu is not None:
             self.gpu.resolve()
         if self._per_epoch and self.sampler is not None:
@@ -409,6 +427,8 @@ class Recorder:
         for rec in self.loaders:  # epochs still open at exit (Lightning's last never asks for StopIteration)
             for epoch in rec.epochs[-1:]:
                 cpuacct.end_epoch(self, epoch)
+                ioacct.end_epoch(self, epoch)
+                trace.ended(self.tracer, epoch)
         self.write()
 
     def write(self) -> None:
@@ -472,6 +492,7 @@ def install(directory: str | None) -> Recorder:
     """Measure every DataLoader this process iterates and write the records into ``directory`` at
     each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
     recorder = Recorder(directory)
+    recorder.tracer = trace.Tracer.from_env(recorder.io)  # --trace DIR: a profiler trace of a few steady steps
     applier = apply.Applier.from_env()  # --apply's tables (none: the loaders are only named)
 
     def on_load(module) -> None:

@@ -57,9 +57,11 @@ class RecordsReader:
         print(f"loaderdoc watch: {message}", file=self._stderr or sys.stderr)
 
 
-def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: str | None = None) -> dict[str, str]:
+def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: str | None = None,
+              trace: tuple[str, int] | None = None) -> dict[str, str]:
     """The child's environment: the hook's directory first on PYTHONPATH, the user's after it;
-    ``apply``: --apply's tables (JSON) for the hook, else none (not even one inherited)."""
+    ``apply``: --apply's tables (JSON) for the hook, else none (not even one inherited);
+    ``trace``: --trace's folder and steps, else no trace (not even one inherited)."""
     import os
 
     from loaderdoc import watching
@@ -73,6 +75,12 @@ def child_env(records_dir: str, environ: dict[str, str] | None = None, apply: st
     env.pop(ENV_APPLY, None)
     if apply is not None:
         env[ENV_APPLY] = apply
+    from loaderdoc.watching.trace import ENV_TRACE, ENV_TRACE_AFTER, ENV_TRACE_STEPS
+
+    for name in (ENV_TRACE, ENV_TRACE_STEPS, ENV_TRACE_AFTER):
+        env.pop(name, None)
+    if trace is not None:
+        env[ENV_TRACE], env[ENV_TRACE_STEPS] = trace[0], str(trace[1])
     return env
 
 

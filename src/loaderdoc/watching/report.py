@@ -20,7 +20,7 @@ from typing import Any
 from loaderdoc import policy
 from loaderdoc.advice.findings import Finding, new_findings, worst
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
-from loaderdoc.advice.watched import CPU_FIELDS, WatchedEpoch, WatchEvidence, wait_share_of
+from loaderdoc.advice.watched import CPU_FIELDS, IO_FIELDS, WatchedEpoch, WatchEvidence, wait_share_of
 from loaderdoc.watching.summary_text import describe_loader, render_summary
 
 __all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "describe_loader",
@@ -104,8 +104,16 @@ def loader_entry(raw: dict[str, Any], records: dict[str, Any] | None = None) -> 
         "timeline": timeline(records.get("samples") or [], raw.get("loader")),
         "judged": waits >= MIN_STEPS,
         "cpu": None,  # the CPU accounting and what the findings propose, once judged
+        "io": _io_unread(records),  # the reads, once judged (here: why they were not measured, or None)
         "proposed": None,
     }
+
+
+def _io_unread(records: dict[str, Any]) -> dict[str, Any] | None:
+    io = records.get("io")
+    if isinstance(io, dict) and io.get("readable") is False:
+        return {"readable": False, "reason": io.get("reason")}
+    return None
 
 
 def memory_entry(records: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +141,7 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
                            wall_s=_wall(e), finished=bool(e.get("finished")) or e.get("end_s") is not None,
                            workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
                            workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
-                           **{name: e.get(name) for name in CPU_FIELDS})
+                           **{name: e.get(name) for name in (*CPU_FIELDS, *IO_FIELDS)})
               for n, e in enumerate(entry["epochs"])]
     longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})
     workers = s.get("num_workers")
@@ -145,6 +153,7 @@ def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: 
         percentile_epoch=longest.get("epoch"),
         shm_peak_used_bytes=(memory or {}).get("shm_peak_used_bytes"),
         shm_total_bytes=(memory or {}).get("shm_total_bytes"),
+        io_unreadable=(entry.get("io") or {}).get("reason"),
     )
 
 
@@ -257,6 +266,25 @@ def cpu_entry(use) -> dict[str, Any] | None:
             "ceiling_matters": use.ceiling_matters}
 
 
+def io_entry(reads, use, watch: WatchEvidence) -> dict[str, Any] | None:
+    """The loader's reads as the report shows them, with what they say (None: not recorded)."""
+    if reads is None:
+        return None
+    share = use.idle_share if use is not None else watch.wait_share
+    waiting = watch.waits >= MIN_STEPS and share is not None and 100 * share >= policy.NOT_STARVED_PCT
+
+    def counts(c):
+        return None if c is None else {"rchar_bytes": c[0], "read_calls": c[1], "read_bytes": c[2]}
+
+    return {"readable": True, "main": counts(reads.main), "workers": counts(reads.workers),
+            "steady_batches": reads.batches, "steady_s": reads.seconds,
+            "rchar_per_batch_bytes": reads.rchar_per_batch, "read_calls_per_batch": reads.calls_per_batch,
+            "read_bytes_per_batch": reads.device_per_batch, "rchar_per_s": reads.rchar_per_s,
+            "read_bytes_per_s": reads.device_per_s, "device_share": reads.device_share,
+            "bytes_per_read_call": reads.bytes_per_call, "epoch_read_bytes": list(reads.epoch_device),
+            "reads_from": reads.reads_from, "verdict": reads.verdict(waiting, use.load_is_cpu if use else None)}
+
+
 def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
     """What one loader's findings propose, as one change: per setting the most severe finding's
     value (one truth: a report's findings never propose two values for one setting), the rules, and
@@ -295,7 +323,9 @@ def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], fact
     for entry in entries:
         mem = memory.get(entry.get("pid"))
         watch = evidence_of(entry, mem, where=where)
-        entry["cpu"] = cpu_entry(watch.cpu_use(budget, ranks))
+        use = watch.cpu_use(budget, ranks)
+        entry["cpu"] = cpu_entry(use)
+        entry["io"] = io_entry(watch.io_use(), use, watch) or entry.get("io")
         if (entry.get("pid"), entry.get("loader")) in trains:
             watch.rank, watch.job = entry.get("rank"), job
         fired = evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True)
@@ -323,9 +353,14 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
         machine = {**machine, "cpu_quota": facts.cpu.cgroup_quota.get()}  # what --merge compares across nodes
         ranks = rank_table(loaders, processes, memory, {None: machine["cpu_quota"]})
         findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes), ranks)
-    return assemble(command=list(command) if command is not None else None, exit_code=exit_code,
-                    processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
-                    findings=findings, machine=machine)
+    report = assemble(command=list(command) if command is not None else None, exit_code=exit_code,
+                      processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
+                      findings=findings, machine=machine)
+    traces = [{"pid": r.get("pid"), "rank": (r.get("process") or {}).get("rank"), **r["trace"]}
+              for r in runs if isinstance(r.get("trace"), dict)]
+    if traces:  # under --trace only
+        report["traces"] = traces
+    return report
 
 
 def assemble(*, command: list[str] | None, exit_code: int | None, processes: list[dict[str, Any]],

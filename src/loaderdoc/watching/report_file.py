@@ -72,7 +72,7 @@ def _loader(raw: Any, where: str) -> LoaderRun:
         rank=get(raw, "rank", int, where, optional=True), pid=get(raw, "pid", int, where, optional=True),
         workers_pss_max_bytes=get(totals, "workers_pss_max_bytes", int, at, optional=True),
         gpu_idle_share=get(totals, "gpu_idle_share", float, at, optional=True),
-        cpu_line=_cpu_line(raw, where),
+        cpu_line=_cpu_line(raw, where), io_line=_io_line(raw, where),
     )
     timeline = get(raw, "timeline", list, where, optional=True)
     if timeline:
@@ -120,6 +120,19 @@ def _memory(run: WatchRun, data: dict) -> None:
     run.main_pss_peak_bytes = max(main, default=None)
     run.workers_pss_peak_bytes = max(workers, default=None)
     run.shm_peak_bytes = max(shm, default=None)
+
+
+def _io_line(raw: dict[str, Any], where: str) -> str | None:
+    """The loader's reads as one line, where the report has them (older ones do not)."""
+    from loaderdoc.watching.summary_text import io_text
+
+    io = get(raw, "io", dict, where, optional=True)
+    if not io:
+        return None
+    try:
+        return io_text(io)
+    except (KeyError, TypeError, ValueError):
+        raise Bad(f"{where}.io: not a read accounting this build can read") from None
 
 
 def _cpu_line(raw: dict[str, Any], where: str) -> str | None:

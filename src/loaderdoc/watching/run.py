@@ -33,6 +33,7 @@ class LoaderRun:
     workers_pss_max_bytes: int | None = None
     gpu_idle_share: float | None = None
     cpu_line: str | None = None  # where its CPU time went (summary_text.cpu_text); None: not recorded
+    io_line: str | None = None  # what it read and from where (summary_text.io_text); None: not recorded
 
 
 @dataclass

@@ -185,6 +185,9 @@ class Sampler:
         ledger = getattr(rec, "cpu", None)
         if ledger is not None:
             ledger.settle()
+        reads = getattr(rec, "io", None)
+        if reads is not None:
+            reads.settle()
         workers = self._children.workers()
         known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
         workers_pss = sum(known)
@@ -289,6 +292,11 @@ def _attribute(epochs: list, workers_pss: int, since: float, heap_grown: int | N
 def _run(ref, stop: threading.Event) -> None:
     # a sample a period from the start (a loop shorter than that gets the one taken at its end);
     # holds the sampler only while sampling: a dropped recorder (the Python API) ends the thread
+    sampler = ref()
+    reads = getattr(getattr(sampler, "recorder", None), "io", None)
+    if reads is not None:  # this thread reads /proc, not the program's data
+        reads.skip_current_thread()
+    del sampler, reads
     while True:
         sampler = ref()
         if sampler is None:

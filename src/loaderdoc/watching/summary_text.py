@@ -97,6 +97,54 @@ def cpu_text(cpu: dict[str, Any] | None) -> str | None:
     return text
 
 
+def _io_lines(entry: dict[str, Any]) -> list[str]:
+    text = io_text(entry.get("io"))
+    return _wrap(text, "    ", "    ") if text else []
+
+
+def io_text(io: dict[str, Any] | None) -> str | None:
+    """What a loader read per batch and per second, how much came from the disk, and what that
+    says (None: not recorded), for the summary and the app alike."""
+    if not io:
+        return None
+    if not io.get("readable"):
+        return f"reads: not measured: {io.get('reason') or '/proc/<pid>/io is not readable'}"
+    text = (f"reads: {fmt_bytes(io['rchar_per_batch_bytes'])}/batch in {io['read_calls_per_batch']:.1f} read calls"
+            f"{_per_s(io.get('rchar_per_s'))}, {fmt_bytes(io['read_bytes_per_batch'])}/batch from the disk")
+    if io.get("read_bytes_per_batch") and io.get("device_share") is not None:
+        text += f" ({io['device_share']:.0%}{', ' + fmt_bytes(io['read_bytes_per_s']) + '/s' if io.get('read_bytes_per_s') is not None else ''})"
+    return f"{text}: {io['verdict']}"
+
+
+def _per_s(rate: float | None) -> str:
+    return f" ({fmt_bytes(rate)}/s)" if rate is not None else ""
+
+
+def _trace_lines(report: dict[str, Any]) -> list[str]:
+    """--trace: each process's trace file and what profiling cost, or why there is none."""
+    out = []
+    traces = report.get("traces") or []
+    for t in traces:
+        who = f" (pid {t.get('pid')})" if len(traces) > 1 else ""
+        if t.get("state") == "written":
+            text = (f"trace{who}: {t['path']}: {t['steps']} steps of loader {t['loader']} from batch "
+                    f"{t['from_batch']} (epoch {t['epoch']}), the data waits marked 'loaderdoc: data wait'")
+            before, traced = t.get("step_per_batch_before_s"), t.get("step_per_batch_traced_s")
+            if before and traced:
+                text += (f"; profiled, a step took {fmt_seconds(traced)} against {fmt_seconds(before)} before "
+                         f"({traced / before:.2f}x)")
+            text += (f"; starting the profiler and writing the file took "
+                     f"{fmt_seconds(t.get('start_s', 0.0) + t.get('export_s', 0.0))}, left out of the step times")
+        elif t.get("state") == "failed":
+            text = f"trace{who}: not written: {t.get('error')}"
+        else:
+            seen = max(0, (t.get("batches_seen") or 0) - 1)
+            text = (f"trace{who}: not recorded: it starts after {t.get('after')} steady batches of an epoch, "
+                    f"and the longest epoch had {seen}")
+        out += _wrap(text, "  ", "    ")
+    return out
+
+
 def _applied_text(entry: dict[str, Any]) -> str:
     """What --apply changed on this loader: ``; --apply: num_workers 0 -> 2``."""
     asked, ran = entry.get("asked") or {}, entry.get("settings") or {}
@@ -146,7 +194,9 @@ def render_summary(report: dict[str, Any]) -> str:
     for entry in loaders:
         out += _loader_lines(entry, where)
         out += _cpu_lines(entry)
+        out += _io_lines(entry)
     out += _shm_lines(report)
+    out += _trace_lines(report)
     out += _apply_lines(report)
     for f in report["findings"]:
         out += finding_lines(f, WIDTH, ok_brief=True)  # an ok finding's evidence is the loader's line above

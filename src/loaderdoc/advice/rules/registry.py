@@ -24,6 +24,7 @@ from loaderdoc import policy
 from loaderdoc.advice.context import TrainingContext
 from loaderdoc.advice.cpu_use import CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, SEVERITY_ORDER, WARNING, Finding
+from loaderdoc.advice.io_use import IoUse
 from loaderdoc.advice.watched import WatchEvidence
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
@@ -110,6 +111,11 @@ class Inputs:
             return None
         return policy.choose(self.probe.results, per_rank=self.per_rank, room=self.room,
                              batch_bytes=self.batch_bytes)
+
+    @cached_property
+    def io_use(self) -> IoUse | None:
+        """The watched loader's reads (None without a watched run or its reads)."""
+        return self.watch.io_use() if self.watch is not None else None
 
     @cached_property
     def cpu_use(self) -> CpuUse | None:

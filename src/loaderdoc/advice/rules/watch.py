@@ -13,6 +13,7 @@ from itertools import pairwise
 from loaderdoc import policy
 from loaderdoc.advice.cpu_use import CPU_WORK_SHARE, GAIN_WORTH, SATURATED_SHARE, SATURATED_STEP_SHARE, CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
+from loaderdoc.advice.io_use import DEVICE_MIN_PER_BATCH, DISK, DISK_SHARE, REREAD_SHARE, SMALL_READ, IoUse
 from loaderdoc.advice.rules.memory import MALLOC_CAUSE, malloc_fix
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
 from loaderdoc.advice.stragglers import find_stragglers
@@ -80,6 +81,28 @@ def cpu_lines(use: CpuUse) -> list[str]:
     return lines
 
 
+def io_line(reads: IoUse, verdict: str) -> str:
+    """What the loader read per batch and where it came from, and what that says."""
+    return f"reads: {reads.line()}: {verdict}"
+
+
+def _waits_idle_on_disk(i: Inputs) -> tuple[WatchEvidence, IoUse] | None:
+    """The loop waits for batches whose loading is not CPU work, and the reads came from a disk."""
+    w = _judged(i.watch)
+    reads = i.io_use if w is not None else None
+    if reads is None or reads.reads_from != DISK:
+        return None
+    use = i.cpu_use
+    if 100 * _idle_share(w, use) < policy.NOT_STARVED_PCT or (use is not None and use.load_is_cpu):
+        return None
+    return w, reads
+
+
+def _verdict(i: Inputs, w: WatchEvidence, reads: IoUse) -> str:
+    use = i.cpu_use
+    return reads.verdict(100 * _idle_share(w, use) >= policy.NOT_STARVED_PCT, use.load_is_cpu if use else None)
+
+
 @rule(STARVED_RULE, CRITICAL, "The training loop waits for data (measured in the run)", "watch",
       f"measured in the run: the loop waits >= {policy.NOT_STARVED_PCT:g} % of its steady time for batches "
       f"not yet loaded (the hand-over of a ready batch, the loop's own CPU time while it waits with workers, "
@@ -101,6 +124,8 @@ def _watch_starved(i: Inputs) -> Finding | None:
     if w.wait_p50_s is not None:
         evidence.append(f"wait per batch p50 {fmt_seconds(w.wait_p50_s)}, p95 {fmt_seconds(w.wait_p95_s)} "
                         f"(epoch {w.percentile_epoch})")
+    if i.io_use is not None:
+        evidence.append(io_line(i.io_use, _verdict(i, w, i.io_use)))
     needed = _workers_needed(w)
     if needed is not None:
         evidence.append(f"one batch takes about {fmt_seconds(w.load_per_batch_s)} to load with num_workers={w.workers}: "
@@ -196,6 +221,67 @@ def _watch_cpu_shared(i: Inputs) -> Finding | None:
         "gain is the step's loss, and past the ceiling no DataLoader setting helps.",
         "Keep the workers at or below the CPUs (more only slow the step); to go faster make loading cheaper "
         "(pre-resized images, caching decoded samples), train on a GPU, or give the job more CPUs.",
+    )
+
+
+_ON_DISK = (f"the loop waits >= {policy.NOT_STARVED_PCT:g} % of its steady time (as {STARVED_RULE}), loading is "
+            f"not CPU work, and a block device served >= {DISK_SHARE:.0%} of the bytes loading read and >= "
+            f"{fmt_bytes(DEVICE_MIN_PER_BATCH)} a batch (/proc/<pid>/io: read_bytes against rchar; "
+            "loaderdoc.advice.io_use)")
+
+
+@rule("watch-waits-on-disk", WARNING, "The loop waits for data read from the disk (measured)", "watch",
+      f"measured in the run: {_ON_DISK}; small reads: < {fmt_bytes(SMALL_READ)} per read call")
+def _watch_waits_on_disk(i: Inputs) -> Finding | None:
+    found_on_disk = _waits_idle_on_disk(i)
+    if found_on_disk is None:
+        return None
+    w, reads = found_on_disk
+    evidence = [io_line(reads, _verdict(i, w, reads)), _wait_line(w)]
+    per_call = fmt_bytes(reads.bytes_per_call)
+    if reads.small_reads:
+        cause = (f"Loading waits for the disk, {per_call} per read call: many small files (or small reads of big "
+                 "ones) cost the disk a seek or a request each, so its latency, not its bandwidth, sets the pace.")
+        fix = ("Shard the data: pack the samples into large files read front to back (tar shards with WebDataset, "
+               "or one array / Arrow file per few hundred MB), or copy the data set to a local SSD or into memory "
+               "before training. Meanwhile more workers keep more reads in flight (a worker waiting on the disk "
+               "takes no CPU): try them with 'loaderdoc watch --apply'.")
+    else:
+        cause = (f"Loading waits for the disk's bandwidth: {fmt_bytes(reads.device_per_s)}/s came from the device "
+                 f"in large reads ({per_call} per read call).")
+        fix = ("Copy the data set to a faster local disk (NVMe) or into memory before training, or store it "
+               "smaller (compressed or pre-resized) where decoding costs less than reading.")
+    if reads.rereads:
+        fix += " It is read from the disk again every epoch: see watch-rereads-from-disk."
+    return found(WARNING, f"{w.name} waits on the disk: {fmt_bytes(reads.device_per_batch)} per batch came from "
+                 "the device", evidence, cause, fix)
+
+
+@rule("watch-rereads-from-disk", WARNING, "Every epoch reads the data from the disk again (measured)", "watch",
+      f"measured in the run: {_ON_DISK}, and every later finished epoch fetched >= {REREAD_SHARE:.0%} of the "
+      "first epoch's bytes from the device again (>= 1 MiB in the first)")
+def _watch_rereads(i: Inputs) -> Finding | None:
+    found_on_disk = _waits_idle_on_disk(i)
+    if found_on_disk is None or not found_on_disk[1].rereads:
+        return None
+    w, reads = found_on_disk
+    shown = ", ".join(fmt_bytes(d) for d in reads.epoch_device[:6]) + (" ..." if len(reads.epoch_device) > 6 else "")
+    evidence = [f"bytes fetched from the disk per epoch: {shown}", io_line(reads, _verdict(i, w, reads))]
+    budget = i.facts.memory.budget
+    if budget:
+        share = reads.epoch_device[0] / budget
+        evidence.append(f"one epoch's data is {share:.1%} of the {fmt_bytes(budget)} memory budget: " + (
+            "it would fit in the page cache, so something evicts it" if share < 0.5 else
+            "more than the page cache can keep beside the job"))
+    return found(
+        WARNING,
+        f"{w.name} reads its data from the disk again every epoch ({fmt_bytes(reads.epoch_device[0])} in the first)",
+        evidence,
+        "The page cache did not keep the data between epochs (a data set larger than the memory the kernel "
+        "could spare, or something that evicts it), so every epoch waits for the disk again.",
+        "Cache it: copy the data set once to a local SSD, or into memory (/dev/shm) where it fits, or keep "
+        "the loaded samples in a cache the workers share (a numpy memmap written in the first epoch); then only "
+        "the first epoch waits.",
     )
 
 

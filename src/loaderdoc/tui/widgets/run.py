@@ -104,6 +104,8 @@ class RunPane(Vertical):
                 yield Static(Text(model.loader_title(loader), style="bold"), classes="run-title")
                 if loader.cpu_line:
                     yield Static(loader.cpu_line, classes="run-cpu")
+                if loader.io_line:
+                    yield Static(loader.io_line, classes="run-cpu")
                 yield WaitShareChart(loader, id=f"run-chart-{i}")
                 yield Static(self._legend(loader), classes="run-note")
 

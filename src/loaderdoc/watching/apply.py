@@ -340,3 +340,19 @@ def _set(loader, name: str, value) -> None:
 def _say(message: str) -> None:
     with contextlib.suppress(Exception):
         sys.stderr.write(f"loaderdoc watch: {message}\n")
+
+
+# the knobs every loader's record holds
+SETTINGS = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last")
+
+
+def loader_settings(loader, extra=()) -> dict:
+    """The knobs read off the DataLoader object (None where it has no such attribute); ``extra``:
+    more attributes to read (the ones --apply changed beyond SETTINGS)."""
+    out = {}
+    for name in (*SETTINGS, *extra):
+        value = getattr(loader, name, None)
+        if name == "batch_size" and value is None:  # built with batch_sampler= (accelerate does)
+            value = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+        out[name] = as_torch_reads(name, value)
+    return out

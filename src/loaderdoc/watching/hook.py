@@ -41,7 +41,6 @@ DEFAULT_WRITE_S = 2.0
 MIN_INTERVAL = 0.01
 TARGET = "torch.utils.data.dataloader"  # the module whose import triggers the patch
 SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
-SETTINGS = ("num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "drop_last")
 _MARK = "_loaderdoc_watch"
 
 clock = time.perf_counter
@@ -69,9 +68,8 @@ def _sibling(name: str):
 if __package__:  # imported as loaderdoc.watching.hook
     from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, ioacct, procinfo, sampler, trace
 else:  # loaded by path under ``loaderdoc watch``
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace = (  # sampler first: cpuacct reads with it
-        _sibling(name) for name in ("sampler", "apply", "cpuacct", "gpuidle", "importpatch", "procinfo", "ioacct",
-                                    "trace"))
+    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace"  # sampler first: cpuacct reads with it
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace = map(_sibling, _NAMES.split())
 
 
 class EpochRecord:
@@ -161,9 +159,7 @@ class EpochRecord:
 
 
 def _quantile(ordered: list[float], q: float) -> float | None:
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
 class WatchedIterator:
@@ -265,7 +261,7 @@ class LoaderRecord:
         self.asked = getattr(loader, apply.ASKED, None)
         self.applied = getattr(loader, apply.APPLIED_KEYS, None)
         self.tables = getattr(loader, apply.TABLES_USED, None)
-        self.settings = loader_settings(loader, [k for k in self.applied or () if k not in SETTINGS])
+        self.settings = apply.loader_settings(loader, [k for k in self.applied or () if k not in apply.SETTINGS])
         self.epochs: list[EpochRecord] = []
 
     def is_for(self, loader) -> bool:
@@ -277,18 +273,6 @@ class LoaderRecord:
         if self.asked is not None:  # under --apply only: readers take a record without them
             out.update(asked=self.asked, applied=self.applied or [], apply_tables=self.tables or [])
         return out
-
-
-def loader_settings(loader, extra=()) -> dict:
-    """The knobs read off the DataLoader object (None where it has no such attribute); ``extra``:
-    more attributes to read (the ones --apply changed beyond SETTINGS)."""
-    out = {}
-    for name in (*SETTINGS, *extra):
-        value = getattr(loader, name, None)
-        if name == "batch_size" and value is None:  # built with batch_sampler= (accelerate does)
-            value = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-        out[name] = apply.as_torch_reads(name, value)
-    return out
 
 
 class Recorder:

@@ -17,29 +17,13 @@ epoch's start, its first batch and its end, and at each sampler tick; never per 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 
-
-def _procio():
-    """``system/procio.py``, loaded by path (the child need not be able to import loaderdoc)."""
-    import importlib.util
-
-    name = "_loaderdoc_procio"
-    if name not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "system", "procio.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 if __package__:  # imported as loaderdoc.watching.ioacct
     from loaderdoc.system import procio
-else:  # loaded by path beside hook.py
-    procio = _procio()
+else:  # loaded by path beside hook.py, which loads sampler.py first
+    procio = sys.modules["_loaderdoc_watch_sampler"].system_module("procio")
 
 ZERO = procio.ZERO
 minus, plus = procio.minus, procio.plus

@@ -30,22 +30,23 @@ _FORKSERVER = b"multiprocessing.forkserver"
 clock = time.perf_counter
 
 
-def _procmem():
-    """loaderdoc's /proc and /dev/shm readers (system/procmem.py, standard library only), loaded by
-    path as hook.py loads this file: the probe's monitor reads with the same functions."""
+def system_module(name: str):
+    """A standard-library-only reader of ``system/`` (``procmem``: /proc and /dev/shm; ``procio``:
+    reads), loaded by path as hook.py loads this file: the probe's monitor reads with the same
+    functions, and the child need not be able to import loaderdoc."""
     import importlib.util
 
-    name = "_loaderdoc_procmem"
-    if name not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "system", "procmem.py")
-        spec = importlib.util.spec_from_file_location(name, path)
+    full = f"_loaderdoc_{name}"
+    if full not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "system", f"{name}.py")
+        spec = importlib.util.spec_from_file_location(full, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[full] = module
         spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sys.modules[full]
 
 
-_read, pss_bytes, heap_bytes, shm_usage = (getattr(_procmem(), n) for n in ("read", "pss_bytes", "heap_bytes",
+_read, pss_bytes, heap_bytes, shm_usage = (getattr(system_module("procmem"), n) for n in ("read", "pss_bytes", "heap_bytes",
                                                                              "shm_usage"))
 
 

@@ -208,17 +208,23 @@ def route_user_output_to_stderr(user_code_running) -> None:
     sys.stdout = GuardedStdout(router) if guarded is not None else router
 
 
+def _our_stdout_fd() -> int:
+    """The descriptor loaderdoc's own output goes to: 1, or the router's copy of the real standard
+    output once the user's output goes to stderr."""
+    stream = sys.stdout.wrapped if isinstance(sys.stdout, GuardedStdout) else sys.stdout
+    if isinstance(stream, _UserOutputRouter):
+        with contextlib.suppress(OSError, ValueError):
+            return stream.ours.fileno()
+    return 1
+
+
 def stdout_columns(fallback: int = 80) -> int:
     """``$COLUMNS``, else the width of the terminal standard output is (the real one, also once the
     user's output goes to stderr), else ``fallback`` (a pipe, a file)."""
     with contextlib.suppress(ValueError):
         if int(os.environ.get("COLUMNS", "0")) > 0:
             return int(os.environ["COLUMNS"])
-    stream = sys.stdout.wrapped if isinstance(sys.stdout, GuardedStdout) else sys.stdout
-    fd = 1
-    if isinstance(stream, _UserOutputRouter):
-        with contextlib.suppress(OSError, ValueError):
-            fd = stream.ours.fileno()
+    fd = _our_stdout_fd()
     try:
         return os.get_terminal_size(fd).columns or fallback
     except (OSError, ValueError):
@@ -252,11 +258,7 @@ def exit_now_if_asked(code: int) -> None:
 def discard_stdout() -> None:
     """After EPIPE: point standard output (fd 1, or the router's own descriptor) at /dev/null so the
     interpreter's final flush cannot fail again."""
-    stream = sys.stdout.wrapped if isinstance(sys.stdout, GuardedStdout) else sys.stdout
-    fd = 1
-    if isinstance(stream, _UserOutputRouter):
-        with contextlib.suppress(OSError, ValueError):
-            fd = stream.ours.fileno()
+    fd = _our_stdout_fd()
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, fd)

@@ -72,7 +72,8 @@ def _loader(raw: Any, where: str) -> LoaderRun:
         rank=get(raw, "rank", int, where, optional=True), pid=get(raw, "pid", int, where, optional=True),
         workers_pss_max_bytes=get(totals, "workers_pss_max_bytes", int, at, optional=True),
         gpu_idle_share=get(totals, "gpu_idle_share", float, at, optional=True),
-        cpu_line=_cpu_line(raw, where), io_line=_io_line(raw, where),
+        cpu_line=_accounting_line(raw, "cpu", "a CPU accounting", where),
+        io_line=_accounting_line(raw, "io", "a read accounting", where),
     )
     timeline = get(raw, "timeline", list, where, optional=True)
     if timeline:
@@ -122,27 +123,15 @@ def _memory(run: WatchRun, data: dict) -> None:
     run.shm_peak_bytes = max(shm, default=None)
 
 
-def _io_line(raw: dict[str, Any], where: str) -> str | None:
-    """The loader's reads as one line, where the report has them (older ones do not)."""
-    from loaderdoc.watching.summary_text import io_text
+def _accounting_line(raw: dict[str, Any], key: str, what: str, where: str) -> str | None:
+    """The loader's ``cpu`` or ``io`` accounting as the one line the text prints, where the report
+    has it (older ones do not)."""
+    from loaderdoc.watching import summary_text
 
-    io = get(raw, "io", dict, where, optional=True)
-    if not io:
+    block = get(raw, key, dict, where, optional=True)
+    if not block:
         return None
     try:
-        return io_text(io)
+        return (summary_text.cpu_text if key == "cpu" else summary_text.io_text)(block)
     except (KeyError, TypeError, ValueError):
-        raise Bad(f"{where}.io: not a read accounting this build can read") from None
-
-
-def _cpu_line(raw: dict[str, Any], where: str) -> str | None:
-    """The loader's CPU accounting as one line, where the report has it (older ones do not)."""
-    from loaderdoc.watching.summary_text import cpu_text
-
-    cpu = get(raw, "cpu", dict, where, optional=True)
-    if not cpu:
-        return None
-    try:
-        return cpu_text(cpu)
-    except (KeyError, TypeError, ValueError):
-        raise Bad(f"{where}.cpu: not a CPU accounting this build can read") from None
+        raise Bad(f"{where}.{key}: not {what} this build can read") from None

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     from loaderdoc import output, usercode
 
     code = _main(argv)
-    usercode.leave_past_user_threads(code)  # a thread a --dataset factory left must not hold the exit
+    usercode.leave_past_user_threads()  # a thread a --dataset factory left must not hold the exit
     output.exit_now_if_asked(code)  # a thread still inside torch must not wake during finalization
     return code
 

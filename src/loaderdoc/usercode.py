@@ -28,6 +28,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from loaderdoc import output
 from loaderdoc.errors import EXIT_USAGE
 
 _state = {"ran": False, "depth": 0, "owner": None}
@@ -94,9 +95,9 @@ def lingering_threads() -> list[threading.Thread]:
             and t is not threading.main_thread()]
 
 
-def leave_past_user_threads(code: int) -> None:
-    """If the user's code ran and left non-daemon threads, end the process now with ``code``, its
-    output flushed, the threads not waited for; otherwise return."""
+def leave_past_user_threads() -> None:
+    """If the user's code ran and left non-daemon threads, say so and have the CLI end the process
+    without waiting for them (:func:`loaderdoc.output.exit_now_if_asked`)."""
     if not _state["ran"] or os.getpid() != _state["owner"]:
         return
     left = lingering_threads()
@@ -107,8 +108,4 @@ def leave_past_user_threads(code: int) -> None:
         sys.stderr.write(f"loaderdoc: the --dataset code left {len(left)} thread(s) running ({names}); "
                          "not waiting for them\n")
     # no exit handlers either: one of them may join those threads
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BaseException):
-            stream.flush()
-    real_exit = getattr(os._exit, "_loaderdoc_real", os._exit)
-    real_exit(code)
+    output.end_without_finalizing()

@@ -34,6 +34,7 @@ def test_a_trace_of_the_steady_steps_holds_the_waits_and_the_steps_ops(tmp_path)
     (trace,) = report["traces"]
     assert trace["state"] == "written" and trace["steps"] == 6 and trace["from_batch"] == 12, trace
     assert [p.name for p in folder.iterdir()] == [Path(trace["path"]).name]  # no temporary file left
+    assert Path(trace["path"]).stat().st_mode & 0o777 == 0o600  # owner only, as every file loaderdoc writes
     events = json.loads(Path(trace["path"]).read_text(encoding="utf-8"))["traceEvents"]
     ranges = [e for e in events if e.get("ph") == "X"]
     waits = [e for e in ranges if e["name"] == WAIT]

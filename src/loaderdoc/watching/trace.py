@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 ENV_TRACE = "LOADERDOC_WATCH_TRACE"  # the folder the trace is written to
@@ -207,17 +209,23 @@ class Tracer:
         prof, self._prof = self._prof, None
         if prof is None:
             return
-        tmp = os.path.join(self.folder, f".trace-{os.getpid()}.json.tmp")
         path = os.path.join(self.folder, f"trace-{os.getpid()}.json")
+        private = None
         try:
             prof.stop()
+            # written in a folder only the owner can enter, made owner-only, then moved into place:
+            # the trace names the program's files and functions (every file loaderdoc writes is 0600)
+            private = tempfile.mkdtemp(prefix=".trace-", dir=self.folder)
+            tmp = os.path.join(private, "trace.json")
             prof.export_chrome_trace(tmp)
+            os.chmod(tmp, 0o600)
             os.replace(tmp, path)
         except Exception as exc:  # a full disk, a folder removed meanwhile: said in the report
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             self._fail(f"the trace was not written: {exc}")
             return
+        finally:
+            if private is not None:
+                shutil.rmtree(private, ignore_errors=True)
         self.path = path
         self.state = "written"
 

@@ -12,5 +12,7 @@ import signal
 # foreground command would.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+# nohup does the same to SIGHUP.
+for _name in ("SIGQUIT", "SIGHUP"):
+    if signal.getsignal(getattr(signal, _name)) is signal.SIG_IGN:
+        signal.signal(getattr(signal, _name), signal.SIG_DFL)

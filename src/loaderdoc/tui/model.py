@@ -426,10 +426,8 @@ def loader_chart_note(loader: LoaderRun) -> str:
     if not loader.intervals:
         return "no batches recorded"
     per = "of each interval" if loader.per == "interval" else "of each epoch (no timeline in this report)"
-    worst = max(loader.intervals, key=lambda i: i.wait_s / (i.wait_s + i.step_s) if i.wait_s + i.step_s else 0)
-    total = worst.wait_s + worst.step_s
-    return (f"share {per}; most waiting {worst.label} "
-            f"({fmt_share_fine(worst.wait_s / total if total else None)} of it)")
+    worst = max(loader.intervals, key=lambda i: i.wait_share or 0.0)
+    return f"share {per}; most waiting {worst.label} ({fmt_share_fine(worst.wait_share)} of it)"
 
 
 # ---- a job report (`loaderdoc --report job.json`) ------------------------------------------

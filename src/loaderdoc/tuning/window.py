@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.advice.watched import wait_share_of
+
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
           "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s")
@@ -115,8 +117,7 @@ class Window:
 
     @property
     def wait_share(self) -> float | None:
-        total = self.wait_s + self.step_s
-        return self.wait_s / total if total > 0 else None
+        return wait_share_of(self.wait_s, self.step_s)
 
     @property
     def others_cpu_s(self) -> float | None:

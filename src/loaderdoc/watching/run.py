@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loaderdoc.advice.findings import Finding
+from loaderdoc.advice.watched import wait_share_of
 
 
 @dataclass
@@ -19,6 +20,10 @@ class Interval:
     steps: int
     wait_s: float
     step_s: float
+
+    @property
+    def wait_share(self) -> float | None:
+        return wait_share_of(self.wait_s, self.step_s)
 
 
 @dataclass

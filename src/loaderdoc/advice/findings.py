@@ -36,14 +36,19 @@ class Finding:
     def rank(self) -> int:
         return SEVERITY_ORDER.get(self.severity, 0)
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """What makes two findings one: the rule and its symptom (whichever loader, rank or node)."""
+        return self.rule_id, self.symptom
+
 
 def new_findings(findings: list[Finding], seen: set[tuple[str, str]]) -> list[Finding]:
     """Those of ``findings`` not said yet (one rule's one symptom is said once, whichever loader,
     rank or node showed it); ``seen`` is updated."""
     out = []
     for f in findings:
-        if (f.rule_id, f.symptom) not in seen:
-            seen.add((f.rule_id, f.symptom))
+        if f.key not in seen:
+            seen.add(f.key)
             out.append(f)
     return out
 

@@ -355,7 +355,7 @@ def node_findings(nodes: dict[int | str, list[RankEntry]], order: list[int | str
     for node in order:
         for entry in nodes[node]:
             for f in _findings(entry):
-                first, where = seen.setdefault((f.rule_id, f.symptom), (f, []))
+                first, where = seen.setdefault(f.key, (f, []))
                 if node not in where:
                     where.append(node)
     out = []

@@ -154,7 +154,7 @@ def build_report(args: argparse.Namespace) -> dict:
     batch_size = args.batch_size or (first["batch"] if first else None)
     batch_bytes = first["batch_bytes"] if first else batch_bytes_for(batch_size, per_sample)
     findings = first["findings"] if first else evaluate(facts, None, batch_bytes=batch_bytes, context=context)
-    seen = {(f.rule_id, f.symptom) for f in findings}
+    seen = {f.key for f in findings}
     for entry in checked[1:]:  # what only another loader (val, test) has
         findings = findings + new_findings(entry["findings"], seen)
     status = worst([f for entry in checked for f in entry["findings"]] + list(findings))

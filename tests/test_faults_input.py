@@ -268,12 +268,17 @@ def test_an_existing_export_is_byte_identical_after_every_refusal(precious):
     assert_untouched(path, data)
 
 
-def test_a_probe_that_measures_nothing_does_not_replace_the_export_even_with_force(precious):
+@pytest.mark.parametrize("command", [["probe", "--no-progress"], []], ids=["probe --export", "--export"])
+def test_a_probe_that_measures_nothing_does_not_replace_the_export_even_with_force(precious, command):
+    # the plain --export wrote the machine-facts recommendation over it and exited 0
     path, data = precious
-    proc = loaderdoc("probe", "--dataset", "probe_userdata:make_raising", "--budget", "4", "--no-progress",
+    proc = loaderdoc(*command, "--dataset", "probe_userdata:make_raising", "--budget", "4",
                      "--export", str(path), "--force")
     assert proc.returncode == EXIT_PROBE_FAILED, proc.stderr
     assert_untouched(path, data)
+    assert "no DataLoader configuration could be measured" in proc.stderr.splitlines()[-1]
+    if not command:  # one line naming the failure and where it is
+        assert len(proc.stderr.strip().splitlines()) == 1 and "probe_userdata.py:60" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("flag", ["--config", "--machine"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -38,6 +39,16 @@ def run(args: argparse.Namespace) -> int:
         probe=probe_report,
     )
     findings = evaluate(facts, rec.settings, batch_bytes=rec.batch_bytes, probe=probe_report)
+    if probe_report is not None and probe_report.recommended is None:
+        # as `probe --export`: settings the probe could not measure once are not written as its pick
+        from loaderdoc.commands.probe import NothingMeasured
+
+        crash = next((f for f in findings if f.severity == "critical"), None)
+        # the fix's first clause: the rest points at a probe table this command does not print
+        first_clause = re.split(r"[;.](?:\s|$)", crash.fix)[0] if crash is not None else ""
+        why = f"{crash.symptom}: {first_clause}; " if crash is not None else ""
+        raise NothingMeasured(f"--export: no DataLoader configuration could be measured, so nothing was written; "
+                              f"{' '.join(why.split())} see each failure with 'loaderdoc probe' and the same options")
     written = write_export(
         args.export, rec.settings, fmt=fmt, force=args.force, header=export_header(facts, rec, findings)
     )

@@ -99,6 +99,15 @@ def test_a_bad_trace_request_is_one_line_before_the_command_runs(tmp_path, make,
     assert not marker.exists()
 
 
+def test_a_command_that_cannot_start_leaves_no_trace_folder(tmp_path):
+    # --trace creates its folder; a command that is not there is refused before that
+    folder = tmp_path / "traces"
+    env, _ = fault_env()
+    proc = loaderdoc("watch", "--trace", str(folder), "--", str(tmp_path / "no-such-program"), env=env)
+    one_line_error(proc, EXIT_USAGE, "command not found")
+    assert not folder.exists()
+
+
 def test_trace_goes_with_a_command_not_with_merge(tmp_path):
     report = tmp_path / "r.json"
     report.write_text("{}")

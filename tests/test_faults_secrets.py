@@ -255,3 +255,32 @@ def test_the_app_shows_a_reports_escape_sequences_never_obeys_them(tmp_path, fix
     assert b"\x1b]0;PWNED" not in drawn  # the title change the report carried
     assert b"\\x1b]0;PWNED" in drawn  # shown as text instead
     assert b"\xc2\x9b" not in drawn  # nor C1's CSI
+
+
+def test_the_app_shows_a_config_paths_escape_sequence_never_obeys_it(tmp_path):
+    # a folder named with a title change: the app's "read from" line and each setting's source name
+    # the file (the path was drawn raw: the terminal obeyed it)
+    folder = tmp_path / "runs\x1b]0;PWNED\x07"
+    folder.mkdir()
+    (folder / "loader.toml").write_text("[dataloader]\nnum_workers = 2\n")
+    code, drawn = run_app_in_a_terminal(["--config", str(folder / "loader.toml")], until=b"PWNED")
+    assert code == EXIT_OK
+    assert b"\x1b]0;PWNED" not in drawn
+    assert b"\\x1b]0;PWNED\\x07" in drawn
+
+
+def test_what_a_dataset_wrote_into_a_probe_reaches_the_app_escaped():
+    # a failing configuration's error and traceback, a probe that failed, its progress text: the
+    # user's code wrote them; the app gets them through its messages, escaped there
+    from loaderdoc.probing.result import ConfigResult, ProbeReport
+    from loaderdoc.tui.messages import ProbeFailed, ProbeFinished, ProbeProgress, ProbeResultArrived
+
+    hostile = "bad sample \x1b]0;PWNED\x07 \x9b31m"
+    failed = ConfigResult(status="failed", error=hostile, traceback=f"Traceback\n  {hostile}\n")
+    shown = [ProbeResultArrived(failed).result.error, ProbeResultArrived(failed).result.traceback,
+             ProbeFinished(ProbeReport(results=[failed])).report.results[0].error,
+             ProbeFailed(hostile, hostile).error, ProbeFailed(hostile, hostile).detail, ProbeProgress(0.5, hostile).text]
+    for text in shown:
+        assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text, text
+        assert "\\x1b]0;PWNED\\x07" in text
+    assert failed.error == hostile  # the probe's own record is left as measured

@@ -29,6 +29,7 @@ from loaderdoc.reports import TuneRun
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
+from loaderdoc.visible import visible
 from loaderdoc.watching.run import WatchRun
 
 DetectFn = Callable[..., MachineFacts]
@@ -46,6 +47,11 @@ class ConfigChoice:
     settings: LoaderSettings
     sources: dict[str, str]  # setting -> "opt.yaml:54 workers" | "not set (torch default 0)" | ...
     read: str = "complete"  # or "partial": something in the file only run time knows
+
+    def __post_init__(self) -> None:
+        # a file or key name is data: a control sequence in it is shown escaped, never obeyed
+        self.path, self.loader = visible(self.path), visible(self.loader)
+        self.sources = {key: visible(text) for key, text in self.sources.items()}
 
     @property
     def origin(self) -> str:

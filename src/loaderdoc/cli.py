@@ -34,7 +34,7 @@ exit codes:
   {EXIT_USAGE}    bad usage or input (arguments, config file, --dataset, export path); nothing written
   {EXIT_PROBE_FAILED}    probe: no configuration could be measured
   {EXIT_INTERNAL}   internal error: a bug in loaderdoc (the traceback is printed; please report it)
-  {EXIT_INTERRUPTED}  interrupted (Ctrl+C / SIGTERM); stopped cleanly
+  {EXIT_INTERRUPTED}  interrupted (Ctrl+C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR2); stopped cleanly
   {EXIT_BROKEN_PIPE}  standard output was closed by its reader (as with '| head'); stopped quietly
 """
 

@@ -9,7 +9,7 @@ EXIT_CRITICAL = 2  # check found something that will break or starve a run
 EXIT_USAGE = 3  # bad command line, config file, dataset or export path: nothing was written
 EXIT_PROBE_FAILED = 4  # the probe could not measure any configuration
 EXIT_INTERNAL = 70  # a bug in loaderdoc (sysexits' EX_SOFTWARE): never 0-2, which a job script acts on
-EXIT_INTERRUPTED = 130  # Ctrl+C / SIGTERM: stopped cleanly
+EXIT_INTERRUPTED = 130  # Ctrl+C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR2: stopped cleanly
 # besides Ctrl+C (SIGINT), what a supervisor sends to stop a command (a scheduler, a closed SSH
 # session, Ctrl+\): each stops it as Ctrl+C does, its processes reaped (exit 130)
 STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2")

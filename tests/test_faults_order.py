@@ -132,10 +132,11 @@ STARTING = [
     ["tune", "--budget", "5", "--", sys.executable, "-c", "print(1)"],
 ]
 NS_REASON = namespaces_usable()
-# every place tempfile looks is a read-only tmpfs, and so is the working directory
+# every place tempfile looks is read-only, and so is the working directory: each bound onto itself
+# read-only, not covered by an empty tmpfs (the interpreter may live under /tmp: a clone's venv)
 NO_TEMP = ["unshare", "--mount", "sh", "-c",
-           "for d in /tmp /var/tmp /usr/tmp /mnt; do [ -d $d ] && mount -t tmpfs -o ro,size=1m tmpfs $d; done; "
-           'cd /mnt && exec "$@"', "sh"]
+           "for d in /tmp /var/tmp /usr/tmp /mnt; do [ -d $d ] && mount --bind $d $d && mount -o remount,bind,ro $d; "
+           'done; cd /mnt && exec "$@"', "sh"]
 
 
 @pytest.mark.skipif(NS_REASON is not None, reason=str(NS_REASON))

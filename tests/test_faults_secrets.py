@@ -135,7 +135,10 @@ def test_visible_escapes_every_obeyable_character_and_nothing_else():
 def test_watch_summary_shows_a_hostile_command_line_escaped(tmp_path, seed):
     (tmp_path / "train.py").write_text(TRAIN)
     words = hostile_words(seed)
-    proc = loaderdoc("watch", "--", sys.executable, "train.py", *words, cwd=tmp_path)
+    # the interpreter by its short name: the summary cuts a long command short, and a clone's venv
+    # path (/tmp/ci/loaderdoc/.venv/bin/python3) would leave none of the words in it
+    env, _ = fault_env({"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")})
+    proc = loaderdoc("watch", "--", os.path.basename(sys.executable), "train.py", *words, cwd=tmp_path, env=env)
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "loaderdoc watch: " in proc.stderr
     assert_shown_not_obeyed(proc.stdout + proc.stderr, words)

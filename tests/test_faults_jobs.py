@@ -323,3 +323,13 @@ def test_a_timeout_out_of_bounds_is_bad_usage_not_blamed_on_the_store(value):
     one_line_error(proc, EXIT_USAGE, "argument --timeout: expected seconds above 0 and at most 86400 (a day), "
                    f"got '{value}'")
     assert "store" not in proc.stderr
+
+
+def test_the_largest_world_allowed_is_a_roll_call_not_a_traceback():
+    # before: WORLD_SIZE=1000000 (the bound) broke the store's connection, exit 70 with a traceback
+    env = rank_env(0, 1_000_000, free_port())
+    start_s = time.monotonic()
+    proc = loaderdoc(*CMD[3:], "--timeout", "2", env=env, timeout=60)
+    one_line_error(proc, EXIT_USAGE, "999999 of 1000000 ranks did not join within 2 s: ranks 1-999999",
+                   "(joined: 1 rank on ")
+    assert time.monotonic() - start_s < 30

@@ -2,8 +2,8 @@
 
 The one module of the job check that imports torch (lazily, inside :func:`gather`). Before the
 process group is made, the ranks answer a roll call in the store at ``MASTER_ADDR:MASTER_PORT``
-(each sets ``joined/<rank>`` with its node and host): rank 0 waits for all of them for at most
-``timeout`` seconds, so a rank that never starts is named ("ranks 2-3 (node 1) did not join")
+(each sets ``joined/<rank>`` with its node and host, and counts itself in its block of
+``KEYS_PER_CALL`` ranks): rank 0 waits for all of them for at most ``timeout`` seconds, so a rank that never starts is named ("ranks 2-3 (node 1) did not join")
 instead of leaving rank 0 in ``init_process_group`` with only a count. Rank 0 then posts a
 verdict the others wait on: on "ok" every rank makes a gloo group (no GPU needed) and sends its
 entry with ``gather_object``; on a failure the others exit quietly and rank 0 prints the reason.
@@ -36,6 +36,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -48,6 +49,9 @@ from loaderdoc.output import end_without_finalizing
 OK = "ok"
 READ_WAIT_S = 10.0  # longest rank 0 waits, on a failed roll call, for the others to read its verdict
 GRACE_S = 1.0  # torch's own timeout fires first when nothing listens; this one when something mute does
+# one store request names at most this many keys: a wait on every key of a world of 300,000 ranks
+# broke the store's connection (exit 70); a block's counter says how many of its ranks joined
+KEYS_PER_CALL = 10_000
 EVERY_INTERFACE = "every interface"
 T = TypeVar("T")
 
@@ -198,9 +202,8 @@ def roll_call(store, place: Place, hostname: str, timeout: float) -> None:
                 store.set(f"read/{place.rank}", "1")
             raise JobStopped(verdict)
         return
-    keys = [f"joined/{r}" for r in range(place.world_size)]
     try:
-        store.wait(keys, timedelta(seconds=timeout))
+        _wait_for(store, [f"joined/{r}" for r in range(place.world_size)], timeout)
     except Exception:  # the store's wait timed out: find out who is missing
         joined = joined_ranks(store, place)
         message = missing_message(joined, place, timeout)
@@ -209,7 +212,7 @@ def roll_call(store, place: Place, hostname: str, timeout: float) -> None:
         # the verdict would then fail to read it and print a connection error of its own. Wait
         # (bounded: a rank may have died since it joined) for every rank that joined to read it.
         with contextlib.suppress(Exception):
-            store.wait([f"read/{r}" for r in joined if r != 0], timedelta(seconds=READ_WAIT_S))
+            _wait_for(store, [f"read/{r}" for r in joined if r != 0], READ_WAIT_S)
         raise RanksMissing(message) from None
     store.set("verdict", OK)
 
@@ -240,6 +243,7 @@ def _claim_rank(store, place: Place, claim: str) -> None:
     jobs of one size that the launcher does not tell apart, or a hand-made launch) is refused."""
     held = store.compare_set(f"joined/{place.rank}", "", claim).decode()
     if held == claim:
+        store.add(_block_key(place.rank), 1)
         return
     try:
         host = json.loads(held).get("host", "?")
@@ -253,10 +257,32 @@ def _claim_rank(store, place: Place, claim: str) -> None:
 def joined_ranks(store, place: Place) -> dict[int, dict]:
     """The ranks that answered the roll call, with the node and host each gave."""
     joined: dict[int, dict] = {}
-    for r in range(place.world_size):
-        if store.check([f"joined/{r}"]):
-            joined[r] = json.loads(store.get(f"joined/{r}").decode())
+    for first in range(0, place.world_size, KEYS_PER_CALL):
+        block = range(first, min(first + KEYS_PER_CALL, place.world_size))
+        if not store.check([_block_key(first)]):
+            continue  # no rank of this block joined: a world of a million ranks is a thousand requests
+        if int(store.get(_block_key(first))) >= len(block):
+            found = list(block)
+        else:
+            found = [r for r in block if store.check([f"joined/{r}"])]
+        values = store.multi_get([f"joined/{r}" for r in found]) if found else []
+        for r, value in zip(found, values, strict=True):
+            joined[r] = json.loads(value.decode())
     return joined
+
+
+def _block_key(rank: int) -> str:
+    return f"joined-in/{rank // KEYS_PER_CALL}"
+
+
+def _wait_for(store, keys: list[str], timeout: float) -> None:
+    """The store's wait for every key, at most KEYS_PER_CALL keys a request, all within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    for first in range(0, len(keys), KEYS_PER_CALL):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the keys were not all set within {timeout:g} s")
+        store.wait(keys[first:first + KEYS_PER_CALL], timedelta(seconds=left))
 
 
 def missing_message(joined: dict[int, dict], place: Place, timeout: float) -> str:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from faults_support import fault_env, loaderdoc, namespaces_usable, one_line_error
@@ -174,3 +175,18 @@ def test_check_works_in_a_deleted_working_directory(tmp_path):
     proc = loaderdoc("check", cwd=tmp_path, prefix=IN_A_DELETED_DIRECTORY)
     assert proc.returncode in (0, 1, 2), proc.stderr
     assert "Traceback" not in proc.stderr and "status:" in proc.stdout
+
+
+HEALTHY = Path(__file__).parent / "fixtures" / "watch" / "healthy.json"
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--export", "loader.toml", "--machine", "ci-2core"], "loader.toml"),
+    (["watch", "--merge", str(HEALTHY), "--report", "merged.json"], "merged.json"),
+], ids=["--export", "watch --merge --report"])
+def test_a_relative_output_in_a_deleted_working_directory_is_one_line(tmp_path, args, named):
+    # before: a traceback from getcwd (exit 70) where the relative path was checked
+    proc = loaderdoc(*args, cwd=tmp_path, prefix=IN_A_DELETED_DIRECTORY)
+    one_line_error(proc, EXIT_USAGE, f"{named}: the working directory cannot be used (it was deleted)",
+                   "give an absolute path, or cd to an existing directory")
+    assert proc.stdout == ""

@@ -43,6 +43,7 @@ def is_stream(target: Path) -> bool:
 
 def check_writable(target: Path, *, force: bool) -> None:
     """Raise ExportError, before any work is done, if ``target`` cannot or must not be written."""
+    _working_directory_for(target)
     parent = target.parent
     name_bytes, name_max = len(os.fsencode(target.name)), _name_max(parent)
     if name_bytes > name_max:
@@ -74,11 +75,25 @@ def check_writable(target: Path, *, force: bool) -> None:
         raise ExportError(f"cannot write to directory {parent} (permission denied); choose another path")
 
 
+def _working_directory_for(target: Path, option: str = "") -> None:
+    """A relative ``target`` in a deleted working directory is one line, not a traceback from getcwd."""
+    if target.is_absolute():
+        return
+    try:
+        os.getcwd()
+    except OSError as exc:
+        reason = "it was deleted" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+        named = f"{option} {target}" if option else str(target)
+        raise ExportError(f"{named}: the working directory cannot be used ({reason}); give an absolute path, or cd "
+                          "to an existing directory and run it again") from None
+
+
 def writable_folder(folder: Path, option: str) -> Path:
     """``folder``, created if missing (its parent must exist), where a file can be written: checked
     by creating one, so a read-only mount or a full disk is refused as root too. Raise ExportError
     naming ``option`` before any work is done."""
     folder = Path(folder)
+    _working_directory_for(folder, option)
     created = False
     if folder.exists() and not folder.is_dir():
         raise ExportError(f"{option} {folder} is a file, not a folder; give a folder to write into")

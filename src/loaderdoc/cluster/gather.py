@@ -3,10 +3,11 @@
 The one module of the job check that imports torch (lazily, inside :func:`gather`). Before the
 process group is made, the ranks answer a roll call in the store at ``MASTER_ADDR:MASTER_PORT``
 (each sets ``joined/<rank>`` with its node and host, and counts itself in its block of
-``KEYS_PER_CALL`` ranks): rank 0 waits for all of them for at most ``timeout`` seconds, so a
-rank that never starts is named ("ranks 2-3 (node 1) did not join") instead of leaving rank 0 in ``init_process_group`` with only a count. Rank 0 then posts a
-verdict the others wait on: on "ok" every rank makes a gloo group (no GPU needed) and sends its
-entry with ``gather_object``; on a failure the others exit quietly and rank 0 prints the reason.
+``KEYS_PER_CALL`` ranks): rank 0 waits for all of them for at most ``timeout`` seconds, so a rank
+that never starts is named ("ranks 2-3 (node 1) did not join") instead of leaving rank 0 in
+``init_process_group`` with only a count. Rank 0 then posts a verdict the others wait on: on "ok"
+every rank makes a gloo group (no GPU needed) and sends its entry with ``gather_object``; on a
+failure the others exit quietly and rank 0 prints the reason.
 
 Under torchrun the agent on node 0 already serves the store (``TORCHELASTIC_USE_AGENT_STORE``),
 so every rank is a client of it; otherwise rank 0 serves it, as torch's ``env://`` does. A node

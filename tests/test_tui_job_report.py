@@ -28,7 +28,7 @@ from loaderdoc.reports import ReportError, open_report
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
 from loaderdoc.tui.model import ODD_MARK
-from loaderdoc.watching.run import WatchRun
+from loaderdoc.watching.watch_report import WatchReport
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TWO, FOUR = FIXTURES / "job" / "two-nodes.json", FIXTURES / "job" / "four-nodes-odd.json"
@@ -77,7 +77,7 @@ def test_a_report_without_odd_keys_reads_them_from_its_findings():
 
 
 def test_one_reader_tells_a_job_from_a_watched_run():
-    assert isinstance(open_report(FOUR), JobRun) and isinstance(open_report(WATCHED), WatchRun)
+    assert isinstance(open_report(FOUR), JobRun) and isinstance(open_report(WATCHED), WatchReport)
 
 
 @pytest.mark.parametrize("doc, expected", [

@@ -21,7 +21,7 @@ from loaderdoc.system.fixtures import load_machine
 from loaderdoc.units import MiB
 from loaderdoc.watching import hook
 from loaderdoc.watching.records import RecordsReader
-from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, render_summary
+from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, render_summary, watch_report
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 HOST = socket.gethostname()
@@ -149,11 +149,10 @@ def _judged_again(name: str) -> list:
     """A recorded `loaderdoc watch --report` judged by today's rules (its loaders, on no machine)."""
     from loaderdoc.advice.rules import evaluate
     from loaderdoc.system.facts import MachineFacts
-    from loaderdoc.watching.report import evidence_of
+    from loaderdoc.watching.report_file import load_watch_report
 
-    report = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
-    return [f for entry in report["loaders"]
-            for f in evaluate(MachineFacts(), None, watch=evidence_of(entry, None))]
+    report = load_watch_report(FIXTURES / name)
+    return [f for loader in report.loaders for f in evaluate(MachineFacts(), None, watch=loader)]
 
 
 def test_a_recorded_run_on_large_samples_names_malloc_and_the_fixed_threshold_silences_it():
@@ -254,7 +253,7 @@ def test_summary_fits_80_columns_and_shows_memory_shm_gpu_and_findings():
     recs = records([loader(persistent=False, epochs=[epoch(n, first_s=2.0, wait_s=0.1, step_s=8.0,
                                                            pss_mib=600 + 150 * n, gpu_idle_s=0.5)
                                                      for n in range(4)])], shm=(58, 64), gpu="cuda-events")
-    rep = build_report(recs, command=["python", "-m", "a.very.long.package.train", "--config", "x" * 60],
+    rep = watch_report(recs, command=["python", "-m", "a.very.long.package.train", "--config", "x" * 60],
                        exit_code=0, facts=load_machine("docker-64m-shm"))
     text = render_summary(rep)
     assert all(len(line) <= 80 for line in text.splitlines()), text

@@ -21,9 +21,8 @@ from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
 from loaderdoc.visible import visible_data
-from loaderdoc.watching.report import WATCH_SCHEMA
-from loaderdoc.watching.report_file import watch_run_from
-from loaderdoc.watching.run import WatchRun
+from loaderdoc.watching.report_file import watch_report_from
+from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
 HOW_TO_WRITE = ("write one with 'loaderdoc watch --report run.json -- python train.py', "
                 "'loaderdoc tune --report tune.json -- python train.py' or "
@@ -43,7 +42,7 @@ class TuneRun:
     report: TuneReport
 
 
-def open_report(path: str | Path) -> WatchRun | JobRun | TuneRun:
+def open_report(path: str | Path) -> WatchReport | JobRun | TuneRun:
     """The run, the job or the tune in ``path``; a UserError (exit 3) in one line for anything else."""
     path = Path(path)
     data = load_json(path, what="watch, job or tune report", error=ReportError, how_to_write=HOW_TO_WRITE)
@@ -52,7 +51,7 @@ def open_report(path: str | Path) -> WatchRun | JobRun | TuneRun:
     data = visible_data(data)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == WATCH_SCHEMA:
-        return watch_run_from(data, path)
+        return watch_report_from(data, path)
     if schema == JOB_SCHEMA:
         return job_run_from(data, path)
     if schema == TUNE_SCHEMA:

@@ -30,7 +30,7 @@ from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.visible import visible
-from loaderdoc.watching.run import WatchRun
+from loaderdoc.watching.watch_report import WatchReport
 
 DetectFn = Callable[..., MachineFacts]
 ProbeFn = Callable[..., ProbeReport]
@@ -150,7 +150,7 @@ class Session:
         probe_fn: ProbeFn | None = None,
         load_dataset_fn: Callable[[str], Any] | None = None,
         header_fn: Callable[..., list[str]] | None = None,
-        watch_run: WatchRun | None = None,
+        watch_run: WatchReport | None = None,
         job_run: JobRun | None = None,
         tune_run: TuneRun | None = None,
         config: ConfigChoice | None = None,

@@ -19,7 +19,7 @@ from typing import Any
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
 from loaderdoc.advice.stragglers import RankRun
-from loaderdoc.advice.watched import WatchedEpoch, WatchEvidence
+from loaderdoc.advice.watched import LoaderReport, WatchedEpoch
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
@@ -49,7 +49,7 @@ class Scenario:
     machine_overrides: dict[str, Any] = field(default_factory=dict)
     expect: frozenset[str] = frozenset()  # exactly the rules that must fire; empty = healthy
     recorded: str | None = None  # a file in RECORDED_DIR holding the real machine and probe report
-    watch: WatchEvidence | None = None  # one loader of a real run, as `loaderdoc watch` measured it
+    watch: LoaderReport | None = None  # one loader of a real run, as `loaderdoc watch` measured it
 
     def __post_init__(self) -> None:
         if self.recorded is not None:
@@ -142,7 +142,7 @@ def report(results: list[ConfigResult], *, batch_size: int = 64, batch_bytes: in
 def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float = 1.0, step_ms: float = 50.0,
             first_s: float = 0.5, later_first_s: float | None = None, persistent: bool | None = None,
             pss_mib: list[float] | None = None, shm: tuple[float, float] | None = None,
-            cpu: dict[str, float] | None = None, io: dict[str, float] | None = None) -> WatchEvidence:
+            cpu: dict[str, float] | None = None, io: dict[str, float] | None = None) -> LoaderReport:
     """One loader of a real run as `loaderdoc watch` measures it: ``batches`` per epoch waiting
     ``wait_ms`` and stepping ``step_ms`` each; ``pss_mib`` the workers' peak per epoch; ``shm``
     (peak used, size) of /dev/shm in MiB. ``cpu``: the CPU accounting, per batch in ms:
@@ -160,7 +160,8 @@ def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float
         eps.append(WatchedEpoch(
             index=n, steps=batches, waits=waits, wait_s=waits * wait_ms / 1000, step_s=batches * step_ms / 1000,
             steps_timed=batches, first_batch_s=first, wall_s=wall,
-            finished=True, workers_pss_max_bytes=int(pss_mib[n] * MiB) if pss_mib else None))
+            finished=True, workers_pss_max_bytes=int(pss_mib[n] * MiB) if pss_mib else None,
+            wait_p50_s=wait_ms / 1000, wait_p95_s=2 * wait_ms / 1000, number=n))
         if cpu is not None:
             e = eps[-1]
             e.cpu_wait_s = waits * cpu["wait_cpu"] / 1000
@@ -179,12 +180,11 @@ def watched(workers: int, *, epochs: int = 1, batches: int = 200, wait_ms: float
             e.io_main = [0, 0, 0] if workers else reads
             e.io_workers = reads if workers else None
             e.io_first = [v // batches for v in reads]  # one batch's by the first batch
-    knobs = f"num_workers={workers}, batch_size=64" + (f", persistent_workers={persistent}" if workers else "")
-    return WatchEvidence(name=f"loader 1 (DataLoader, {knobs})", workers=workers,
-                         persistent_workers=persistent if workers else False, epochs=eps,
-                         wait_p50_s=wait_ms / 1000, wait_p95_s=2 * wait_ms / 1000, percentile_epoch=0,
-                         shm_peak_used_bytes=int(shm[0] * MiB) if shm else None,
-                         shm_total_bytes=int(shm[1] * MiB) if shm else None)
+    # named "loader 1 (DataLoader, num_workers=..., batch_size=64[, persistent_workers=...])"
+    settings = {"num_workers": workers, "batch_size": 64, "persistent_workers": persistent if workers else False}
+    return LoaderReport(number=1, cls="DataLoader", settings=settings, epochs=eps,
+                        shm_peak_used_bytes=int(shm[0] * MiB) if shm else None,
+                        shm_total_bytes=int(shm[1] * MiB) if shm else None)
 
 
 TORCHRUN_8 = {"distributed.launcher": "torchrun", "distributed.world_size": 8, "distributed.local_world_size": 8}
@@ -794,7 +794,7 @@ def _watched() -> list[Scenario]:
     ]
 
 
-def _straggler() -> WatchEvidence:
+def _straggler() -> LoaderReport:
     w = watched(8, batches=200, wait_ms=30.0, step_ms=50.0)
     w.rank = 3
     w.job = [RankRun(rank=r, node="0", wait_share=0.04, wait_per_batch_s=0.002, steps=200, cpus=16,

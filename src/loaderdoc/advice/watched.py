@@ -15,11 +15,14 @@ Definitions (every epoch of the loader, summed):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from loaderdoc.advice.cpu_use import CpuUse, cpu_use
 from loaderdoc.advice.io_use import IoUse, io_use
 from loaderdoc.advice.stragglers import RankRun
+from loaderdoc.policy import WATCH_MIN_BATCHES
+from loaderdoc.units import fmt_bytes, fmt_seconds
 
 
 def wait_share_of(wait_s: float, step_s: float) -> float | None:
@@ -65,6 +68,29 @@ class WatchedEpoch:
     io_workers: list[int] | None = None
     io_first: list[int] | None = None
     io_traced: dict | None = None  # under --trace: the traced steps' reads, batches and seconds (left out)
+    wait_p50_s: float | None = None  # the percentiles of its waits
+    wait_p95_s: float | None = None
+    number: int | None = None  # the epoch's number as recorded (None: not recorded)
+    recorded: dict[str, Any] = field(default_factory=dict, repr=False)  # as the hook wrote it: what the report keeps
+
+    @classmethod
+    def from_record(cls, e: dict[str, Any], n: int) -> WatchedEpoch:
+        """The ``n``-th epoch of a loader as the hook recorded it (or a report kept it)."""
+        return cls(index=n if e.get("epoch") is None else int(e["epoch"]), steps=e.get("steps") or 0,
+                   waits=e.get("waits") or 0, wait_s=e.get("wait_s", 0.0), step_s=e.get("step_s", 0.0),
+                   steps_timed=e.get("steps_timed", 0), first_batch_s=e.get("first_batch_s"), wall_s=_wall(e),
+                   finished=bool(e.get("finished")) or e.get("end_s") is not None,
+                   workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
+                   workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
+                   wait_p50_s=e.get("wait_p50_s"), wait_p95_s=e.get("wait_p95_s"), number=e.get("epoch"),
+                   recorded=e, **{name: e.get(name) for name in (*CPU_FIELDS, *IO_FIELDS)})
+
+
+def _wall(epoch: dict[str, Any]) -> float | None:
+    start, end = epoch.get("start_s"), epoch.get("end_s")
+    if start is not None and end is not None:
+        return end - start
+    return epoch.get("wall_s")
 
 
 # the CPU accounting's fields, named as the hook's records name them
@@ -74,48 +100,213 @@ IO_FIELDS = ("io_main", "io_workers", "io_first", "io_traced")  # the read accou
 
 
 @dataclass
-class WatchEvidence:
-    """One DataLoader of a real run and the /dev/shm of the node it ran on."""
+class LoaderTotals:
+    """A loader's figures over its epochs, in the order the report writes them; derived from the
+    epochs once, by :meth:`of` (a report read back keeps the figures its producer wrote)."""
 
-    name: str  # "loader 1 (DataLoader, num_workers=2, batch_size=64)": how findings name it
-    workers: int = 0
-    persistent_workers: bool | None = None
-    epochs: list[WatchedEpoch] = field(default_factory=list)
-    wait_p50_s: float | None = None  # of the epoch with the most waits
-    wait_p95_s: float | None = None
-    percentile_epoch: int | None = None  # which epoch the percentiles are from
-    shm_peak_used_bytes: int | None = None  # /dev/shm high-water mark seen while the run sampled
-    shm_total_bytes: int | None = None
-    # a distributed run: this loader's rank and, on the loader each rank trained from, every
-    # rank's (the straggler rule compares them); empty on other loaders and single-process runs
-    rank: int | None = None
-    job: list[RankRun] = field(default_factory=list)
-    io_unreadable: str | None = None  # why the run's reads were not measured (None: they were, or an older record)
+    epochs: int = 0
+    steps: int = 0
+    waits: int = 0
+    wait_s: float = 0.0
+    step_s: float = 0.0
+    wall_s: float | None = None
+    wait_share: float | None = None
+    wait_per_batch_s: float | None = None
+    step_per_batch_s: float | None = None
+    first_batch_s: float | None = None  # the first epoch's (start-up included)
+    later_first_batch_s: float | None = None  # the slowest later one
+    workers_pss_max_bytes: int | None = None
+    gpu_idle_s: float | None = None
+    gpu_idle_share: float | None = None
 
-    @property
-    def waits(self) -> int:
-        return sum(e.waits for e in self.epochs)
+    @classmethod
+    def of(cls, epochs: list[WatchedEpoch]) -> LoaderTotals:
+        wait = sum(e.wait_s for e in epochs)
+        step = sum(e.step_s for e in epochs)
+        waits = sum(e.waits for e in epochs)
+        timed = sum(e.steps_timed for e in epochs)
+        first = [e.first_batch_s for e in epochs if e.first_batch_s is not None]
+        pss = [e.workers_pss_max_bytes for e in epochs if e.workers_pss_max_bytes is not None]
+        idle = [e.gpu_idle_s for e in epochs if e.gpu_idle_s is not None]
+        gpu_idle = sum(idle) if idle else None
+        return cls(epochs=len(epochs), steps=sum(e.steps for e in epochs), waits=waits, wait_s=wait, step_s=step,
+                   wall_s=sum(e.recorded.get("wall_s", 0.0) for e in epochs), wait_share=wait_share_of(wait, step),
+                   wait_per_batch_s=wait / waits if waits else None, step_per_batch_s=step / timed if timed else None,
+                   first_batch_s=first[0] if first else None,
+                   later_first_batch_s=max(first[1:]) if len(first) > 1 else None,
+                   workers_pss_max_bytes=max(pss) if pss else None, gpu_idle_s=gpu_idle,
+                   gpu_idle_share=gpu_idle / (wait + step) if gpu_idle is not None and wait + step > 0 else None)
 
-    @property
-    def wait_s(self) -> float:
-        return sum(e.wait_s for e in self.epochs)
 
-    @property
-    def step_s(self) -> float:
-        return sum(e.step_s for e in self.epochs)
+@dataclass
+class TimelinePoint:
+    """One interval of the sampler's timeline: the loader's batches, wait and step since the last."""
+
+    t_s: float
+    steps: int
+    wait_s: float
+    step_s: float
+
+
+@dataclass
+class Interval:
+    """One stretch of a loader's run as the app charts it: a timeline interval or a whole epoch."""
+
+    label: str  # "at 12.0 s" (the end of the interval) or "epoch 3"
+    x: float  # where it sits on the chart's x axis: seconds into the run, or the epoch number
+    steps: int
+    wait_s: float
+    step_s: float
 
     @property
     def wait_share(self) -> float | None:
         return wait_share_of(self.wait_s, self.step_s)
 
+
+@dataclass
+class LoaderReport:
+    """One DataLoader of a watched run: the report's entry for it and what the ``watch`` rules read.
+
+    Built once from the hook's records (``watching/report.py``) or read back from a report
+    (``watching/report_file.py``); every figure over its epochs is in :attr:`totals`."""
+
+    number: int | None = None  # the hook's loader number ("loader" in the report)
+    role: str | None = None  # "train", "val", ... from the framework hook that built it; None
+    pid: int | None = None
+    rank: int | None = None
+    cls: str | None = None  # the loader's class ("class"); None: an iterable
+    settings: dict[str, Any] = field(default_factory=dict)  # as the run used them
+    applied: dict[str, Any] = field(default_factory=dict)  # under --apply: asked, applied, apply_tables
+    epochs: list[WatchedEpoch] = field(default_factory=list)
+    totals: LoaderTotals | None = None  # None: derived from the epochs
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    cpu: dict[str, Any] | None = None  # the CPU accounting, once judged
+    io: dict[str, Any] | None = None  # the reads, once judged (or why they were not measured)
+    proposed: dict[str, Any] | None = None  # what its findings propose, once judged
+    source: int | None = None  # a merged report's: the index of the node's report it came from
+    # what the rules read beside the loader, never written: the /dev/shm of its node, whether its
+    # name says its rank (several processes), why its reads were not measured, and on the loader
+    # each rank trained from, every rank's (the straggler rule compares them)
+    shm_peak_used_bytes: int | None = None  # /dev/shm high-water mark seen while the run sampled
+    shm_total_bytes: int | None = None
+    named_with_rank: bool = False
+    io_unreadable: str | None = None
+    job: list[RankRun] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.totals is None:
+            self.totals = LoaderTotals.of(self.epochs)
+
+    def title(self, where: bool = False) -> str:
+        """``train loader (DataLoader, num_workers=0, batch_size=4)`` where the framework hook that
+        built it said its role, else ``loader 1 (...)``; ``where`` adds the rank (or pid)."""
+        s = self.settings
+        knobs = [f"{k}={s[k]}" for k in ("num_workers", "batch_size") if s.get(k) is not None]
+        if s.get("num_workers"):
+            knobs += [f"{k}={s[k]}" for k in ("prefetch_factor", "persistent_workers") if s.get(k) is not None]
+        head = []
+        if where:
+            head.append(f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}")
+        name = f"{self.role} loader" if isinstance(self.role, str) and self.role else f"loader {self.number}"
+        return f"{name} ({', '.join([*head, self.cls or 'iterable', *knobs])})"
+
+    @property
+    def name(self) -> str:
+        """How findings name it: "loader 1 (DataLoader, num_workers=2, batch_size=64)"."""
+        return self.title(self.named_with_rank)
+
+    @property
+    def workers(self) -> int:
+        workers = self.settings.get("num_workers")
+        return workers if isinstance(workers, int) else 0
+
+    @property
+    def persistent_workers(self) -> bool | None:
+        persistent = self.settings.get("persistent_workers")
+        return persistent if isinstance(persistent, bool) else None
+
+    @property
+    def judged(self) -> bool:
+        """Enough steady batches for the rules to judge it."""
+        return self.waits >= WATCH_MIN_BATCHES
+
+    @property
+    def steps(self) -> int:
+        return self.totals.steps
+
+    @property
+    def waits(self) -> int:
+        return self.totals.waits
+
+    @property
+    def wait_s(self) -> float:
+        return self.totals.wait_s
+
+    @property
+    def step_s(self) -> float:
+        return self.totals.step_s
+
+    @property
+    def wait_share(self) -> float | None:
+        return self.totals.wait_share
+
     @property
     def wait_per_batch_s(self) -> float | None:
-        return self.wait_s / self.waits if self.waits else None
+        return self.totals.wait_per_batch_s
 
     @property
     def step_per_batch_s(self) -> float | None:
-        timed = sum(e.steps_timed for e in self.epochs)
-        return self.step_s / timed if timed else None
+        return self.totals.step_per_batch_s
+
+    @property
+    def longest_epoch(self) -> WatchedEpoch | None:
+        """The epoch with the most waits: its percentiles are the ones shown."""
+        return max(self.epochs, key=lambda e: e.waits, default=None)
+
+    @property
+    def wait_p50_s(self) -> float | None:
+        return self.longest_epoch.wait_p50_s if self.longest_epoch else None
+
+    @property
+    def wait_p95_s(self) -> float | None:
+        return self.longest_epoch.wait_p95_s if self.longest_epoch else None
+
+    @property
+    def percentile_epoch(self) -> int | None:
+        return self.longest_epoch.number if self.longest_epoch else None
+
+    @property
+    def per(self) -> str:
+        """What one point of the app's chart is: "interval" (the timeline) or "epoch"."""
+        return "interval" if self.timeline else "epoch"
+
+    @property
+    def intervals(self) -> list[Interval]:
+        """The stretches the app charts: the timeline's intervals, else the epochs."""
+        if self.timeline:
+            return [Interval(f"at {p.t_s:.1f} s", p.t_s, p.steps, p.wait_s, p.step_s) for p in self.timeline]
+        return [Interval(f"epoch {e.index}", float(e.index), e.steps, e.wait_s, e.step_s) for e in self.epochs]
+
+    @property
+    def cpu_line(self) -> str | None:
+        """Where its CPU time went (None: not recorded)."""
+        return cpu_text(self.cpu)
+
+    @property
+    def io_line(self) -> str | None:
+        """What it read and from where (None: not recorded)."""
+        return io_text(self.io)
+
+    def to_json(self) -> dict[str, Any]:
+        """The loader's entry of a ``loaderdoc.watch/1`` report."""
+        out = {"loader": self.number, "role": self.role, "pid": self.pid, "rank": self.rank, "class": self.cls,
+               "settings": self.settings, **self.applied, "epochs": [e.recorded for e in self.epochs],
+               "totals": {f.name: getattr(self.totals, f.name) for f in fields(LoaderTotals)},
+               "timeline": [{f.name: getattr(p, f.name) for f in fields(TimelinePoint)} for p in self.timeline],
+               "judged": self.judged, "cpu": self.cpu, "io": self.io, "proposed": self.proposed}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
     @property
     def load_per_batch_s(self) -> float | None:
@@ -160,3 +351,41 @@ def _steady(epochs: list[WatchedEpoch], total: str, first: str) -> float | None:
     if not known:
         return None
     return sum(max(0.0, getattr(e, total) - (getattr(e, first) or 0.0)) for e in known)
+
+
+# ---- the accountings as the one line the summary and the app print ----
+def cpu_text(cpu: dict[str, Any] | None) -> str | None:
+    """Where a loader's CPU time went and the ceiling the CPUs allow (None: not recorded), for the
+    summary and the app alike."""
+    if not cpu:
+        return None
+    text = (f"CPU: loading {fmt_seconds(cpu['load_cpu_per_batch_s'])}/batch "
+            f"({'CPU work' if cpu['load_is_cpu'] else 'mostly waiting'}), step "
+            f"{fmt_seconds(cpu['step_cpu_per_step_s'])} of CPU per {fmt_seconds(cpu['step_wall_per_step_s'])}")
+    if cpu.get("used_cpus") is not None:
+        text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
+        if cpu.get("others_cpus"):
+            text += f" (+{cpu['others_cpus']:.1f} other processes)"
+    if cpu.get("ceiling_matters"):  # else the CPUs are far from the limit
+        text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
+    return text
+
+
+def io_text(io: dict[str, Any] | None) -> str | None:
+    """What a loader read per batch and per second, how much came from the disk, and what that
+    says (None: not recorded), for the summary and the app alike."""
+    if not io:
+        return None
+    if not io.get("readable"):
+        return f"reads: not measured: {io.get('reason') or '/proc/<pid>/io is not readable'}"
+    text = (f"reads: {fmt_bytes(io['rchar_per_batch_bytes'])}/batch in {io['read_calls_per_batch']:.1f} read calls"
+            f"{_per_s(io.get('rchar_per_s'))}, {fmt_bytes(io['read_bytes_per_batch'])}/batch from the disk")
+    if io.get("read_bytes_per_batch") and io.get("device_share") is not None:
+        text += f" ({io['device_share']:.0%}{', ' + fmt_bytes(io['read_bytes_per_s']) + '/s' if io.get('read_bytes_per_s') is not None else ''})"
+    return f"{text}: {io['verdict']}"
+
+
+def _per_s(rate: float | None) -> str:
+    return f" ({fmt_bytes(rate)}/s)" if rate is not None else ""
+
+

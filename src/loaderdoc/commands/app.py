@@ -107,10 +107,10 @@ def run_app(args: argparse.Namespace) -> int:
     if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
         from loaderdoc.cluster.job_file import JobRun
         from loaderdoc.reports import open_report
-        from loaderdoc.watching.run import WatchRun
+        from loaderdoc.watching.watch_report import WatchReport
 
         opened = open_report(args.open_report)
-        if isinstance(opened, WatchRun):
+        if isinstance(opened, WatchReport):
             watch_run = opened
         elif isinstance(opened, JobRun):
             job_run = opened

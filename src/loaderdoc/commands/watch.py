@@ -166,14 +166,15 @@ class Watch:
             self._facts = detect()
         return self._facts
 
-    def report(self, exit_code: int | None) -> dict:
-        from loaderdoc.watching.report import build_report
+    def report(self, exit_code: int | None):
+        """The run's typed report (a WatchReport) from the records written so far."""
+        from loaderdoc.watching.report import watch_report
 
         records = self.reader.read()
         facts = self.facts() if any(r.get("loaders") for r in records) else None
-        report = build_report(records, command=self.command, exit_code=exit_code, facts=facts)
+        report = watch_report(records, command=self.command, exit_code=exit_code, facts=facts)
         if self.plan is not None:
-            report["apply"] = self.plan.outcome(report["loaders"])
+            report.apply = self.plan.outcome(report.loaders)
         return report
 
     def so_far(self) -> None:
@@ -187,7 +188,7 @@ class Watch:
             return
         report = self.report(None)
         if self.target is not None:  # first: the text on stderr says the look is complete
-            write_text(self.target, json.dumps(report, indent=2) + "\n", force=True)
+            write_text(self.target, json.dumps(report.to_json(), indent=2) + "\n", force=True)
         sys.stderr.write(render_summary(report))
         sys.stderr.flush()
 
@@ -257,7 +258,7 @@ def _trace_request(args: argparse.Namespace) -> tuple[str, int] | None:
     return str(writable_folder(Path(args.trace), "--trace")), args.trace_steps or TRACE_STEPS
 
 
-def _write_fixes(report: dict, target, code: int) -> int:
+def _write_fixes(report, target, code: int) -> int:
     """--fixes: the next settings to try, or one line saying why there are none; the exit code."""
     from loaderdoc.errors import EXIT_USAGE, UserError
     from loaderdoc.safe_write import write_text
@@ -273,7 +274,7 @@ def _write_fixes(report: dict, target, code: int) -> int:
     except UserError as err:  # the run happened: say so, keep a failing child's code
         print(f"loaderdoc: error: {err}", file=sys.stderr)
         return code or EXIT_USAGE
-    proposed = any(e.get("proposed") for e in report.get("loaders") or [])
+    proposed = any(e.proposed for e in report.loaders)
     print(f"loaderdoc watch: --fixes {target}: " + (
         "the settings to try next ('loaderdoc watch --apply' it)" if proposed else
         "no finding proposes a change (a fixed point): it holds the settings this run used"), file=sys.stderr)
@@ -287,8 +288,8 @@ def merge(args: argparse.Namespace) -> int:
     from loaderdoc.errors import UserError
     from loaderdoc.jsondoc import load_json
     from loaderdoc.safe_write import check_writable
-    from loaderdoc.watching.merge import merge_reports
-    from loaderdoc.watching.report_file import HOW_TO_WRITE, WatchReportError, watch_run_from
+    from loaderdoc.watching.merge import merge as merge_runs
+    from loaderdoc.watching.report_file import HOW_TO_WRITE, WatchReportError, watch_report_from
 
     if [a for a in args.watched or [] if a != "--"]:
         raise UserError("watch: give a command to run or --merge REPORT ..., not both")
@@ -300,17 +301,17 @@ def merge(args: argparse.Namespace) -> int:
         if any(Path(p).resolve() == target.resolve() for p in args.merge):
             raise UserError(f"watch: --report {target} is one of the reports to merge; write the merged "
                             "report to another file")
-    reports = []
+    documents, reports = [], []
     for path in args.merge:
         data = load_json(Path(path), what="watch report", error=WatchReportError, how_to_write=HOW_TO_WRITE)
-        watch_run_from(data, path)  # checked as the app checks it: one line naming the bad key
-        for earlier, earlier_data in zip(args.merge[:len(reports)], reports, strict=True):
+        reports.append(watch_report_from(data, path))  # checked as the app checks it: one line naming the bad key
+        for earlier, earlier_data in zip(args.merge[:len(documents)], documents, strict=True):
             why = _same_run(Path(earlier), earlier_data, Path(path), data)
             if why:  # its batches would count twice
                 raise UserError(f"watch --merge: {path} and {earlier} are the same run ({why}); give each "
                                 "node's report once")
-        reports.append(data)
-    _finish(merge_reports(reports, list(args.merge)), 0, target, as_json=as_json)
+        documents.append(data)
+    _finish(merge_runs(reports, list(args.merge)), 0, target, as_json=as_json)
     return 0
 
 
@@ -346,7 +347,7 @@ def _same_run(a, a_data: dict, b, b_data: dict) -> str | None:
     return "the same content" if a_data == b_data else None
 
 
-def _finish(report: dict, code: int, target, *, as_json: bool) -> int:
+def _finish(report, code: int, target, *, as_json: bool) -> int:
     """The summary on stderr, the report on stdout (--json) and in FILE (--report); the exit code."""
     import json
 
@@ -357,7 +358,7 @@ def _finish(report: dict, code: int, target, *, as_json: bool) -> int:
     sys.stderr.write(render_summary(report))
     if not (as_json or target is not None):
         return code
-    text = json.dumps(report, indent=2) + "\n"
+    text = json.dumps(report.to_json(), indent=2) + "\n"
     if as_json:
         sys.stdout.write(text)
     if target is not None:

@@ -41,7 +41,7 @@ from loaderdoc.tui.messages import (
     ProbeProgress,
     ProbeResultArrived,
 )
-from loaderdoc.watching.run import WatchRun
+from loaderdoc.watching.watch_report import WatchReport
 
 TABS = ("machine", "probe", "diagnoses", "tradeoffs", "settings")
 SETTLE_TIMEOUT_S = 10.0  # longest wait, when stopping, for the views being mounted
@@ -93,7 +93,7 @@ class LoaderDocApp(App[int]):
         export_dir: Path | None = None,
         header_fn: Callable[..., list[str]] | None = None,
         early_facts: Future | None = None,
-        watch_run: WatchRun | None = None,
+        watch_run: WatchReport | None = None,
         job_run: JobRun | None = None,
         tune_run: TuneRun | None = None,
         config: ConfigChoice | None = None,
@@ -408,7 +408,7 @@ def make_app(
     export_dir: Path | None = None,
     header_fn: Callable[..., list[str]] | None = None,
     early_facts: Future | None = None,
-    watch_run: WatchRun | None = None,
+    watch_run: WatchReport | None = None,
     job_run: JobRun | None = None,
     tune_run: TuneRun | None = None,
     config: ConfigChoice | None = None,

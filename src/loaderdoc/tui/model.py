@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.cluster.job_file import JobRun
 from loaderdoc.errors import SettingsError
 from loaderdoc.policy import still_growing
@@ -23,7 +24,7 @@ from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
-from loaderdoc.watching.run import LoaderRun, WatchRun
+from loaderdoc.watching.watch_report import WatchReport
 
 # ---- workload -----------------------------------------------------------------------------
 
@@ -388,7 +389,7 @@ def knob_blocks(knob: Any) -> list[tuple[str, str]]:
 # ---- a watched run (`loaderdoc --report FILE`) --------------------------------------------
 
 
-def run_header(run: WatchRun) -> list[tuple[str, str]]:
+def run_header(run: WatchReport) -> list[tuple[str, str]]:
     """(label, text) lines above the run's charts: the command, its outcome, memory peaks, GPU."""
     import shlex
 
@@ -404,24 +405,24 @@ def run_header(run: WatchRun) -> list[tuple[str, str]]:
                       + (f" of {fmt_bytes(run.shm_total_bytes)}" if run.shm_total_bytes else ""))
     lines.append(("Memory", "peak PSS " + ", ".join(memory) if memory else "not recorded in this report"))
     if run.gpu_timing is not None:
-        idle = [f"{lo.name.split(' (')[0]} {fmt_share_fine(lo.gpu_idle_share)}" for lo in run.loaders
-                if lo.gpu_idle_share is not None]
+        idle = [f"{lo.title().split(' (')[0]} {fmt_share_fine(lo.totals.gpu_idle_share)}" for lo in run.loaders
+                if lo.totals.gpu_idle_share is not None]
         lines.append(("GPU", "idle while waiting: " + ", ".join(idle) if idle else
                       "idle time not measured" + (" (no CUDA events)" if run.gpu_timing == "unavailable" else "")))
     return lines
 
 
-def loader_title(loader: LoaderRun) -> str:
+def loader_title(loader: LoaderReport) -> str:
     """``loader 1: waited 62.9 %, 238 batches (DataLoader, num_workers=2, ...; rank 0, pid 42)``:
     the numbers first, so that 80 columns show them."""
-    short, _, knobs = loader.name.partition(" (")
+    short, _, knobs = loader.title().partition(" (")
     where = [f"rank {loader.rank}"] if loader.rank is not None else []
     where += [f"pid {loader.pid}"] if loader.pid is not None else []
     inside = knobs.removesuffix(")") + ("; " + ", ".join(where) if where else "")
     return f"{short}: waited {fmt_share_fine(loader.wait_share)}, {loader.steps} batches" + (f" ({inside})" if inside else "")
 
 
-def loader_chart_note(loader: LoaderRun) -> str:
+def loader_chart_note(loader: LoaderReport) -> str:
     """Under the chart: what one point is and where the loop waited most."""
     if not loader.intervals:
         return "no batches recorded"

@@ -39,19 +39,22 @@ class LoaderWatch:
 
     def report(self) -> dict[str, Any]:
         """The ``loaderdoc.watch/1`` report so far (``command`` and ``exit_code`` are None)."""
+        return self._report().to_json()
+
+    def _report(self):
         # imported here: the report loads the rule catalogue, which iterating alone never needs
         from loaderdoc.system.detect import detect
-        from loaderdoc.watching.report import build_report
+        from loaderdoc.watching.report import watch_report
 
         if self._facts is None:
             self._facts = detect()
-        return build_report(self.records(), command=None, exit_code=None, facts=self._facts)
+        return watch_report(self.records(), command=None, exit_code=None, facts=self._facts)
 
     def summary(self) -> str:
         """The text ``loaderdoc watch`` prints: one line per loader, then the findings."""
         from loaderdoc.watching.report import render_summary
 
-        return render_summary(self.report())
+        return render_summary(self._report())
 
     def print_summary(self, file=None) -> None:
         (file or sys.stderr).write(self.summary())

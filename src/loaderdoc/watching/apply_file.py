@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoc.config.layouts import HF_LAYOUT  # its loaders share every setting but the batch size
 from loaderdoc.errors import UserError
 from loaderdoc.watching.apply import APPLIED, ENV_APPLY, table_key
+
+if TYPE_CHECKING:
+    from loaderdoc.advice.watched import LoaderReport
 
 __all__ = ["ENV_APPLY", "ApplyPlan", "plan_from_file", "role_of_name"]
 
@@ -62,13 +65,13 @@ class ApplyPlan:
         they = "it changes" if len(self.not_applied) == 1 else "they change"
         return f"--apply: {self.file} sets {', '.join(self.not_applied)}; not applied: {they} the training itself"
 
-    def outcome(self, loaders: list[dict[str, Any]]) -> dict[str, Any]:
+    def outcome(self, loaders: list[LoaderReport]) -> dict[str, Any]:
         """The report's ``apply``: the tables, how many loaders one matched, and the tables naming
         a role no iterated loader had (``unmatched``)."""
-        roles = {table_key(e.get("role")) for e in loaders}
+        roles = {table_key(e.role) for e in loaders}
         unmatched = [key for key in self.tables if (key not in roles if key else not loaders)]
         return {"file": self.file, "tables": self.tables, "not_applied": list(self.not_applied),
-                "loaders_matched": sum(1 for e in loaders if e.get("apply_tables")), "unmatched": unmatched}
+                "loaders_matched": sum(1 for e in loaders if e.applied.get("apply_tables")), "unmatched": unmatched}
 
 
 def plan_from_file(path: str) -> ApplyPlan:

@@ -3,7 +3,7 @@ file the next ``loaderdoc watch --apply FILE`` reads, so a fix is tried on the r
 code change and the loop watch -> apply -> watch can run until nothing more is proposed.
 
 Each loader's table holds what ``--apply`` set on it in this run (kept) and the change its findings
-propose (``report["loaders"][i]["proposed"]``). Loaders are tables by their role: ``[dataloader]``
+propose (``LoaderReport.proposed``). Loaders are tables by their role: ``[dataloader]``
 (every loader) where the run's loaders have no role, ``[train_dataloader]``, ``[val_dataloader]``,
 ``[test_dataloader]`` (mmengine's names, which ``--apply`` reads) where a framework built them. Of
 several loaders of one role (the ranks of a job, or two unnamed loaders) the one with the most
@@ -12,23 +12,26 @@ waited batches speaks: the training loop's. No torch, no textual.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoc.watching.apply import WORKER_ONLY, table_key
+
+if TYPE_CHECKING:
+    from loaderdoc.watching.watch_report import WatchReport
 
 TABLE_OF_ROLE = {"": "dataloader", "train": "train_dataloader", "val": "val_dataloader",
                  "test": "test_dataloader"}
 
 
-def fix_tables(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def fix_tables(report: WatchReport) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """(table name -> settings) for the next run, and notes on what could not be put in a table."""
     tables: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     proposed_any = False
-    for entry in sorted(report.get("loaders") or [], key=lambda e: -(e.get("totals") or {}).get("waits", 0)):
-        role = table_key(entry.get("role")) or ""
+    for entry in sorted(report.loaders, key=lambda e: -e.waits):
+        role = table_key(entry.role) or ""
         name = TABLE_OF_ROLE.get(role)
-        change = (entry.get("proposed") or {}).get("change") or {}
+        change = (entry.proposed or {}).get("change") or {}
         proposed_any = proposed_any or bool(change)
         if name is None:
             if change:
@@ -36,8 +39,8 @@ def fix_tables(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[
             continue
         if name in tables:
             continue  # another rank's loader of this role, or a second unnamed loader
-        ran = entry.get("settings") or {}
-        table = {k: ran[k] for k in entry.get("applied") or [] if ran.get(k) is not None}
+        ran = entry.settings or {}
+        table = {k: ran[k] for k in entry.applied.get("applied") or [] if ran.get(k) is not None}
         table.update({k: v for k, v in change.items() if v is not None})
         if not table.get("num_workers"):
             for key in WORKER_ONLY:
@@ -52,22 +55,22 @@ def fix_tables(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[
     return tables, notes
 
 
-def fixes_toml(report: dict[str, Any], tables: dict[str, dict[str, Any]], notes: list[str]) -> str:
+def fixes_toml(report: WatchReport, tables: dict[str, dict[str, Any]], notes: list[str]) -> str:
     """The tables as TOML, with a header saying where they came from and how to use them."""
     import shlex
 
     import tomli_w
 
-    command = shlex.join(report.get("command") or ["python", "train.py"])
+    command = shlex.join(report.command or ["python", "train.py"])
     head = ["loaderdoc watch --fixes: the DataLoader settings to try next, from the run of",
             f"  {command}",
             "what --apply set in that run, plus the changes its findings propose; try them with",
             f"  loaderdoc watch --apply THIS_FILE --fixes NEXT_FILE -- {command}"]
-    for entry in report.get("loaders") or []:
-        proposed = entry.get("proposed")
+    for entry in report.loaders:
+        proposed = entry.proposed
         if proposed:
             gain = proposed.get("expected_gain")
-            head.append(f"{entry.get('role') or 'loader ' + str(entry.get('loader'))}: {_kv(proposed['change'])} "
+            head.append(f"{entry.role or 'loader ' + str(entry.number)}: {_kv(proposed['change'])} "
                         f"({', '.join(proposed['rules'])}"
                         + (f"; expected {gain:.2f}x the steps/s measured)" if gain is not None else ")"))
     head += notes

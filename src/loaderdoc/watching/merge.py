@@ -6,16 +6,19 @@ one ``ranks`` table and looks for stragglers across the whole job. Each node's o
 judged against that node's machine and are kept as they are (a finding two nodes share, once);
 only the straggler rule runs again, on the merged table. Processes, loaders and memory entries
 carry ``source`` (the index of the report they came from): process ids repeat across machines,
-containers above all. No torch, no textual.
+containers above all. Works on typed reports (:class:`~loaderdoc.watching.watch_report.WatchReport`,
+as :mod:`.report_file` reads them). No torch, no textual.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loaderdoc.advice.findings import Finding, findings_from_json, new_findings
+from loaderdoc.advice.findings import Finding, new_findings
+from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.errors import UserError
-from loaderdoc.watching.report import assemble, evidence_of, gpu_entry, rank_table
+from loaderdoc.watching.report import gpu_entry, rank_table
+from loaderdoc.watching.watch_report import WatchReport
 
 STRAGGLER_RULE = "watch-straggler-rank"
 
@@ -24,49 +27,58 @@ def _tagged(items: list[dict[str, Any]], source: int) -> list[dict[str, Any]]:
     return [{**item, "source": source} for item in items]
 
 
-def stragglers(ranks: list[dict[str, Any]], loaders: list[dict[str, Any]]) -> list[Finding]:
+def stragglers(ranks: list[dict[str, Any]], loaders: list[LoaderReport]) -> list[Finding]:
     """The straggler rule over a merged rank table (each rank's training loader is its evidence)."""
     from loaderdoc.advice.rules import evaluate
     from loaderdoc.advice.stragglers import rank_runs
     from loaderdoc.system.facts import MachineFacts
 
     job = rank_runs(ranks)
-    by_key = {(e.get("source"), e.get("pid"), e.get("loader")): e for e in loaders}
+    by_key = {(lo.source, lo.pid, lo.number): lo for lo in loaders}
     out: list[Finding] = []
     for row in ranks:
-        entry = by_key.get((row.get("source"), row["pid"], row["loader"]))
-        if entry is None:
+        loader = by_key.get((row.get("source"), row["pid"], row["loader"]))
+        if loader is None:
             continue
-        watch = evidence_of(entry, None, where=True)
-        watch.rank, watch.job = row["rank"], job
-        # the straggler rule reads the run alone; machine rules were judged on each node already
-        out += [f for f in evaluate(MachineFacts(), None, watch=watch) if f.rule_id == STRAGGLER_RULE]
+        # the rule reads the run alone, the loader named with its rank, with no node's /dev/shm
+        # (machine rules were judged on each node already)
+        loader.named_with_rank, loader.job = True, job
+        loader.shm_peak_used_bytes = loader.shm_total_bytes = None
+        out += [f for f in evaluate(MachineFacts(), None, watch=loader) if f.rule_id == STRAGGLER_RULE]
     return out
 
 
-def merge_reports(reports: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """One ``loaderdoc.watch/1`` report from several (``names``: where each came from)."""
+def merge(reports: list[WatchReport], names: list[str]) -> WatchReport:
+    """One report from several (``names``: where each came from)."""
     processes, loaders, memory = [], [], []
     kept: list[Finding] = []
     seen: set[tuple[str, str]] = set()
     where_rank: dict[int, str] = {}
     for source, report in enumerate(reports):
-        for proc in report.get("processes") or []:
+        for proc in report.processes:
             rank = proc.get("rank")
             if rank is not None and where_rank.setdefault(rank, names[source]) != names[source]:
                 raise UserError(f"watch --merge: rank {rank} is in both {where_rank[rank]} and {names[source]}: "
                                 "merge the reports of one job, one per node")
-        processes += _tagged(report.get("processes") or [], source)
-        loaders += _tagged(report.get("loaders") or [], source)
-        memory += _tagged(report.get("memory") or [], source)
-        kept += new_findings([f for f in findings_from_json(report.get("findings") or [])
-                              if f.rule_id != STRAGGLER_RULE], seen)
+        processes += _tagged(report.processes, source)
+        for loader in report.loaders:
+            loader.source = source
+        loaders += report.loaders
+        memory += _tagged(report.memory, source)
+        kept += new_findings([f for f in report.findings if f.rule_id != STRAGGLER_RULE], seen)
     ranks = rank_table(loaders, processes, memory,
-                       {i: (r.get("machine") or {}).get("cpu_quota") for i, r in enumerate(reports)})
+                       {i: (r.machine or {}).get("cpu_quota") for i, r in enumerate(reports)})
     findings = sorted(kept + stragglers(ranks, loaders), key=lambda f: -f.rank)
-    codes = [r.get("exit_code") for r in reports if r.get("exit_code") is not None]
-    report = assemble(command=None, exit_code=max(codes, key=abs) if codes else None,  # the worst node's
-                      processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(reports),
-                      findings=findings, machine=reports[0].get("machine") if reports else None)
-    return {**report, "merged_from": list(names), "commands": [r.get("command") for r in reports],
-            "machines": [r.get("machine") for r in reports]}
+    codes = [r.exit_code for r in reports if r.exit_code is not None]
+    return WatchReport(command=None, exit_code=max(codes, key=abs) if codes else None,  # the worst node's
+                       processes=processes, ranks=ranks, loaders=loaders, memory=memory,
+                       gpu=gpu_entry([{"gpu": r.gpu} for r in reports]), findings=findings,
+                       machine=reports[0].machine if reports else None, merged_from=list(names),
+                       commands=[r.command for r in reports], machines=[r.machine for r in reports])
+
+
+def merge_reports(reports: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """The merged ``loaderdoc.watch/1`` document of report documents (each checked as the app reads it)."""
+    from loaderdoc.watching.report_file import watch_report_from
+
+    return merge([watch_report_from(r, name) for r, name in zip(reports, names, strict=True)], names).to_json()

@@ -1,8 +1,9 @@
 """The ``loaderdoc.watch/1`` report: every process's records merged, per-loader totals and
 timelines, memory, and the findings of the rule catalogue fed with the run's evidence.
 
-Built from what :mod:`loaderdoc.watching.hook` recorded (one records dict per process); no torch,
-no textual. Each loader becomes a :class:`~loaderdoc.advice.watched.WatchEvidence` and goes through
+Built from what :mod:`loaderdoc.watching.hook` recorded (one records dict per process), once, as a
+typed :class:`~loaderdoc.watching.watch_report.WatchReport`; no torch, no textual. Each loader
+becomes a :class:`~loaderdoc.advice.watched.LoaderReport` and goes through
 ``advice.rules.evaluate`` with the machine facts and the loader's settings as the run used them,
 so a run is judged by the same catalogue and policy as ``check`` and ``probe``: the ``watch-*``
 rules read the measurements, the machine and settings rules the facts (the probe and context
@@ -18,15 +19,15 @@ import os
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.advice.findings import Finding, new_findings, worst
+from loaderdoc.advice.findings import Finding, new_findings
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
-from loaderdoc.advice.watched import CPU_FIELDS, IO_FIELDS, WatchedEpoch, WatchEvidence, wait_share_of
-from loaderdoc.watching.summary_text import describe_loader, render_summary
+from loaderdoc.advice.watched import LoaderReport, TimelinePoint, WatchedEpoch
+from loaderdoc.watching.summary_text import render_summary
+from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
-__all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "describe_loader",
-           "render_summary"]
+__all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "render_summary",
+           "watch_report"]
 
-WATCH_SCHEMA = "loaderdoc.watch/1"
 MIN_STEPS = policy.WATCH_MIN_BATCHES  # steady batches (after the first of an epoch) before a loader is judged
 PROCESS_KEYS = ("hostname", "rank", "local_rank", "world_size", "group_rank", "slurm_nodeid", "affinity_cpus")
 
@@ -40,73 +41,36 @@ def machine_info() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "affinity": affinity}
 
 
-def _sum_or_none(values: list[Any]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
 def process_entry(records: dict[str, Any]) -> dict[str, Any]:
     proc = records.get("process") or {}
     return {"pid": records.get("pid"), **{k: proc.get(k) for k in PROCESS_KEYS}}
 
 
-def timeline(samples: list[dict[str, Any]], number: Any) -> list[dict[str, Any]]:
+def timeline(samples: list[dict[str, Any]], number: Any) -> list[TimelinePoint]:
     """Per-interval deltas of one loader's cumulative (steps, wait_s, step_s) in the samples."""
     out, prev = [], (0, 0.0, 0.0)
     for sample in samples:
         cum = (sample.get("loaders") or {}).get(str(number))
         if not cum or len(cum) < 3:
             continue
-        out.append({"t_s": sample.get("t_s"), "steps": max(0, cum[0] - prev[0]),
-                    "wait_s": max(0.0, cum[1] - prev[1]), "step_s": max(0.0, cum[2] - prev[2])})
+        out.append(TimelinePoint(t_s=sample.get("t_s"), steps=max(0, cum[0] - prev[0]),
+                                 wait_s=max(0.0, cum[1] - prev[1]), step_s=max(0.0, cum[2] - prev[2])))
         prev = (cum[0], cum[1], cum[2])
     return out
 
 
-def loader_entry(raw: dict[str, Any], records: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One DataLoader: where it ran, its settings, its epochs as recorded, totals and timeline."""
+def loader_report(raw: dict[str, Any], records: dict[str, Any] | None = None) -> LoaderReport:
+    """One DataLoader: where it ran, its settings, its epochs as recorded and its timeline."""
     records = records or {}
-    epochs = list(raw.get("epochs", []))
-    wait = sum(e.get("wait_s", 0.0) for e in epochs)
-    step = sum(e.get("step_s", 0.0) for e in epochs)
-    waits = sum(e.get("waits", 0) for e in epochs)
-    steps_timed = sum(e.get("steps_timed", 0) for e in epochs)
-    first = [e["first_batch_s"] for e in epochs if e.get("first_batch_s") is not None]
-    pss = [e.get("workers_pss_max_bytes") for e in epochs if e.get("workers_pss_max_bytes") is not None]
-    gpu_idle = _sum_or_none([e.get("gpu_idle_s") for e in epochs])
-    # under --apply: what the script asked, the keys --apply changed, the tables that matched
-    applied = {k: raw[k] for k in ("asked", "applied", "apply_tables") if k in raw}
-    return {
-        "loader": raw.get("loader"),
-        "role": raw.get("role"),  # "train", "val", ... from the framework hook that built it; None
-        "pid": records.get("pid"),
-        "rank": (records.get("process") or {}).get("rank"),
-        "class": raw.get("class"),
-        "settings": dict(raw.get("settings", {})),
-        **applied,
-        "epochs": epochs,
-        "totals": {
-            "epochs": len(epochs),
-            "steps": sum(e.get("steps", 0) for e in epochs),
-            "waits": waits,
-            "wait_s": wait,
-            "step_s": step,
-            "wall_s": sum(e.get("wall_s", 0.0) for e in epochs),
-            "wait_share": wait_share_of(wait, step),
-            "wait_per_batch_s": wait / waits if waits else None,
-            "step_per_batch_s": step / steps_timed if steps_timed else None,
-            "first_batch_s": first[0] if first else None,  # the first epoch's (start-up included)
-            "later_first_batch_s": max(first[1:]) if len(first) > 1 else None,  # the slowest later one
-            "workers_pss_max_bytes": max(pss) if pss else None,
-            "gpu_idle_s": gpu_idle,
-            "gpu_idle_share": gpu_idle / (wait + step) if gpu_idle is not None and wait + step > 0 else None,
-        },
-        "timeline": timeline(records.get("samples") or [], raw.get("loader")),
-        "judged": waits >= MIN_STEPS,
-        "cpu": None,  # the CPU accounting and what the findings propose, once judged
-        "io": _io_unread(records),  # the reads, once judged (here: why they were not measured, or None)
-        "proposed": None,
-    }
+    io = _io_unread(records)  # the reads, once judged (here: why they were not measured, or None)
+    return LoaderReport(
+        number=raw.get("loader"), role=raw.get("role"), pid=records.get("pid"),
+        rank=(records.get("process") or {}).get("rank"), cls=raw.get("class"), settings=dict(raw.get("settings", {})),
+        # under --apply: what the script asked, the keys --apply changed, the tables that matched
+        applied={k: raw[k] for k in ("asked", "applied", "apply_tables") if k in raw},
+        epochs=[WatchedEpoch.from_record(e, n) for n, e in enumerate(raw.get("epochs", []))],
+        timeline=timeline(records.get("samples") or [], raw.get("loader")),
+        io=io, io_unreadable=(io or {}).get("reason"))
 
 
 def _io_unread(records: dict[str, Any]) -> dict[str, Any] | None:
@@ -130,38 +94,6 @@ def gpu_entry(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     blocks = [r["gpu"] for r in runs if isinstance(r.get("gpu"), dict)]
     timed = [b for b in blocks if b.get("timing") == "cuda-events"]
     return (timed or blocks or [None])[0]
-
-
-def evidence_of(entry: dict[str, Any], memory: dict[str, Any] | None, *, where: bool = False) -> WatchEvidence:
-    """The rules' view of one loader entry (and the /dev/shm its process saw)."""
-    s = entry["settings"]
-    epochs = [WatchedEpoch(index=int(e.get("epoch", n)), steps=e.get("steps", 0), waits=e.get("waits", 0),
-                           wait_s=e.get("wait_s", 0.0), step_s=e.get("step_s", 0.0),
-                           steps_timed=e.get("steps_timed", 0), first_batch_s=e.get("first_batch_s"),
-                           wall_s=_wall(e), finished=bool(e.get("finished")) or e.get("end_s") is not None,
-                           workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
-                           workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),
-                           **{name: e.get(name) for name in (*CPU_FIELDS, *IO_FIELDS)})
-              for n, e in enumerate(entry["epochs"])]
-    longest = max(entry["epochs"], key=lambda e: e.get("waits", 0), default={})
-    workers = s.get("num_workers")
-    persistent = s.get("persistent_workers")
-    return WatchEvidence(
-        name=describe_loader(entry, where=where), workers=workers if isinstance(workers, int) else 0,
-        persistent_workers=persistent if isinstance(persistent, bool) else None, epochs=epochs,
-        wait_p50_s=longest.get("wait_p50_s"), wait_p95_s=longest.get("wait_p95_s"),
-        percentile_epoch=longest.get("epoch"),
-        shm_peak_used_bytes=(memory or {}).get("shm_peak_used_bytes"),
-        shm_total_bytes=(memory or {}).get("shm_total_bytes"),
-        io_unreadable=(entry.get("io") or {}).get("reason"),
-    )
-
-
-def _wall(epoch: dict[str, Any]) -> float | None:
-    start, end = epoch.get("start_s"), epoch.get("end_s")
-    if start is not None and end is not None:
-        return end - start
-    return epoch.get("wall_s")
 
 
 def loader_settings(raw: dict[str, Any]):
@@ -213,7 +145,7 @@ def node_of(process: dict[str, Any]) -> str | None:
     return process.get("hostname")
 
 
-def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
+def rank_table(entries: list[LoaderReport], processes: list[dict[str, Any]],
                memory: list[dict[str, Any]], quotas: dict[Any, float | None] | None = None) -> list[dict[str, Any]]:
     """One row per rank (when the run had two or more): its training loader (the one with the most
     waited batches) with the wait and the facts the straggler rule compares. Empty otherwise.
@@ -225,24 +157,24 @@ def rank_table(entries: list[dict[str, Any]], processes: list[dict[str, Any]],
 
     by_pid = {key(p): p for p in processes}
     shm = {key(m): m.get("shm_total_bytes") for m in memory}
-    main: dict[int, dict[str, Any]] = {}
+    main: dict[int, LoaderReport] = {}
     for entry in entries:
-        rank = entry.get("rank")
-        if rank is not None and (rank not in main or entry["totals"]["waits"] > main[rank]["totals"]["waits"]):
+        rank = entry.rank
+        if rank is not None and (rank not in main or entry.waits > main[rank].waits):
             main[rank] = entry
     if len(main) < 2:
         return []
     rows = []
     for rank, entry in sorted(main.items()):
-        proc, t = by_pid.get(key(entry), {}), entry["totals"]
-        workers = entry["settings"].get("num_workers")
-        row = {"rank": rank, "node": node_of(proc), "pid": entry.get("pid"), "loader": entry.get("loader"),
-               "wait_share": t["wait_share"], "wait_per_batch_s": t["wait_per_batch_s"],
-               "steps": t["steps"], "cpus": _least(proc.get("affinity_cpus"), quotas.get(entry.get("source"))),
-               "shm_total_bytes": shm.get(key(entry)),
+        proc, t = by_pid.get((entry.source, entry.pid), {}), entry.totals
+        workers = entry.settings.get("num_workers")
+        row = {"rank": rank, "node": node_of(proc), "pid": entry.pid, "loader": entry.number,
+               "wait_share": t.wait_share, "wait_per_batch_s": t.wait_per_batch_s,
+               "steps": t.steps, "cpus": _least(proc.get("affinity_cpus"), quotas.get(entry.source)),
+               "shm_total_bytes": shm.get((entry.source, entry.pid)),
                "num_workers": workers if isinstance(workers, int) else None}
-        if entry.get("source") is not None:
-            row["source"] = entry["source"]
+        if entry.source is not None:
+            row["source"] = entry.source
         rows.append(row)
     return rows
 
@@ -266,7 +198,7 @@ def cpu_entry(use) -> dict[str, Any] | None:
             "ceiling_matters": use.ceiling_matters}
 
 
-def io_entry(reads, use, watch: WatchEvidence) -> dict[str, Any] | None:
+def io_entry(reads, use, watch: LoaderReport) -> dict[str, Any] | None:
     """The loader's reads as the report shows them, with what they say (None: not recorded)."""
     if reads is None:
         return None
@@ -306,14 +238,14 @@ def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
     return {"change": change, "rules": rules, "expected_gain": gain}
 
 
-def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], facts,
+def judge(entries: list[LoaderReport], memory: dict[Any, dict[str, Any]], facts,
           ranks: list[dict[str, Any]] | None = None) -> list[Finding]:
     """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
     /dev/shm) once. ``ranks``: the rank table, handed to each rank's training loader."""
     from loaderdoc.advice.rules import evaluate
     from loaderdoc.advice.stragglers import rank_runs
 
-    where = len({e.get("pid") for e in entries}) > 1
+    where = len({e.pid for e in entries}) > 1
     job = rank_runs(ranks or [])
     trains = {(r["pid"], r["loader"]) for r in ranks or []}
     out: list[Finding] = []
@@ -321,28 +253,35 @@ def judge(entries: list[dict[str, Any]], memory: dict[Any, dict[str, Any]], fact
     budget = policy.cpus_per_rank(facts)
     ranks = max(1, facts.distributed.ranks_on_this_node)
     for entry in entries:
-        mem = memory.get(entry.get("pid"))
-        watch = evidence_of(entry, mem, where=where)
-        use = watch.cpu_use(budget, ranks)
-        entry["cpu"] = cpu_entry(use)
-        entry["io"] = io_entry(watch.io_use(), use, watch) or entry.get("io")
-        if (entry.get("pid"), entry.get("loader")) in trains:
-            watch.rank, watch.job = entry.get("rank"), job
-        fired = evaluate(facts, loader_settings(entry["settings"]), watch=watch, with_ok=True)
-        entry["proposed"] = proposed_change(fired)
+        mem = memory.get(entry.pid) or {}
+        entry.shm_peak_used_bytes, entry.shm_total_bytes = mem.get("shm_peak_used_bytes"), mem.get("shm_total_bytes")
+        entry.named_with_rank = where
+        use = entry.cpu_use(budget, ranks)
+        entry.cpu = cpu_entry(use)
+        entry.io = io_entry(entry.io_use(), use, entry) or entry.io
+        if (entry.pid, entry.number) in trains:
+            entry.job = job
+        fired = evaluate(facts, loader_settings(entry.settings), watch=entry, with_ok=True)
+        entry.proposed = proposed_change(fired)
         out += new_findings(fired, seen)
     return sorted(out, key=lambda f: -f.rank)
 
 
 def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, command: list[str] | None,
                  exit_code: int | None, machine: dict[str, Any] | None = None, facts=None) -> dict[str, Any]:
+    """The ``loaderdoc.watch/1`` document of :func:`watch_report` (``loaderdoc.watch(loader).report()``)."""
+    return watch_report(records, command=command, exit_code=exit_code, machine=machine, facts=facts).to_json()
+
+
+def watch_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, command: list[str] | None,
+                 exit_code: int | None, machine: dict[str, Any] | None = None, facts=None) -> WatchReport:
     """The report for one run from every process's records (a dict: one process; None or [] when
     the run iterated no DataLoader). ``facts``: the machine the rules judge (detected when None)."""
     runs = [records] if isinstance(records, dict) else list(records or [])
     machine = machine if machine is not None else machine_info()
     processes = [process_entry(r) for r in runs]
     memory = [memory_entry(r) for r in runs]
-    loaders = [loader_entry(raw, r) for r in runs for raw in r.get("loaders", [])]
+    loaders = [loader_report(raw, r) for r in runs for raw in r.get("loaders", [])]
     findings: list[Finding] = []
     ranks: list[dict[str, Any]] = []
     if loaders:
@@ -353,39 +292,8 @@ def build_report(records: dict[str, Any] | list[dict[str, Any]] | None, *, comma
         machine = {**machine, "cpu_quota": facts.cpu.cgroup_quota.get()}  # what --merge compares across nodes
         ranks = rank_table(loaders, processes, memory, {None: machine["cpu_quota"]})
         findings = judge(loaders, node_shm(memory, processes), node_facts(facts, processes), ranks)
-    report = assemble(command=list(command) if command is not None else None, exit_code=exit_code,
-                      processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
-                      findings=findings, machine=machine)
     traces = [{"pid": r.get("pid"), "rank": (r.get("process") or {}).get("rank"), **r["trace"]}
               for r in runs if isinstance(r.get("trace"), dict)]
-    if traces:  # under --trace only
-        report["traces"] = traces
-    return report
-
-
-def assemble(*, command: list[str] | None, exit_code: int | None, processes: list[dict[str, Any]],
-             ranks: list[dict[str, Any]], loaders: list[dict[str, Any]], memory: list[dict[str, Any]],
-             gpu: dict[str, Any] | None, findings: list[Finding], machine: Any) -> dict[str, Any]:
-    """The report from its parts, with the run's totals over every loader (one node's run, or a
-    merged job's)."""
-    from loaderdoc._serde import to_dict
-
-    wait = sum(e["totals"]["wait_s"] for e in loaders)
-    step = sum(e["totals"]["step_s"] for e in loaders)
-    return {
-        "schema": WATCH_SCHEMA,
-        "command": command,
-        "exit_code": exit_code,
-        "status": worst(findings),
-        "steps": sum(e["totals"]["steps"] for e in loaders),
-        "wait_share": wait_share_of(wait, step),
-        "wait_s": wait,
-        "step_s": step,
-        "processes": processes,
-        "ranks": ranks,
-        "loaders": loaders,
-        "memory": memory,
-        "gpu": gpu,
-        "findings": [to_dict(f) for f in findings],
-        "machine": machine,
-    }
+    return WatchReport(command=list(command) if command is not None else None, exit_code=exit_code,
+                       processes=processes, ranks=ranks, loaders=loaders, memory=memory, gpu=gpu_entry(runs),
+                       findings=findings, machine=machine, traces=traces or None)  # traces: under --trace only

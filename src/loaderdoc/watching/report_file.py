@@ -1,11 +1,13 @@
-"""Reading back a ``loaderdoc.watch/1`` report (``loaderdoc watch --report FILE``) for the app.
+"""Reading back a ``loaderdoc.watch/1`` report (``loaderdoc watch --report FILE``): the one checked
+reader, returning the same typed :class:`~loaderdoc.watching.watch_report.WatchReport` the run built.
 
-The app shows a finished run: its findings in the diagnoses view, and per loader the data wait
-against the step over the run. A file that is not such a report (a probe report, machine facts,
-``{}``, a hand edit that made a number a string) is refused here, before the app starts, with the
-file, the key and what was expected. Only the keys the app reads are checked; keys this build does
-not know are ignored and the fields other loaderdoc versions add (``timeline``, ``memory``) are
-optional. No torch, no textual.
+The app shows a finished run (its findings in the diagnoses view, per loader the data wait against
+the step over the run) and ``watch --merge`` joins the nodes' reports. A file that is not such a
+report (a probe report, machine facts, ``{}``, a hand edit that made a number a string) is refused
+here, before the app starts, with the file, the key and what was expected. Keys this build does not
+know are ignored; the fields older reports lack (``timeline``, ``memory``, ``processes``, a
+loader's ``role``, ``cpu``, ``io``, most ``totals``) are optional. The loader's figures are read
+as its producer wrote them, never derived again. No torch, no textual.
 """
 
 from __future__ import annotations
@@ -14,124 +16,142 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.advice.findings import findings_from_json
+from loaderdoc.advice.watched import LoaderReport, LoaderTotals, TimelinePoint, WatchedEpoch
 from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, get, load_json, obj, read_document
-from loaderdoc.watching.report import WATCH_SCHEMA, describe_loader
-from loaderdoc.watching.run import Interval, LoaderRun, WatchRun
+from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
 HOW_TO_WRITE = "write one with 'loaderdoc watch --report run.json -- python train.py'"
+TOTAL_TYPES = {"epochs": int, "steps": int, "waits": int, "wait_s": float, "step_s": float, "wall_s": float,
+               "wait_share": float, "wait_per_batch_s": float, "step_per_batch_s": float, "first_batch_s": float,
+               "later_first_batch_s": float, "workers_pss_max_bytes": int, "gpu_idle_s": float,
+               "gpu_idle_share": float}
+COUNTS = ("epochs", "steps", "waits", "wait_s", "step_s")  # 0 where an older report left them out
 
 
 class WatchReportError(UserError):
     """The file is not a watch report this build can read; the message names the file and the key."""
 
 
-def load_watch_report(path: str | Path) -> WatchRun:
+def load_watch_report(path: str | Path) -> WatchReport:
     """The run in ``path``; WatchReportError (exit 3) for a file that is missing, unreadable, not
     JSON or not a ``loaderdoc.watch/1`` report."""
     path = Path(path)
     data = load_json(path, what="watch report", error=WatchReportError, how_to_write=HOW_TO_WRITE)
-    return watch_run_from(data, path)
+    return watch_report_from(data, path)
 
 
-def watch_run_from(data: Any, path: str | Path) -> WatchRun:
+def watch_report_from(data: Any, path: str | Path) -> WatchReport:
     """The run in a parsed report (``path`` names it in the errors and the app)."""
     return read_document(data, path, schema=WATCH_SCHEMA, what="a watch report", error=WatchReportError,
-                         how_to_write=HOW_TO_WRITE, build=lambda doc: _run(doc, str(path)))
+                         how_to_write=HOW_TO_WRITE, build=lambda doc: _report(doc, str(path)))
 
 
-def _run(data: dict, path: str) -> WatchRun:
+def _checked(container: dict, key: str, tp: type, where: str, *, optional: bool = True, signed: bool = False) -> Any:
+    """``container[key]`` checked as :func:`jsondoc.get` checks it, kept as written (a whole number
+    stays one where a float is expected: the report is written back as it was read)."""
+    get(container, key, tp, where, optional=optional, signed=signed)
+    return container.get(key)
+
+
+def _report(data: dict, path: str) -> WatchReport:
     command = get(data, "command", list, "", optional=True)
     if command is not None and not all(isinstance(c, str) for c in command):
         raise Bad("command: expected a list of strings")
     findings = findings_from_json(data.get("findings"))
     loaders = [_loader(raw, f"loaders[{i}]") for i, raw in enumerate(get(data, "loaders", list, ""))]
-    run = WatchRun(
-        path=path, command=command, exit_code=get(data, "exit_code", int, "", optional=True, signed=True),
-        steps=get(data, "steps", int, "", optional=True) or sum(lo.steps for lo in loaders),
-        wait_share=get(data, "wait_share", float, "", optional=True), findings=findings, loaders=loaders,
-    )
+    get(data, "steps", int, "", optional=True)  # the run's totals are the loaders', checked all the same
+    get(data, "wait_share", float, "", optional=True)
     gpu = data.get("gpu")
-    if isinstance(gpu, dict) and isinstance(gpu.get("timing"), str):
-        run.gpu_timing = gpu["timing"]
-    _memory(run, data)
-    return run
+    return WatchReport(
+        command=command, exit_code=_checked(data, "exit_code", int, "", signed=True),
+        processes=_objects(data, "processes"), ranks=_objects(data, "ranks"), loaders=loaders,
+        memory=_memory(data), gpu=gpu if isinstance(gpu, dict) else None, findings=findings,
+        machine=data.get("machine"), traces=data.get("traces"), apply=data.get("apply"),
+        merged_from=data.get("merged_from"), commands=data.get("commands"), machines=data.get("machines"),
+        path=path)
 
 
-def _loader(raw: Any, where: str) -> LoaderRun:
+def _objects(data: dict, key: str) -> list[dict[str, Any]]:
+    items = get(data, key, list, "", optional=True) or []
+    for i, item in enumerate(items):
+        obj(item, f"{key}[{i}]")
+    return items
+
+
+def _loader(raw: Any, where: str) -> LoaderReport:
     obj(raw, where)
-    totals = get(raw, "totals", dict, where)
     at = f"{where}.totals"
+    totals = get(raw, "totals", dict, where)
+    read = {key: _checked(totals, key, tp, at) for key, tp in TOTAL_TYPES.items()}
     settings = get(raw, "settings", dict, where, optional=True) or {}
-    role = raw.get("role")  # absent from reports before loaders were named
-    name = describe_loader({"loader": raw.get("loader"), "class": raw.get("class"), "settings": settings,
-                            "role": role if isinstance(role, str) else None})
-    run = LoaderRun(
-        name=name, steps=get(totals, "steps", int, at, optional=True) or 0,
-        wait_share=get(totals, "wait_share", float, at, optional=True),
-        rank=get(raw, "rank", int, where, optional=True), pid=get(raw, "pid", int, where, optional=True),
-        workers_pss_max_bytes=get(totals, "workers_pss_max_bytes", int, at, optional=True),
-        gpu_idle_share=get(totals, "gpu_idle_share", float, at, optional=True),
-        cpu_line=_accounting_line(raw, "cpu", "a CPU accounting", where),
-        io_line=_accounting_line(raw, "io", "a read accounting", where),
-    )
-    timeline = get(raw, "timeline", list, where, optional=True)
-    if timeline:
-        run.per = "interval"
-        for i, point in enumerate(timeline):
-            w = f"{where}.timeline[{i}]"
-            obj(point, w)
-            t = get(point, "t_s", float, w)
-            run.intervals.append(Interval(f"at {t:.1f} s", t, get(point, "steps", int, w),
-                                          get(point, "wait_s", float, w), get(point, "step_s", float, w)))
-        return run
+    role, cls = raw.get("role"), raw.get("class")  # role: absent from reports before loaders were named
+    loader = LoaderReport(
+        number=raw.get("loader"), role=role if isinstance(role, str) else None,
+        pid=_checked(raw, "pid", int, where), rank=_checked(raw, "rank", int, where),
+        cls=cls if isinstance(cls, str) else None, settings=settings,
+        applied={k: raw[k] for k in ("asked", "applied", "apply_tables") if k in raw},
+        epochs=_epochs(raw, where, checked=not raw.get("timeline")),
+        totals=LoaderTotals(**{k: (v if v is not None or k not in COUNTS else 0) for k, v in read.items()}),
+        timeline=_timeline(raw, where), cpu=_accounting(raw, "cpu", "a CPU accounting", where),
+        io=_accounting(raw, "io", "a read accounting", where), proposed=raw.get("proposed"),
+        source=raw.get("source"))
+    if isinstance(loader.io, dict) and loader.io.get("readable") is False:
+        loader.io_unreadable = loader.io.get("reason")
+    return loader
+
+
+def _timeline(raw: dict, where: str) -> list[TimelinePoint]:
+    out = []
+    for i, point in enumerate(get(raw, "timeline", list, where, optional=True) or []):
+        w = f"{where}.timeline[{i}]"
+        obj(point, w)
+        out.append(TimelinePoint(t_s=_checked(point, "t_s", float, w, optional=False),
+                                 steps=_checked(point, "steps", int, w, optional=False),
+                                 wait_s=_checked(point, "wait_s", float, w, optional=False),
+                                 step_s=_checked(point, "step_s", float, w, optional=False)))
+    return out
+
+
+def _epochs(raw: dict, where: str, *, checked: bool) -> list[WatchedEpoch]:
+    """The epochs as recorded; ``checked``: the ones the app charts (a report without a timeline)."""
+    out = []
     for i, epoch in enumerate(get(raw, "epochs", list, where, optional=True) or []):
         w = f"{where}.epochs[{i}]"
         obj(epoch, w)
-        number = get(epoch, "epoch", int, w, optional=True)
-        number = i if number is None else number
-        run.intervals.append(Interval(f"epoch {number}", float(number), get(epoch, "steps", int, w, optional=True)
-                                      or 0, get(epoch, "wait_s", float, w), get(epoch, "step_s", float, w)))
-    return run
+        for key, tp in (("epoch", int), ("steps", int), ("wait_s", float), ("step_s", float)):
+            get(epoch, key, tp, w, optional=not checked or key in ("epoch", "steps"))
+        for key in ("start_s", "end_s"):  # the epoch's wall time is their difference
+            get(epoch, key, float, w, optional=True)
+        out.append(WatchedEpoch.from_record(epoch, i))
+    return out
 
 
-def _memory(run: WatchRun, data: dict) -> None:
-    """Peaks over every process's samples: the main process, its workers (summed PSS), /dev/shm."""
-    memory = get(data, "memory", list, "", optional=True) or []
-    main: list[int] = []
-    workers: list[int] = []
-    shm: list[int] = []
+def _memory(data: dict) -> list[dict[str, Any]]:
+    """Every process's memory: its samples (the main process, its workers' summed PSS, /dev/shm)."""
+    memory = _objects(data, "memory")
     for i, proc in enumerate(memory):
         where = f"memory[{i}]"
-        obj(proc, where)
         for j, sample in enumerate(get(proc, "samples", list, where, optional=True) or []):
             w = f"{where}.samples[{j}]"
             obj(sample, w)
-            for key, into in (("main_pss_bytes", main), ("workers_pss_bytes", workers), ("shm_used_bytes", shm)):
-                value = get(sample, key, int, w, optional=True)
-                if value is not None:
-                    into.append(value)
-        peak = get(proc, "shm_peak_used_bytes", int, where, optional=True)
-        if peak is not None:
-            shm.append(peak)
-        total = get(proc, "shm_total_bytes", int, where, optional=True)
-        if total is not None:
-            run.shm_total_bytes = total
-    workers += [lo.workers_pss_max_bytes for lo in run.loaders if lo.workers_pss_max_bytes is not None]
-    run.main_pss_peak_bytes = max(main, default=None)
-    run.workers_pss_peak_bytes = max(workers, default=None)
-    run.shm_peak_bytes = max(shm, default=None)
+            for key in ("main_pss_bytes", "workers_pss_bytes", "shm_used_bytes"):
+                get(sample, key, int, w, optional=True)
+        for key in ("shm_peak_used_bytes", "shm_total_bytes"):
+            get(proc, key, int, where, optional=True)
+    return memory
 
 
-def _accounting_line(raw: dict[str, Any], key: str, what: str, where: str) -> str | None:
-    """The loader's ``cpu`` or ``io`` accounting as the one line the text prints, where the report
-    has it (older ones do not)."""
+def _accounting(raw: dict[str, Any], key: str, what: str, where: str) -> dict[str, Any] | None:
+    """The loader's ``cpu`` or ``io`` accounting, where the report has it (older ones do not),
+    checked by making the one line the text prints of it."""
     from loaderdoc.watching import summary_text
 
     block = get(raw, key, dict, where, optional=True)
     if not block:
-        return None
+        return block
     try:
-        return (summary_text.cpu_text if key == "cpu" else summary_text.io_text)(block)
+        (summary_text.cpu_text if key == "cpu" else summary_text.io_text)(block)
     except (KeyError, TypeError, ValueError):
         raise Bad(f"{where}.{key}: not {what} this build can read") from None
+    return block

@@ -4,7 +4,7 @@ Diagnoses: which symptom *this* machine and *this* loader show, with the numbers
 
 Every rule looks at the machine facts, optionally the user's DataLoader settings, the bytes of one
 collated batch, a probe report, a :class:`TrainingContext` and what a real run measured
-(:class:`~loaderdoc.advice.watched.WatchEvidence`, from ``loaderdoc watch``), and either returns a
+(:class:`~loaderdoc.advice.watched.LoaderReport`, from ``loaderdoc watch``), and either returns a
 :class:`~loaderdoc.advice.findings.Finding` (it fires) or ``None`` (it stays silent). A rule that
 lacks the information it needs stays silent: advice that is wrong is worse than none.
 
@@ -25,7 +25,7 @@ from loaderdoc.advice.context import TrainingContext
 from loaderdoc.advice.cpu_use import CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, SEVERITY_ORDER, WARNING, Finding
 from loaderdoc.advice.io_use import IoUse
-from loaderdoc.advice.watched import WatchEvidence
+from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
@@ -58,7 +58,7 @@ class Inputs:
     batch_bytes: int | None = None
     probe: ProbeReport | None = None
     context: TrainingContext = field(default_factory=TrainingContext)
-    watch: WatchEvidence | None = None  # one loader of a real run, measured by `loaderdoc watch`
+    watch: LoaderReport | None = None  # one loader of a real run, measured by `loaderdoc watch`
 
     @property
     def ranks(self) -> int:
@@ -210,7 +210,7 @@ def evaluate(
     batch_bytes: int | None = None,
     probe: ProbeReport | None = None,
     context: TrainingContext | None = None,
-    watch: WatchEvidence | None = None,
+    watch: LoaderReport | None = None,
     with_ok: bool = False,
 ) -> list[Finding]:
     """The findings that fire for this machine (and settings, probe, context), most severe first.

@@ -1,6 +1,6 @@
 """A real run, measured by ``loaderdoc watch``: data wait, epoch start, worker memory, /dev/shm.
 
-These rules read :class:`~loaderdoc.advice.watched.WatchEvidence` (one loader of the run) and stay
+These rules read :class:`~loaderdoc.advice.watched.LoaderReport` (one loader of the run) and stay
 silent without it, so ``check`` and ``probe`` never see them fire. Their thresholds are the
 policy's, shared with the probe's decisions: a run and a probe judge a loader alike.
 """
@@ -17,7 +17,7 @@ from loaderdoc.advice.io_use import DEVICE_MIN_PER_BATCH, DISK, DISK_SHARE, RERE
 from loaderdoc.advice.rules.memory import MALLOC_CAUSE, malloc_fix
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
 from loaderdoc.advice.stragglers import find_stragglers
-from loaderdoc.advice.watched import WatchEvidence
+from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.units import cpus_text, fmt_bytes, fmt_seconds
 
 STARVED_RULE = "watch-data-starved"
@@ -25,26 +25,26 @@ HEALTHY_RULE = "watch-loader-healthy"
 _JUDGED = f"over >= {policy.WATCH_MIN_BATCHES} steady batches (loaderdoc.policy.WATCH_MIN_BATCHES)"
 
 
-def _judged(w: WatchEvidence | None) -> WatchEvidence | None:
+def _judged(w: LoaderReport | None) -> LoaderReport | None:
     """The evidence when it has enough steady batches to judge the data wait."""
     if w is None or w.waits < policy.WATCH_MIN_BATCHES or w.wait_share is None:
         return None
     return w
 
 
-def _wait_line(w: WatchEvidence) -> str:
+def _wait_line(w: LoaderReport) -> str:
     return (f"waited {100 * w.wait_share:.1f} % of its steady time for data over {w.waits} batches "
             f"({fmt_seconds(w.wait_per_batch_s)} per batch waiting, {fmt_seconds(w.step_per_batch_s)} per step)")
 
 
-def _workers_needed(w: WatchEvidence) -> int | None:
+def _workers_needed(w: LoaderReport) -> int | None:
     load, step = w.load_per_batch_s, w.step_per_batch_s
     if load is None or not step:
         return None
     return max(1, math.ceil(round(load / step, 6)))  # 4.0000001 workers are 4
 
 
-def _idle_share(w: WatchEvidence, use: CpuUse | None) -> float:
+def _idle_share(w: LoaderReport, use: CpuUse | None) -> float:
     """The share of the steady time the loop waited for a batch not yet loaded: the wait beyond
     the hand-over of a ready batch (which no worker count removes), where CPU time was recorded."""
     return use.idle_share if use is not None else w.wait_share
@@ -86,7 +86,7 @@ def io_line(reads: IoUse, verdict: str) -> str:
     return f"reads: {reads.line()}: {verdict}"
 
 
-def _waits_idle_on_disk(i: Inputs) -> tuple[WatchEvidence, IoUse] | None:
+def _waits_idle_on_disk(i: Inputs) -> tuple[LoaderReport, IoUse] | None:
     """The loop waits for batches whose loading is not CPU work, and the reads came from a disk."""
     w = _judged(i.watch)
     reads = i.io_use if w is not None else None
@@ -98,7 +98,7 @@ def _waits_idle_on_disk(i: Inputs) -> tuple[WatchEvidence, IoUse] | None:
     return w, reads
 
 
-def _verdict(i: Inputs, w: WatchEvidence, reads: IoUse) -> str:
+def _verdict(i: Inputs, w: LoaderReport, reads: IoUse) -> str:
     use = i.cpu_use
     return reads.verdict(100 * _idle_share(w, use) >= policy.NOT_STARVED_PCT, use.load_is_cpu if use else None)
 

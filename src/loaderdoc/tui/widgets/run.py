@@ -12,9 +12,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loaderdoc.advice.watched import wait_share_of
+from loaderdoc.advice.watched import Interval, LoaderReport, wait_share_of
 from loaderdoc.tui import model
-from loaderdoc.watching.run import Interval, LoaderRun
 
 # fixed colours, as in chart.py; without colour (NO_COLOR) the wait is solid and the step shaded
 WAIT_COLOR = (220, 50, 47)
@@ -34,7 +33,7 @@ class WaitShareChart(Widget):
     Drawn from text blocks (eighths of a cell), not plotext: two lines of seconds collapse onto
     the same row at 80x24 and one hides the other; a share stacked to 100 % cannot."""
 
-    def __init__(self, loader: LoaderRun, *, id: str | None = None) -> None:
+    def __init__(self, loader: LoaderReport, *, id: str | None = None) -> None:
         super().__init__(id=id, classes="run-chart")
         self._loader = loader
 
@@ -43,7 +42,7 @@ class WaitShareChart(Widget):
         return chart_text(self._loader, width, height)
 
 
-def chart_text(loader: LoaderRun, width: int, height: int) -> Text:
+def chart_text(loader: LoaderReport, width: int, height: int) -> Text:
     """The chart as ``height`` lines of ``width`` cells (the x labels are the last line)."""
     points = loader.intervals
     plot_w, plot_h = max(1, width - AXIS), max(1, height - 1)
@@ -110,7 +109,7 @@ class RunPane(Vertical):
                 yield Static(self._legend(loader), classes="run-note")
 
     @staticmethod
-    def _legend(loader: LoaderRun) -> Text:
+    def _legend(loader: LoaderReport) -> Text:
         text = Text()
         text.append("█ waiting for data", WAIT)
         text.append("  ")

@@ -1,9 +1,11 @@
-"""What a real training run showed about one DataLoader: the evidence the ``watch`` rules read.
+"""What a real training run showed about one DataLoader: :class:`LoaderReport`, the watch
+report's entry for it and the evidence the ``watch`` rules read (no parallel class).
 
-``loaderdoc watch`` (and ``loaderdoc.watch(loader)``) build one :class:`WatchEvidence` per loader
-from the hook's records and hand it to the rule catalogue beside the machine facts and the
-loader's settings, so a real run is judged by the same rules, thresholds and policy as ``check``
-and ``probe``. Plain numbers only: no torch, no textual, nothing read from the machine here.
+``loaderdoc watch`` (and ``loaderdoc.watch(loader)``) build one per loader from the hook's records
+and hand it to the rule catalogue beside the machine facts and the loader's settings, so a real run
+is judged by the same rules, thresholds and policy as ``check`` and ``probe``; the app shows the same
+object read back from a report. Plain numbers only: no torch, no textual, nothing read from the
+machine here.
 
 Definitions (every epoch of the loader, summed):
 

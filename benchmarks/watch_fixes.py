@@ -87,8 +87,11 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc._compat import tomllib
+from loaderdoc.advice.watched import LoaderReport, LoaderTotals
 from loaderdoc.watching.apply import table_key
-from loaderdoc.watching.fixes import TABLE_OF_ROLE, fix_tables
+from loaderdoc.watching.fixes import TABLE_OF_ROLE
+from loaderdoc.watching.fixes import fix_tables as _fix_tables
+from loaderdoc.watching.watch_report import WatchReport
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPS_DIR = REPO / "benchmarks" / "watch_loops"
@@ -203,6 +206,17 @@ def settings_seen(report: dict[str, Any], tables: Tables) -> bool | None:
         if not ran or any(s.get(k) != v for s in ran for k, v in table.items()):
             return False
     return True
+
+
+def fix_tables(data: dict[str, Any]):
+    """``--fixes``'s tables for a report as the bench keeps it (its JSON): the loaders' keys
+    ``fix_tables`` reads, typed (the bench's own fakes hold no more than those)."""
+    loaders = [LoaderReport(number=e.get("loader"), role=e.get("role"), settings=dict(e.get("settings") or {}),
+                            applied={k: e[k] for k in ("asked", "applied", "apply_tables") if k in e},
+                            totals=LoaderTotals(waits=(e.get("totals") or {}).get("waits") or 0),
+                            proposed=e.get("proposed"))
+               for e in data.get("loaders") or []]
+    return _fix_tables(WatchReport(command=data.get("command"), loaders=loaders))
 
 
 # ---- one loop's rounds (pure given the runner) --------------------------------------------------

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoc.watching.fixes import fix_tables
-
 # by path: `pytest` (the README's line) does not put the repository root on sys.path
 _spec = importlib.util.spec_from_file_location(
     "_loaderdoc_bench_watch_fixes", Path(__file__).resolve().parents[1] / "benchmarks" / "watch_fixes.py")
@@ -112,7 +110,7 @@ def scripted(plan: dict):
     def run(tables, apply_file):
         calls.append((wf.tables_text(tables), apply_file))
         k = len(calls) - 1
-        return [(r, f"r{k}-{i}.toml" if fix_tables(r)[0] else None) for i, r in enumerate(plan[wf.tables_text(tables)])]
+        return [(r, f"r{k}-{i}.toml" if wf.fix_tables(r)[0] else None) for i, r in enumerate(plan[wf.tables_text(tables)])]
     return run, calls
 
 

@@ -9,7 +9,9 @@ import pytest
 
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding
-from loaderdoc.cluster.job import JOB_SCHEMA, RankEntry, build_job_report, job_table
+from loaderdoc.cluster.job import RankEntry, build_job_report
+from loaderdoc.cluster.job_file import job_report_from
+from loaderdoc.cluster.job_report import JOB_SCHEMA
 from loaderdoc.cluster.launch import read_place
 from loaderdoc.commands.check_distributed import render_text
 from loaderdoc.errors import UserError
@@ -36,9 +38,19 @@ def entry(rank, node, facts, findings=(), host="container"):
     return RankEntry(rank, node, "GROUP_RANK", 0, host, check)
 
 
-def job(*machines, **kw):
+def built(*machines, **kw):
     """One rank per node, node i gets machines[i]."""
     return build_job_report([entry(i, i, m) for i, m in enumerate(machines)], launcher="torchrun", **kw)
+
+
+def job(*machines, **kw):
+    """The same job's JSON document, as `check --distributed --json` prints it."""
+    return built(*machines, **kw).to_json()
+
+
+def table(doc):
+    """The job table of a JSON document, read back as the app reads a report."""
+    return job_report_from(doc, "job.json").table
 
 
 def symptoms(report):
@@ -92,11 +104,11 @@ def test_a_different_build_is_named_against_the_majority_and_a_tie_lists_every_n
     assert [n["odd"] for n in report["nodes"]] == [[], [], ["driver", "torch", "cuda_build"]]
     assert [n["odd"] for n in tie["nodes"]] == [["gpus"], ["gpus"]]
     for doc in (report, tie):  # a report written before "odd" reads the same marks from its findings
-        marks = job_table(doc).odd
+        marks = table(doc).odd
         for node in doc["nodes"]:
             del node["odd"]
-        assert job_table(doc).odd == marks
-    assert job_table(report).odd == {("driver", 2), ("torch", 2), ("cuda_build", 2)}
+        assert table(doc).odd == marks
+    assert table(report).odd == {("driver", 2), ("torch", 2), ("cuda_build", 2)}
 
 
 def test_lower_open_file_limit_and_narrower_pcie_link():
@@ -111,12 +123,12 @@ def test_lower_open_file_limit_and_narrower_pcie_link():
 def test_nodes_are_told_apart_by_node_rank_not_hostname_and_the_worst_rank_counts():
     # four ranks, two per node, every container called "container"; rank 3 is pinned to fewer CPUs
     entries = [entry(0, 0, machine()), entry(1, 0, machine()), entry(2, 1, machine()), entry(3, 1, machine(cpus=2))]
-    report = build_job_report(entries, launcher="torchrun")
+    report = build_job_report(entries, launcher="torchrun").to_json()
     assert [(n["node"], n["ranks"], n["hostnames"]) for n in report["nodes"]] == [
         (0, [0, 1], ["container"]), (1, [2, 3], ["container"])]
     assert report["nodes"][1]["cells"]["cpus_per_rank"] == "2"
     assert symptoms(report) == ["node 1: 2 CPUs per rank where node 0 has 8 CPUs"]
-    by_host = build_job_report([entry(0, None, machine(), host="a"), entry(1, None, machine(), host="b")])
+    by_host = build_job_report([entry(0, None, machine(), host="a"), entry(1, None, machine(), host="b")]).to_json()
     assert [n["node"] for n in by_host["nodes"]] == ["a", "b"]
 
 
@@ -125,7 +137,7 @@ def test_each_ranks_own_findings_appear_once_naming_the_nodes_and_set_the_exit_c
     crash = Finding("shm-too-small", "critical", "/dev/shm is only 64 MiB")
     entries = [entry(0, 0, machine(), [everywhere]), entry(1, 0, machine(), [everywhere]),
                entry(2, 1, machine(), [everywhere, crash]), entry(3, 1, machine(), [everywhere, crash])]
-    report = build_job_report(entries)
+    report = build_job_report(entries).to_json()
     assert symptoms(report) == ["all nodes: pin_memory=True without a GPU", "node 1: /dev/shm is only 64 MiB"]
     assert (report["status"], report["exit_code"]) == ("critical", 2)
     assert [n["status"] for n in report["nodes"]] == ["warning", "critical"]
@@ -139,9 +151,22 @@ def test_the_json_is_plain_json_with_every_rank():
     assert MachineFacts.from_dict(back["ranks"][1]["machine"]).limits.nofile_soft.value == 1024
 
 
+def test_the_report_read_back_is_the_report_built():
+    everywhere = Finding("pin-memory-no-gpu", "warning", "pin_memory=True without a GPU")
+    store = {"address": "10.0.0.1:29500", "served_by": "rank 0", "listens_on": "10.0.0.1", "note": ""}
+    report = build_job_report([entry(0, 0, machine(), [everywhere]), entry(1, 1, machine(shm=64 * MiB))],
+                              launcher="torchrun", store=store)
+    doc = report.to_json()
+    back = job_report_from(json.loads(json.dumps(doc)), "job.json")
+    assert back.to_json() == doc and list(doc)[-1] == "store"
+    assert (back.status, back.exit_code, back.table, back.findings) == (
+        report.status, report.exit_code, report.table, report.findings)
+    assert (doc["status"], doc["exit_code"]) == ("warning", 1)
+
+
 def test_the_text_table_fits_80_columns_with_one_column_per_node(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    report = job(*[machine() for _ in range(7)], machine(shm=64 * MiB))
+    report = built(*[machine() for _ in range(7)], machine(shm=64 * MiB))
     text = render_text(report)
     table = text[:text.index("Findings:")].splitlines()
     assert max(len(line) for line in table) <= 80

@@ -21,8 +21,8 @@ from support.report_files import changed as _changed
 from support.report_files import write_report
 from textual.widgets import DataTable, OptionList, Static, TabbedContent
 
-from loaderdoc.cluster.job import job_table
-from loaderdoc.cluster.job_file import JobReportError, JobRun, load_job_report
+from loaderdoc.cluster.job_file import JobReportError, job_report_from, load_job_report
+from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import EXIT_USAGE
 from loaderdoc.reports import ReportError, open_report
 from loaderdoc.system.fixtures import load_machine
@@ -69,15 +69,15 @@ def test_a_report_without_odd_keys_reads_them_from_its_findings():
     doc = json.loads(FOUR.read_text())
     for node in doc["nodes"]:
         del node["odd"]
-    assert job_table(doc).odd == {("shm_size", 2), ("driver", 2)}
+    assert job_report_from(doc, FOUR).table.odd == {("shm_size", 2), ("driver", 2)}
     two = json.loads(TWO.read_text())
     for node in two["nodes"]:
         del node["odd"]
-    assert job_table(two).odd == {("cpus_per_rank", 1), ("shm_size", 1)}  # node 1's own finding marks nothing
+    assert job_report_from(two, TWO).table.odd == {("cpus_per_rank", 1), ("shm_size", 1)}  # node 1's own finding marks nothing
 
 
 def test_one_reader_tells_a_job_from_a_watched_run():
-    assert isinstance(open_report(FOUR), JobRun) and isinstance(open_report(WATCHED), WatchReport)
+    assert isinstance(open_report(FOUR), JobReport) and isinstance(open_report(WATCHED), WatchReport)
 
 
 @pytest.mark.parametrize("doc, expected", [
@@ -161,7 +161,7 @@ async def test_the_real_two_node_job_shows_both_nodes_and_node_1s_marks():
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         table = app.screen.query_one("#job-table", DataTable)
-        assert len(table.columns) == 3 and table.row_count == 2 + len(app.session.job_run.report["fields"]) + 1
+        assert len(table.columns) == 3 and table.row_count == 2 + len(app.session.job_run.fields) + 1
         marked = {(str(row[0]), col) for row in _cells(table) for col, cell in enumerate(row[1:])
                   if ODD_MARK in str(cell)}
         assert marked == {("CPUs per rank", 1), ("/dev/shm size", 1)}

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loaderdoc.cluster.job import JOB_SCHEMA
-from loaderdoc.cluster.job_file import JobRun, job_run_from
+from loaderdoc.cluster.job_file import job_report_from
+from loaderdoc.cluster.job_report import JOB_SCHEMA, JobReport
 from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
@@ -42,7 +42,7 @@ class TuneRun:
     report: TuneReport
 
 
-def open_report(path: str | Path) -> WatchReport | JobRun | TuneRun:
+def open_report(path: str | Path) -> WatchReport | JobReport | TuneRun:
     """The run, the job or the tune in ``path``; a UserError (exit 3) in one line for anything else."""
     path = Path(path)
     data = load_json(path, what="watch, job or tune report", error=ReportError, how_to_write=HOW_TO_WRITE)
@@ -53,7 +53,7 @@ def open_report(path: str | Path) -> WatchReport | JobRun | TuneRun:
     if schema == WATCH_SCHEMA:
         return watch_report_from(data, path)
     if schema == JOB_SCHEMA:
-        return job_run_from(data, path)
+        return job_report_from(data, path)
     if schema == TUNE_SCHEMA:
         return tune_run_from(data, path)
     bad = not_schema(data, f"{WATCH_SCHEMA}, {JOB_SCHEMA} or {TUNE_SCHEMA}", "a watch, job or tune report",

@@ -20,7 +20,7 @@ from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import Recommendation, recommend
 from loaderdoc.advice.rules import evaluate
 from loaderdoc.advice.tradeoffs import KnobTradeoff, tradeoffs
-from loaderdoc.cluster.job_file import JobRun
+from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError, UserError
 from loaderdoc.export import export_header
 from loaderdoc.probing.result import ConfigResult, ProbeReport
@@ -151,7 +151,7 @@ class Session:
         load_dataset_fn: Callable[[str], Any] | None = None,
         header_fn: Callable[..., list[str]] | None = None,
         watch_run: WatchReport | None = None,
-        job_run: JobRun | None = None,
+        job_run: JobReport | None = None,
         tune_run: TuneRun | None = None,
         config: ConfigChoice | None = None,
     ) -> None:

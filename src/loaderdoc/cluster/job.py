@@ -1,5 +1,6 @@
-"""The job report: each rank's `check` report grouped by node, one table of the facts that must
-agree across nodes, and findings naming the node that is the odd one out.
+"""The job report's producer: each rank's `check` report grouped by node, one table of the facts
+that must agree across nodes, and findings naming the node that is the odd one out, built once
+into a :class:`~loaderdoc.cluster.job_report.JobReport`.
 
 Pure: it works on the ranks' reports as gathered (plain dicts), so it is tested with recorded
 facts of several nodes and never needs torch or more than one machine.
@@ -21,14 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import WARNING, Finding, worst
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING
+from loaderdoc.cluster.job_report import JobFact, JobNode, JobRank, JobReport, node_label, ranges
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus
 
-JOB_SCHEMA = "loaderdoc.job/1"
-EXIT_FOR = {"ok": EXIT_OK, "warning": EXIT_WARNING, "critical": EXIT_CRITICAL}
 UNLIMITED = math.inf
 
 
@@ -114,21 +112,6 @@ def _affinity(f: MachineFacts) -> str:
     return f"{len(cpus)}: {ranges(cpus)}" if len(ranges(cpus)) <= 12 else f"{len(cpus)} CPUs"
 
 
-def ranges(cpus: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out, start = [], None
-    for i, c in enumerate(sorted(cpus)):
-        if start is None:
-            start = prev = c
-        elif c != prev + 1:
-            out.append(f"{start}-{prev}" if prev > start else f"{start}")
-            start = c
-        prev = c
-        if i == len(cpus) - 1:
-            out.append(f"{start}-{prev}" if prev > start else f"{start}")
-    return ",".join(out)
-
-
 def _quota(f: MachineFacts) -> str:
     quota = _known(f.cpu.cgroup_quota, "none")
     return "unknown" if quota is None else quota if isinstance(quota, str) else fmt_cpus(quota)
@@ -192,10 +175,6 @@ FIELDS: list[Field] = [
 ]
 
 
-def node_label(node_id: int | str) -> str:
-    return f"node {node_id}"
-
-
 def _nodes_text(ids: list[int | str]) -> str:
     return ("node " if len(ids) == 1 else "nodes ") + ", ".join(str(i) for i in ids)
 
@@ -204,8 +183,10 @@ def _ranks_text(ranks: list[int]) -> str:
     return ranges(ranks) if ranks else "-"
 
 
-def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size: int | None = None) -> dict:
-    """The job report (schema ``loaderdoc.job/1``) from every rank's entry."""
+def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size: int | None = None,
+                     store: dict[str, Any] | None = None) -> JobReport:
+    """The job report (schema ``loaderdoc.job/1``) from every rank's entry; ``store``: where the
+    job's store listened (``check --distributed`` says it)."""
     nodes: dict[int | str, list[RankEntry]] = {}
     for entry in sorted(entries, key=lambda e: e.rank):
         nodes.setdefault(entry.node_id, []).append(entry)
@@ -228,68 +209,22 @@ def build_job_report(entries: list[RankEntry], *, launcher: str = "", world_size
                 if value is not None:
                     values[fl.key][node] = value
             cells[fl.key] = fl.cell(facts[pick.rank])
-        node_rows.append({
-            "node": node, "node_source": ranks[0].node_source,
-            "hostnames": sorted({e.hostname for e in ranks}), "ranks": [e.rank for e in ranks],
-            "status": worst([f for e in ranks for f in _findings(e)]), "cells": cells,
-        })
+        node_rows.append(JobNode(node=node, node_source=ranks[0].node_source,
+                                 hostnames=sorted({e.hostname for e in ranks}), ranks=[e.rank for e in ranks],
+                                 status=worst([f for e in ranks for f in _findings(e)]), cells=cells))
     odd = odd_ones_out(values, {n: [e.rank for e in nodes[n]] for n in order})
     for row in node_rows:  # a node that is the odd one out is not "ok" either
-        row["status"] = worst([f for f, named in odd if row["node"] in named] + [Finding("", row["status"], "")])
+        row.status = worst([f for f, named in odd if row.node in named] + [Finding("", row.status, "")])
         # the fields on which it is: the cells the app highlights (the findings say it only in words)
-        row["odd"] = list(dict.fromkeys(f.rule_id.removeprefix("job-") for f, named in odd if row["node"] in named))
-    findings = [f for f, _ in odd] + node_findings(nodes, order)
-    status = worst(findings)
-    return {
-        "schema": JOB_SCHEMA,
-        "status": status,
-        "exit_code": EXIT_FOR[status],
-        "launcher": launcher,
-        "world_size": world_size if world_size is not None else len(entries),
-        "fields": [{"key": f.key, "label": f.label} for f in FIELDS],
-        "nodes": node_rows,
-        "findings": [to_dict(f) for f in findings],
-        "ranks": [{"rank": e.rank, "node": e.node_id, "local_rank": e.local_rank, "hostname": e.hostname,
-                   "status": e.check.get("status", "ok"), "findings": e.check.get("findings", []),
-                   "machine": e.check.get("machine", {})} for e in sorted(entries, key=lambda e: e.rank)],
-    }
-
-
-@dataclass
-class JobTable:
-    """The job table as `check --distributed` prints it and the app shows it: one column per
-    node, one row per fact; ``odd`` holds the (row key, column index) cells of an odd node out."""
-
-    columns: list[str]  # "node 0", ...
-    rows: list[tuple[str, str, list[str]]]  # (key, label, one cell per node)
-    odd: set[tuple[str, int]] = field(default_factory=set)
-
-
-def job_table(job: dict) -> JobTable:
-    """The table of a ``loaderdoc.job/1`` report (a checked one: see cluster/job_file.py)."""
-    nodes = job["nodes"]
-    rows = [("ranks", "ranks", [ranges(n["ranks"]) for n in nodes]),
-            ("host", "host", [", ".join(n["hostnames"]) for n in nodes])]
-    rows += [(f["key"], f["label"], [str(n["cells"].get(f["key"], "-")) for n in nodes]) for f in job["fields"]]
-    rows.append(("status", "status", [n["status"] for n in nodes]))
-    odd = {(key, i) for i, n in enumerate(nodes) for key in odd_fields(job, n)}
-    return JobTable([node_label(n["node"]) for n in nodes], rows, odd)
-
-
-def odd_fields(job: dict, node: dict) -> list[str]:
-    """The fields on which ``node`` is the odd one out: its ``odd`` key, or for a report written
-    before that key, read from the findings (``job-<field>``, naming the node before the colon)."""
-    if "odd" in node:
-        return list(node["odd"])
-    keys = {f["key"] for f in job["fields"]}
-    out = []
-    for f in job["findings"]:
-        key = str(f.get("rule_id", "")).removeprefix("job-")
-        named = str(f.get("symptom", "")).split(": ", 1)[0]
-        if key in keys and (named.startswith("no two nodes agree")
-                            or str(node["node"]) in named.removeprefix("nodes ").removeprefix("node ").split(", ")):
-            out.append(key)
-    return out
+        row.odd = list(dict.fromkeys(f.rule_id.removeprefix("job-") for f, named in odd if row.node in named))
+    return JobReport(
+        launcher=launcher, world_size=world_size if world_size is not None else len(entries),
+        fields=[JobFact(f.key, f.label) for f in FIELDS], nodes=node_rows,
+        findings=[f for f, _ in odd] + node_findings(nodes, order),
+        ranks=[JobRank(rank=e.rank, node=e.node_id, local_rank=e.local_rank, hostname=e.hostname,
+                       status=e.check.get("status", "ok"), findings=e.check.get("findings", []),
+                       machine=e.check.get("machine", {})) for e in sorted(entries, key=lambda e: e.rank)],
+        store=store)
 
 
 def odd_ones_out(values: dict[str, dict[int | str, Any]],

@@ -89,7 +89,7 @@ def print_job(job) -> int:
     from loaderdoc.commands.check_distributed import render_text
 
     print(NO_TERMINAL_JOB, file=sys.stderr, flush=True)
-    sys.stdout.write(render_text(job.report))
+    sys.stdout.write(render_text(job, with_store=False))
     return EXIT_OK
 
 
@@ -105,14 +105,14 @@ def print_tune(tune) -> int:
 def run_app(args: argparse.Namespace) -> int:
     watch_run = job_run = tune_run = None
     if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
-        from loaderdoc.cluster.job_file import JobRun
+        from loaderdoc.cluster.job_report import JobReport
         from loaderdoc.reports import open_report
         from loaderdoc.watching.watch_report import WatchReport
 
         opened = open_report(args.open_report)
         if isinstance(opened, WatchReport):
             watch_run = opened
-        elif isinstance(opened, JobRun):
+        elif isinstance(opened, JobReport):
             job_run = opened
         else:
             tune_run = opened

@@ -27,7 +27,7 @@ from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState
 
 from loaderdoc.advice.findings import Finding
-from loaderdoc.cluster.job_file import JobRun
+from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import UserError
 from loaderdoc.reports import TuneRun
 from loaderdoc.session import ConfigChoice, DetectFn, ProbeFn, ProbeRequest, Session, one_line
@@ -94,7 +94,7 @@ class LoaderDocApp(App[int]):
         header_fn: Callable[..., list[str]] | None = None,
         early_facts: Future | None = None,
         watch_run: WatchReport | None = None,
-        job_run: JobRun | None = None,
+        job_run: JobReport | None = None,
         tune_run: TuneRun | None = None,
         config: ConfigChoice | None = None,
     ) -> None:
@@ -409,7 +409,7 @@ def make_app(
     header_fn: Callable[..., list[str]] | None = None,
     early_facts: Future | None = None,
     watch_run: WatchReport | None = None,
-    job_run: JobRun | None = None,
+    job_run: JobReport | None = None,
     tune_run: TuneRun | None = None,
     config: ConfigChoice | None = None,
 ) -> LoaderDocApp:

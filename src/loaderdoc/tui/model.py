@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoc.advice.watched import LoaderReport
-from loaderdoc.cluster.job_file import JobRun
+from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError
 from loaderdoc.policy import still_growing
 from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
@@ -434,10 +434,10 @@ def loader_chart_note(loader: LoaderReport) -> str:
 # ---- a job report (`loaderdoc --report job.json`) ------------------------------------------
 
 
-def job_summary(job: JobRun) -> str:
+def job_summary(job: JobReport) -> str:
     """One line above the job table: the job's status and its odd nodes out first (80 columns cut
     the rest), then its size and launcher."""
-    nodes = job.report["nodes"]
+    nodes = job.nodes
     table = job.table
     odd = sorted({table.columns[i] for _, i in table.odd}, key=table.columns.index)
     if odd:
@@ -449,7 +449,7 @@ def job_summary(job: JobRun) -> str:
             f"nodes by {job.node_source})")
 
 
-def job_note(job: JobRun) -> str:
+def job_note(job: JobReport) -> str:
     """Under the summary: how to read the highlights, where the findings are, the file."""
     if not job.findings:
         return f"No findings: the nodes agree and none has a problem. Report: {job.path}"

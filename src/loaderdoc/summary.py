@@ -7,6 +7,7 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+from loaderdoc.advice.findings import Finding
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
@@ -125,17 +126,17 @@ def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
     return "; ".join(changes) or "no change"
 
 
-def finding_lines(f: Any, width: int | None = None, *, ok_brief: bool = False) -> list[str]:
-    """A finding (a ``Finding`` or its JSON dict) as the text commands print: the symptom line,
-    then evidence, cause and fix, indented under it. ``width``: wrapped to it (words never cut),
-    as ``watch``'s summary on stderr is; ``ok_brief``: an ``ok`` finding's symptom line alone."""
+def finding_lines(f: Finding, width: int | None = None, *, ok_brief: bool = False) -> list[str]:
+    """A finding as the text commands print: the symptom line, then evidence, cause and fix,
+    indented under it. ``width``: wrapped to it (words never cut), as ``watch``'s summary on
+    stderr is; ``ok_brief``: an ``ok`` finding's symptom line alone."""
     import textwrap
 
-    get = f.get if isinstance(f, dict) else (lambda key: getattr(f, key))
-    parts = [(f"{get('severity').upper():<8} {get('rule_id')}: {get('symptom')}", "  ", " " * 11)]
-    if not (ok_brief and get("severity") == "ok"):
-        parts += [(f"evidence: {ev}", " " * 11, " " * 13) for ev in get("evidence") or []]
-        parts += [(f"{label}: {get(label)}", " " * 11, " " * 13) for label in ("cause", "fix") if get(label)]
+    parts = [(f"{f.severity.upper():<8} {f.rule_id}: {f.symptom}", "  ", " " * 11)]
+    if not (ok_brief and f.severity == "ok"):
+        parts += [(f"evidence: {ev}", " " * 11, " " * 13) for ev in f.evidence or []]
+        parts += [(f"{label}: {text}", " " * 11, " " * 13) for label, text in (("cause", f.cause), ("fix", f.fix))
+                  if text]
     if width is None:
         return [first + text for text, first, _ in parts]
     lines: list[str] = []

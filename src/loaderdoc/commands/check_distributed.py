@@ -56,6 +56,8 @@ def store_entry(place, listens_on: str) -> dict:
 
 
 def render_text(job: dict) -> str:
+    from loaderdoc._serde import from_dict
+    from loaderdoc.advice.findings import Finding
     from loaderdoc.cluster.job import job_table
     from loaderdoc.commands.layout import output_width, table_lines, wrap
     from loaderdoc.summary import finding_lines
@@ -74,8 +76,8 @@ def render_text(job: dict) -> str:
     out.append("")
     findings = job["findings"]
     out.append("Findings:" if findings else "Findings: none - the nodes agree and none has a problem")
-    for f in findings:
-        out.extend(finding_lines(f))
+    for f in findings:  # the job's findings are JSON (gathered from the ranks, or read from a report)
+        out.extend(finding_lines(from_dict(Finding, f)))
     out.append("")
     store = job.get("store")
     if store:  # while the check ran, whoever reached this port could read and write the store (no authentication)

@@ -8,10 +8,11 @@ import os
 import pytest
 
 from loaderdoc._compat import tomllib
+from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import recommend
 from loaderdoc.config import load_settings
 from loaderdoc.errors import ExportError
-from loaderdoc.export import FORMATS, export_header, format_for, render, write_export
+from loaderdoc.export import FORMATS, export_header, findings_header, format_for, render, write_export
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 
@@ -217,3 +218,23 @@ def test_hugging_face_export_names_every_chosen_value_it_cannot_write():
     assert "get_train_dataloader" in notes[3]
     # torch's defaults (and shuffle, which the Trainer decides) lose nothing: no such note
     assert "not written" not in render(LoaderSettings(batch_size=16, num_workers=2, shuffle=True), "hf")
+
+
+def test_findings_in_a_header_whole_lines_with_and_without_their_fix():
+    # export_header (check's findings, fix wrapped at 98 columns) and probe --export (no fix) say them alike
+    findings = [Finding("shm-too-small", "critical", "batches do not fit /dev/shm",
+                        fix="docker run --shm-size=1g ... " + "or hold fewer batches in flight " * 3),
+                Finding("pin-memory-without-gpu", "warning", "pin_memory=True but no GPU")]
+    assert findings_header(findings) == [
+        "findings on this machine:",
+        "  [critical] shm-too-small: batches do not fit /dev/shm",
+        "    fix: docker run --shm-size=1g ... or hold fewer batches in flight or hold fewer batches in",
+        "         flight or hold fewer batches in flight",
+        "  [warning] pin-memory-without-gpu: pin_memory=True but no GPU",
+    ]
+    assert findings_header(findings, with_fix=False) == [
+        "findings on this machine:",
+        "  [critical] shm-too-small: batches do not fit /dev/shm",
+        "  [warning] pin-memory-without-gpu: pin_memory=True but no GPU",
+    ]
+    assert findings_header([]) == []

@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
     {"probing"},
     {"advice"},
     {"summary"},
+    {"checking"},
     {"cluster"},
     {"watching"},
     {"tuning"},

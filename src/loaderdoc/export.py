@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from loaderdoc._version import __version__
+from loaderdoc.advice.findings import Finding
 from loaderdoc.config.layouts import HF_NAMES
 from loaderdoc.errors import ExportError
 from loaderdoc.safe_write import write_text
@@ -173,17 +174,21 @@ def export_header(facts: MachineFacts, recommendation=None, findings=()) -> list
         lines.append(f"source: {'measured by a probe' if recommendation.source == 'probe' else 'machine facts (no probe)'}")
         lines.append("why:")
         lines += [f"  {key}: {reason}" for key, reason in recommendation.reasons.items()]
+    return lines + findings_header(findings)
+
+
+def findings_header(findings: Iterable[Finding], *, with_fix: bool = True) -> list[str]:
+    """An export header's findings: one line each, then (``with_fix``) its fix, wrapped."""
     findings = list(findings)
-    if findings:
-        lines.append("findings on this machine:")
-        for f in findings:
-            lines.append(f"  [{f.severity}] {f.rule_id}: {f.symptom}")
-            if f.fix:
-                # the file is all a reader of it gets: a fix outside the DataLoader (an environment
-                # variable, a docker flag) is otherwise lost between the report and the job
-                # long words stay whole: a command or a path cut in two would be pasted wrong
-                lines += textwrap.wrap(f.fix, width=_FIX_WIDTH, initial_indent="    fix: ",
-                                       subsequent_indent="         ", break_on_hyphens=False,
-                                       break_long_words=False)
+    lines = ["findings on this machine:"] if findings else []
+    for f in findings:
+        lines.append(f"  [{f.severity}] {f.rule_id}: {f.symptom}")
+        if with_fix and f.fix:
+            # the file is all a reader of it gets: a fix outside the DataLoader (an environment
+            # variable, a docker flag) is otherwise lost between the report and the job
+            # long words stay whole: a command or a path cut in two would be pasted wrong
+            lines += textwrap.wrap(f.fix, width=_FIX_WIDTH, initial_indent="    fix: ",
+                                   subsequent_indent="         ", break_on_hyphens=False,
+                                   break_long_words=False)
     return lines
 

@@ -7,6 +7,7 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+from loaderdoc.advice.findings import Finding
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
@@ -125,23 +126,31 @@ def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
     return "; ".join(changes) or "no change"
 
 
-def finding_lines(f: Any, width: int | None = None, *, ok_brief: bool = False) -> list[str]:
-    """A finding (a ``Finding`` or its JSON dict) as the text commands print: the symptom line,
-    then evidence, cause and fix, indented under it. ``width``: wrapped to it (words never cut),
-    as ``watch``'s summary on stderr is; ``ok_brief``: an ``ok`` finding's symptom line alone."""
+def finding_parts(f: Finding, *, ok_brief: bool = False) -> list[tuple[str, str, str]]:
+    """A finding as the text commands print it, part by part: (indent, label, text) for the
+    symptom line ("  ", "WARNING  ", "rule-id: symptom"), then its evidence, cause and fix
+    (" " * 11, "evidence: ", ...). ``ok_brief``: an ``ok`` finding's symptom line alone."""
+    parts = [("  ", f"{f.severity.upper():<8} ", f"{f.rule_id}: {f.symptom}")]
+    if not (ok_brief and f.severity == "ok"):
+        parts += [(" " * 11, "evidence: ", ev) for ev in f.evidence or []]
+        parts += [(" " * 11, f"{label}: ", text) for label, text in (("cause", f.cause), ("fix", f.fix)) if text]
+    return parts
+
+
+def finding_lines(f: Finding, width: int | None = None, *, ok_brief: bool = False) -> list[str]:
+    """A finding as the text commands print: the symptom line, then evidence, cause and fix,
+    indented under it (:func:`finding_parts`). ``width``: wrapped to it (words never cut), each
+    part's next lines two columns past its indent, as ``watch``'s summary on stderr is."""
     import textwrap
 
-    get = f.get if isinstance(f, dict) else (lambda key: getattr(f, key))
-    parts = [(f"{get('severity').upper():<8} {get('rule_id')}: {get('symptom')}", "  ", " " * 11)]
-    if not (ok_brief and get("severity") == "ok"):
-        parts += [(f"evidence: {ev}", " " * 11, " " * 13) for ev in get("evidence") or []]
-        parts += [(f"{label}: {get(label)}", " " * 11, " " * 13) for label in ("cause", "fix") if get(label)]
+    parts = finding_parts(f, ok_brief=ok_brief)
     if width is None:
-        return [first + text for text, first, _ in parts]
+        return [indent + label + text for indent, label, text in parts]
     lines: list[str] = []
-    for text, first, more in parts:
-        lines += textwrap.wrap(text, width, initial_indent=first, subsequent_indent=more, break_on_hyphens=False,
-                               break_long_words=False) or [first.rstrip()]
+    for indent, label, text in parts:
+        more = " " * 11 if indent == "  " else " " * 13  # under the rule id; under the label's word
+        lines += textwrap.wrap(label + text, width, initial_indent=indent, subsequent_indent=more,
+                               break_on_hyphens=False, break_long_words=False) or [indent.rstrip()]
     return lines
 
 

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoc.commands.layout import output_width, wrap
 
+if TYPE_CHECKING:
+    from loaderdoc.checking.report import CheckReport
 
-def config_lines(config: dict) -> list[str]:
+
+def config_lines(report: CheckReport) -> list[str]:
+    """`check`'s Config section: the file, then each loader as judged and where its settings were read."""
     from loaderdoc.config.report import not_set_text, value_text, where_text
 
     width = output_width()
-    loaders = config["loaders"]
+    config, path = report.description, report.config_path
+    loaders = report.loaders
     files = config["files"]
     inherited = f"; {len(files)} files" if len(files) > 1 else ""
-    head = f"Config {config['path']} ({config['layout']}{inherited}): "
+    head = f"Config {path} ({config['layout']}{inherited}): "
     if not loaders:
         partial = "; read partial" if config["read"] == "partial" else ""
         return [head + f"no DataLoader settings{partial}",
@@ -22,22 +27,21 @@ def config_lines(config: dict) -> list[str]:
     out = [head + f"{len(loaders)} loader{'s' if len(loaders) != 1 else ''}"
            + ("; read PARTIAL" if config["read"] == "partial" else "")]
     for entry in loaders:
-        read = entry["read"]
-        kwargs = ", ".join(f"{k}={value_text(k, v, entry['batch_scope'])}" for k, v in read.items()
-                           if v["set_by"] is not None)
-        if entry["batch_per_process"] is not None and entry["batch_scope"] == "total":
-            kwargs += f"; judged as {entry['batch_per_process']} per process on this machine"
+        read, scope = entry.described["settings"], entry.described["batch_scope"]
+        kwargs = ", ".join(f"{k}={value_text(k, v, scope)}" for k, v in read.items() if v["set_by"] is not None)
+        if entry.batch is not None and scope == "total":
+            kwargs += f"; judged as {entry.batch} per process on this machine"
         out += wrap(kwargs or "the file sets nothing this loader could use", width,
-                    first=f"  {entry['name'] or 'loader'} [{entry['status']}]: ", rest="      ")
-        if entry["unreadable"]:
-            out += wrap(f"{', '.join(entry['unreadable'])} is worked out when the job runs; check the resolved "
+                    first=f"  {entry.name or 'loader'} [{entry.status}]: ", rest="      ")
+        if entry.unreadable:
+            out += wrap(f"{', '.join(entry.unreadable)} is worked out when the job runs; check the resolved "
                         "config (mmengine: tools/misc/print_config.py)", width, first="    not judged: ", rest="      ")
         torch_defaults, framework = not_set_text(read)
         if torch_defaults:
             out += wrap(torch_defaults, width, first="    not set: ", rest="      ")
         if framework:
             out += wrap(framework, width, first="    framework: ", rest="      ")
-        pairs = [f"{k} <- {where_text(v, config['path'], with_file=False)}" for k, v in read.items()
+        pairs = [f"{k} <- {where_text(v, path, with_file=False)}" for k, v in read.items()
                  if v["set_by"] is not None]
         if pairs and len("    read from: " + ", ".join(pairs)) <= width:
             out.append("    read from: " + ", ".join(pairs))

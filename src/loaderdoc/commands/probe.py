@@ -232,15 +232,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_PROBE_FAILED
     if args.export is not None:
-        from loaderdoc.export import write_export
+        from loaderdoc.export import findings_header, write_export
 
         header = [f"DataLoader settings measured by `loaderdoc probe` on {report.workload.name}",
                   f"batch_size={report.workload.batch_size}, step {report.workload.step_ms:g} ms, "
                   f"{len(report.results)} configurations in {report.elapsed_s:.0f} s"]
         header += [f"  {reason}" for reason in report.reasons]
-        if findings:
-            header.append("findings on this machine:")
-            header += [f"  [{f.severity}] {f.rule_id}: {f.symptom}" for f in findings]
+        header += findings_header(findings, with_fix=False)
         written = write_export(args.export, report.recommended, fmt=args.format, force=args.force, header=header)
         if written is not None:
             print(f"wrote {written}", file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import Any
 from loaderdoc.commands.layout import LAST_MIN, table_lines, wrap
 from loaderdoc.policy import same_throughput, still_growing
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport, step_note
-from loaderdoc.summary import finding_lines
+from loaderdoc.summary import finding_parts
 from loaderdoc.units import MiB, fmt_bytes
 
 INDENT = "  "
@@ -359,18 +359,12 @@ def recommended_lines(report: ProbeReport, width: int) -> list[str]:
 
 
 def findings_lines(findings: list[Any], width: int) -> list[str]:
-    """Each finding as `check` prints it (finding_lines), wrapped: a line's text continues under
-    itself, after its "WARNING", "evidence:", "cause:" or "fix:"."""
+    """Each finding as `check` prints it (summary.finding_parts), wrapped: a part's text continues
+    under itself, after its "WARNING", "evidence:", "cause:" or "fix:"."""
     if not findings:
         return ["", "Findings: none"]
     out = ["", "Findings:"]
     for f in findings:
-        for i, line in enumerate(finding_lines(f)):
-            if i == 0:  # "  WARNING  rule-id: symptom"
-                lead = re.match(r"\s*\S+\s+", line)
-                first = lead.group(0) if lead else ""
-            else:  # "           evidence: ..."
-                lead = re.match(r"\s*[a-z]+: ", line)
-                first = lead.group(0) if lead else line[:len(line) - len(line.lstrip())]
-            out += wrap(line[len(first):], width, first, " " * len(first))
+        for indent, label, text in finding_parts(f):
+            out += wrap(text, width, indent + label, " " * len(indent + label))
     return out

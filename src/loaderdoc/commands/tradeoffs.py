@@ -73,7 +73,7 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     judged: list[dict[str, Any]] = []  # name, layout, settings_from, settings, unreadable
     config = None
     if args.config:
-        from loaderdoc.commands.check import per_process_batch
+        from loaderdoc.checking.build import per_process_batch
         from loaderdoc.config import read_config
         from loaderdoc.config.report import describe_loader, not_set_text
 

@@ -37,6 +37,12 @@ def _wait_line(w: LoaderReport) -> str:
             f"({fmt_seconds(w.wait_per_batch_s)} per batch waiting, {fmt_seconds(w.step_per_batch_s)} per step)")
 
 
+def _wait_lines(w: LoaderReport, use: CpuUse | None) -> list[str]:
+    """The evidence a starved and a healthy loader both open with: the wait, and with workers and
+    CPU time recorded, the hand-over inside it."""
+    return [_wait_line(w)] + ([_handover_line(use)] if use is not None and use.workers else [])
+
+
 def _workers_needed(w: LoaderReport) -> int | None:
     load, step = w.load_per_batch_s, w.step_per_batch_s
     if load is None or not step:
@@ -118,9 +124,7 @@ def _watch_starved(i: Inputs) -> Finding | None:
     pct = 100 * _idle_share(w, use)
     if pct < policy.NOT_STARVED_PCT:
         return None
-    evidence = [_wait_line(w)]
-    if use is not None and use.workers:
-        evidence.append(_handover_line(use))
+    evidence = _wait_lines(w, use)
     if w.wait_p50_s is not None:
         evidence.append(f"wait per batch p50 {fmt_seconds(w.wait_p50_s)}, p95 {fmt_seconds(w.wait_p95_s)} "
                         f"(epoch {w.percentile_epoch})")
@@ -182,10 +186,8 @@ def _watch_healthy(i: Inputs) -> Finding | None:
     share = _idle_share(w, use)
     if 100 * share >= policy.NOT_STARVED_PCT:
         return None
-    evidence = [_wait_line(w)]
+    evidence = _wait_lines(w, use)
     if use is not None:
-        if use.workers:
-            evidence.append(_handover_line(use))
         evidence += cpu_lines(use)
     return found(
         OK,

@@ -56,6 +56,12 @@ def _idle_share(w: LoaderReport, use: CpuUse | None) -> float:
     return use.idle_share if use is not None else w.wait_share
 
 
+def _starved(w: LoaderReport, use: CpuUse | None) -> bool:
+    """The loop waits for data (policy.NOT_STARVED_PCT): the one judgement the starved, healthy and
+    on-disk rules and the read verdict share."""
+    return 100 * _idle_share(w, use) >= policy.NOT_STARVED_PCT
+
+
 def _handover_line(use: CpuUse) -> str:
     return (f"{fmt_seconds(use.handover_cpu_s)} of the {fmt_seconds(use.wait_wall_s)} wait per batch is the "
             f"loop's own CPU work taking a ready batch (the hand-over no worker count removes); "
@@ -99,14 +105,14 @@ def _waits_idle_on_disk(i: Inputs) -> tuple[LoaderReport, IoUse] | None:
     if reads is None or reads.reads_from != DISK:
         return None
     use = i.cpu_use
-    if 100 * _idle_share(w, use) < policy.NOT_STARVED_PCT or (use is not None and use.load_is_cpu):
+    if not _starved(w, use) or (use is not None and use.load_is_cpu):
         return None
     return w, reads
 
 
 def _verdict(i: Inputs, w: LoaderReport, reads: IoUse) -> str:
     use = i.cpu_use
-    return reads.verdict(100 * _idle_share(w, use) >= policy.NOT_STARVED_PCT, use.load_is_cpu if use else None)
+    return reads.verdict(_starved(w, use), use.load_is_cpu if use else None)
 
 
 @rule(STARVED_RULE, CRITICAL, "The training loop waits for data (measured in the run)", "watch",
@@ -121,9 +127,9 @@ def _watch_starved(i: Inputs) -> Finding | None:
     if w is None:
         return None
     use = i.cpu_use
-    pct = 100 * _idle_share(w, use)
-    if pct < policy.NOT_STARVED_PCT:
+    if not _starved(w, use):
         return None
+    pct = 100 * _idle_share(w, use)
     evidence = _wait_lines(w, use)
     if w.wait_p50_s is not None:
         evidence.append(f"wait per batch p50 {fmt_seconds(w.wait_p50_s)}, p95 {fmt_seconds(w.wait_p95_s)} "
@@ -183,9 +189,9 @@ def _watch_healthy(i: Inputs) -> Finding | None:
     if w is None:
         return None
     use = i.cpu_use
-    share = _idle_share(w, use)
-    if 100 * share >= policy.NOT_STARVED_PCT:
+    if _starved(w, use):
         return None
+    share = _idle_share(w, use)
     evidence = _wait_lines(w, use)
     if use is not None:
         evidence += cpu_lines(use)

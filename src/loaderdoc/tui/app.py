@@ -88,32 +88,15 @@ class LoaderDocApp(App[int]):
         Binding("6", "view_key('report')", "Report", show=False, priority=True),
     ]
 
-    def __init__(
-        self,
-        *,
-        facts: MachineFacts | None = None,
-        detect_fn: DetectFn | None = None,
-        probe_fn: ProbeFn | None = None,
-        load_dataset_fn: Callable[[str], Any] | None = None,
-        workload: ProbeRequest | None = None,
-        settings: LoaderSettings | None = None,
-        export_dir: Path | None = None,
-        header_fn: Callable[..., list[str]] | None = None,
-        early_facts: Future | None = None,
-        watch_run: WatchReport | None = None,
-        job_run: JobReport | None = None,
-        tune_run: TuneRun | None = None,
-        config: ConfigChoice | None = None,
-    ) -> None:
+    def __init__(self, session: Session, *, facts: MachineFacts | None = None, export_dir: Path | None = None,
+                 early_facts: Future | None = None) -> None:
+        """See :func:`make_app`, which builds the session."""
         super().__init__()
         self._early_facts = early_facts
         self._fixed_facts = facts
         self.export_dir = export_dir or Path.cwd()
         self.theme = DARK
-
-        self.session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
-                               load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run,
-                               job_run=job_run, tune_run=tune_run, config=config)
+        self.session = session
         self._probe_worker: Worker | None = None
         self._slow_started = False
 
@@ -444,18 +427,7 @@ def make_app(
     tune report (:func:`loaderdoc.reports.open_report`), opened on its Tune view (no findings);
     ``config`` a loader read from the user's config file: the chosen settings, each with its source.
     """
-    return LoaderDocApp(
-        facts=facts,
-        detect_fn=detect_fn,
-        probe_fn=probe_fn,
-        load_dataset_fn=load_dataset_fn,
-        workload=workload,
-        settings=settings,
-        export_dir=export_dir,
-        header_fn=header_fn,
-        early_facts=early_facts,
-        watch_run=watch_run,
-        job_run=job_run,
-        tune_run=tune_run,
-        config=config,
-    )
+    session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
+                      load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run, job_run=job_run,
+                      tune_run=tune_run, config=config)
+    return LoaderDocApp(session, facts=facts, export_dir=export_dir, early_facts=early_facts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.message import Message
 
@@ -26,13 +26,32 @@ if TYPE_CHECKING:
     from loaderdoc.session import Session
 
 
-def _visible_result(result: ConfigResult) -> ConfigResult:
-    return dataclasses.replace(result, error=None if result.error is None else visible(result.error),
-                               traceback=None if result.traceback is None else visible(result.traceback))
+def _made_visible(value: Any) -> Any:
+    """``value`` with what the user's code wrote in it shown escaped: a string, a result's error and
+    traceback, each result of a report (in place)."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, ConfigResult):
+        return dataclasses.replace(value, error=None if value.error is None else visible(value.error),
+                                   traceback=None if value.traceback is None else visible(value.traceback))
+    if isinstance(value, ProbeReport):
+        value.results = [_made_visible(r) for r in value.results]
+    return value
+
+
+class _FromWorker(Message):
+    """A worker's message; the fields named in ``VISIBLE`` are made visible as it is made."""
+
+    VISIBLE: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in self.VISIBLE:
+            setattr(self, name, _made_visible(getattr(self, name)))
 
 
 @dataclass
-class FactsReady(Message):
+class FactsReady(_FromWorker):
     """Machine facts were read; ``pending`` names slow facts still being read."""
 
     facts: MachineFacts
@@ -40,51 +59,36 @@ class FactsReady(Message):
 
 
 @dataclass
-class FactsFailed(Message):
+class FactsFailed(_FromWorker):
+    VISIBLE = ("error",)
     stage: str
     error: str
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.error = visible(self.error)
-
 
 @dataclass
-class ProbeProgress(Message):
+class ProbeProgress(_FromWorker):
+    VISIBLE = ("text",)
     fraction: float
     text: str
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.text = visible(self.text)
-
 
 @dataclass
-class ProbeResultArrived(Message):
+class ProbeResultArrived(_FromWorker):
+    VISIBLE = ("result",)
     result: ConfigResult
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.result = _visible_result(self.result)
-
 
 @dataclass
-class ProbeFinished(Message):
+class ProbeFinished(_FromWorker):
+    VISIBLE = ("report",)
     report: ProbeReport
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.report.results = [_visible_result(r) for r in self.report.results]
-
 
 @dataclass
-class ProbeFailed(Message):
+class ProbeFailed(_FromWorker):
+    VISIBLE = ("error", "detail")
     error: str
     detail: str = ""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.error, self.detail = visible(self.error), visible(self.detail)
 
 
 # ---- what the app pushes into its views ----------------------------------------------------

@@ -88,14 +88,10 @@ class MainScreen(Screen):
     def _make_view(self, tab: str) -> Widget:
         """The view of ``tab``, given what it draws when it is built (its report, the workload
         form's values, the settings form's values)."""
-        view: type[Widget] = self.views[tab][1]
-        pane_id = f"{tab}-pane"
-        if tab == self._report_tab:
-            return view(self._report, id=pane_id)  # type: ignore[call-arg]
+        view = self.views[tab][1]
         built_with = getattr(view, "BUILT_WITH", None)
-        if built_with is not None:
-            return view(self._latest[built_with], id=pane_id)  # type: ignore[call-arg]
-        return view(id=pane_id)
+        given = self._report if tab == self._report_tab else None if built_with is None else self._latest[built_with]
+        return view(given, id=f"{tab}-pane")  # type: ignore[call-arg]  (a View)
 
     def compose(self) -> ComposeResult:
         yield Header(icon="")

@@ -24,13 +24,10 @@ ODD_NODE = Style(color=Color.from_rgb(220, 50, 47), bold=True)
 
 class JobPane(View, Vertical):
     MAIN = "#job-table"
-
-    def __init__(self, job: JobReport | None = None, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._job = job  # the job report opened with --report; it does not change while the app runs
+    given: JobReport | None  # the job report opened with --report; it does not change while the app runs
 
     def compose(self) -> ComposeResult:
-        job = self._job
+        job = self.given
         yield Static("", id="job-head")
         yield Static("", id="job-note", classes="pane-note")
         table: DataTable = DataTable(id="job-table", cursor_type="cell", zebra_stripes=True, fixed_columns=1)
@@ -57,7 +54,7 @@ class JobPane(View, Vertical):
         table.cursor_coordinate = table.cursor_coordinate._replace(column=1 if grid.columns else 0)  # on a node
 
     def on_mount(self) -> None:
-        job = self._job
+        job = self.given
         head = self.query_one("#job-head", Static)
         note = self.query_one("#job-note", Static)
         if job is None:

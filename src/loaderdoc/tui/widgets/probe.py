@@ -19,13 +19,12 @@ class ProbePane(View, VerticalScroll):
     MAIN = "#workload"
     BUILT_WITH = ProbeShown
 
-    def __init__(self, probe: ProbeShown, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._workload = probe.workload  # the form's values; the app says what it is after each choice
-        self._dataset_arg = probe.dataset_arg
-        self._results: tuple[ConfigResult, ...] | None = None  # those in the table and the charts
+    _results: tuple[ConfigResult, ...] | None = None  # those in the table and the charts
 
     def compose(self) -> ComposeResult:
+        probe: ProbeShown = self.given
+        self._workload = probe.workload  # the form's values; the app says what it is after each choice
+        self._dataset_arg = probe.dataset_arg
         w = self._workload
         names = preset_names()
         options = [(name, name) for name, _ in names]

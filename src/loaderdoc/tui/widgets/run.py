@@ -93,13 +93,10 @@ def column_shares(points: list[Interval], columns: int) -> list[float | None]:
 
 class RunPane(View, Vertical):
     MAIN = "#run-scroll"
-
-    def __init__(self, run: WatchReport | None = None, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._run = run  # the watched run opened with --report; it does not change while the app runs
+    given: WatchReport | None  # the watched run opened with --report; it does not change while the app runs
 
     def compose(self) -> ComposeResult:
-        run = self._run
+        run = self.given
         with VerticalScroll(id="run-scroll"):
             yield Static(self._header(), id="run-head")
             if run is None:
@@ -126,7 +123,7 @@ class RunPane(View, Vertical):
         return text
 
     def _header(self) -> Text:
-        run = self._run
+        run = self.given
         text = Text()
         if run is None:
             text.append("No watched run open. Open one with 'loaderdoc --report run.json' "

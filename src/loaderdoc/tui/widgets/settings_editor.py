@@ -29,11 +29,8 @@ class SettingsPane(View, VerticalScroll):
     MAIN = "#set-num_workers"
     BUILT_WITH = AdviceShown
 
-    def __init__(self, advice: AdviceShown, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._advice = advice  # the chosen settings, their origin and sources, the recommendation
-
     def compose(self) -> ComposeResult:
+        self._advice: AdviceShown = self.given  # the chosen settings, their origin and sources, the recommendation
         yield Static("", id="settings-note", classes="pane-note")
         self._shown = self._advice.settings
         values = model.settings_form_values(self._advice.settings)

@@ -117,13 +117,10 @@ def pick_lines(report: TuneReport) -> list[tuple[str, str]]:
 # ---- the view -----------------------------------------------------------------------------
 class TunePane(View, Vertical):
     MAIN = "#tune-table"
-
-    def __init__(self, run: TuneRun | None = None, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._run = run  # the tune report opened with --report; it does not change while the app runs
+    given: TuneRun | None  # the tune report opened with --report; it does not change while the app runs
 
     def compose(self) -> ComposeResult:
-        run = self._run
+        run = self.given
         yield Static("", id="tune-head")
         table: DataTable = DataTable(id="tune-table", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield table
@@ -138,7 +135,7 @@ class TunePane(View, Vertical):
             table.add_row(*trial_cells(trial, run.report.pick), key=str(trial.number))
 
     def on_mount(self) -> None:
-        run = self._run
+        run = self.given
         head = self.query_one("#tune-head", Static)
         if run is None:
             head.update("No tune report open. Open one with 'loaderdoc --report tune.json' (write it with "
@@ -164,7 +161,7 @@ class TunePane(View, Vertical):
         return text
 
     def _show_trial(self, row: int) -> None:
-        run = self._run
+        run = self.given
         detail = self.query_one("#tune-trial", Static)
         trials = run.report.trials if run is not None else []
         if not trials:

@@ -4,7 +4,7 @@ that takes the focus when it is shown."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from textual.widget import Widget
@@ -19,7 +19,11 @@ class View(_Pane):
     after the pane's own (textual calls the handler of each class of the pane, the pane's first)."""
 
     MAIN = ""  # the selector of the widget focused when the view is shown
-    BUILT_WITH: type | None = None  # the message a view's form is built from (its first argument)
+    BUILT_WITH: type | None = None  # the message a view's form is built from (given to it when it is built)
+
+    def __init__(self, given: Any = None, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.given = given  # what the view draws first: the report opened with --report, the BUILT_WITH message
 
     def on_mount(self) -> None:
         self.screen.view_mounted(self)  # type: ignore[attr-defined]  (the main screen)

@@ -41,6 +41,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +231,27 @@ def _stop_group(proc: subprocess.Popen) -> None:
     psutil.wait_procs(killed, timeout=3.0)  # gone (or a zombie) when the step is reported stopped
 
 
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _defer_stops(deferred: list[int]) -> dict[int, object] | None:
+    """SIGINT and SIGTERM noted in ``deferred`` instead of handled (None off the main thread,
+    where no handler can be set: nothing is deferred there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return {sig: signal.signal(sig, lambda signum, _frame: deferred.append(signum)) for sig in STOPS}
+
+
+def _restore_stops(previous: dict[int, object] | None, deferred: list[int]) -> None:
+    """The handlers back, and a stop that came meanwhile delivered to them now."""
+    if previous is None:
+        return
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    for sig in deferred:
+        signal.raise_signal(sig)
+
+
 def run_process(cmd: list[str], log: Path, limit_s: float, *, stdout: Path | None = None,
                 env: dict[str, str] | None = None) -> Ran:
     """Run ``cmd`` to its end or to ``limit_s``; its output in ``log`` (stdout in ``stdout`` when
@@ -238,12 +260,18 @@ def run_process(cmd: list[str], log: Path, limit_s: float, *, stdout: Path | Non
     with open(log, "a", encoding="utf-8") as err, open(stdout or log, "a", encoding="utf-8") as out:
         err.write(f"$ {' '.join(cmd)}\n")
         err.flush()
+        # a Ctrl+C (or the SIGTERM main() turns into one) that lands while the step starts, before
+        # its Popen is known here, would leave it running: it waits until the step can be stopped
+        deferred: list[int] = []
+        previous = _defer_stops(deferred)
         try:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO,
                                     start_new_session=True)
         except OSError as exc:
+            _restore_stops(previous, deferred)
             return Ran(None, 0.0, f"{cmd[0]} did not start: {exc.strerror or exc}")
         try:
+            _restore_stops(previous, deferred)
             code = proc.wait(limit_s)
         except subprocess.TimeoutExpired:
             _stop_group(proc)

@@ -1,9 +1,9 @@
 """User code that owns the process it runs in, for tests/test_faults_usercode.py
 (``usercode_data:FACTORY``): it prints, exits, leaves threads running.
 
-``USERCODE_NOISE`` (an environment variable) picks how the printing Dataset writes to standard
-output, and where; every write carries the marker ``NOISE-<kind>`` so that a test sees it went
-to stderr. ``USERCODE_MARK``: a file the Dataset creates once it is being measured.
+``USERCODE_NOISE`` (an environment variable: kinds, comma-separated) picks how the printing
+Dataset writes to standard output, and where; every write carries the marker ``NOISE-<kind>`` so
+that a test sees it went to stderr. ``USERCODE_MARK``: a file the Dataset creates once it is being measured.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import time
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-KIND = os.environ.get("USERCODE_NOISE", "")
-MARK = f"NOISE-{KIND}"
+KINDS = [k for k in os.environ.get("USERCODE_NOISE", "").split(",") if k]
 
 
-def _say(how: str) -> None:
-    line = f"{MARK} pid {os.getpid()}\n"
+def _say(kind: str, how: str) -> None:
+    line = f"NOISE-{kind} pid {os.getpid()}\n"
     if how == "print":
         print(line, end="")
     elif how == "write":
@@ -36,8 +35,8 @@ def _say(how: str) -> None:
         subprocess.run(["echo", line.strip()], check=True)
 
 
-if KIND == "import":
-    print(f"{MARK} at import")
+if "import" in KINDS:
+    print("NOISE-import at import")
 
 
 class Noisy(Dataset):
@@ -45,24 +44,26 @@ class Noisy(Dataset):
         return 512
 
     def __getitem__(self, i: int):
-        if KIND.startswith("getitem-") and i % 64 == 0:
-            _say(KIND.removeprefix("getitem-"))
-        if KIND == "worker":
+        for kind in KINDS:
+            if kind.startswith("getitem-") and i % 64 == 0:
+                _say(kind, kind.removeprefix("getitem-"))
+        if "worker" in KINDS:
             # loading that outlasts the step, so the probe measures workers whatever the machine's load
             time.sleep(0.002)
             if i % 64 == 0 and get_worker_info() is not None:
-                print(f"{MARK} in worker {get_worker_info().id}")
+                print(f"NOISE-worker in worker {get_worker_info().id}")
         _mark()
         return torch.zeros(8)
 
 
 def make_noisy():
-    if KIND.startswith("factory-"):
-        _say(KIND.removeprefix("factory-"))
-    if KIND == "thread":  # prints while loaderdoc writes its own output, for as long as it lives
+    for kind in KINDS:
+        if kind.startswith("factory-"):
+            _say(kind, kind.removeprefix("factory-"))
+    if "thread" in KINDS:  # prints while loaderdoc writes its own output, for as long as it lives
         def chatter():
             while True:
-                print(f"{MARK} from a thread")
+                print("NOISE-thread from a thread")
                 time.sleep(0.001)
 
         threading.Thread(target=chatter, daemon=True).start()

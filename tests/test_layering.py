@@ -33,9 +33,11 @@ LAYERS: list[set[str]] = [
     {"reports"},
     {"export"},
     {"session"},
+    {"text"},
     {"tui"},
     {"commands"},
     {"cli"},
+    {"api"},
     {"__main__", ""},  # "" is the package's own __init__ (the lazy public API)
 ]
 LAYER_OF = {group: i for i, layer in enumerate(LAYERS) for group in layer}

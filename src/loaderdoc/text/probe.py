@@ -359,7 +359,7 @@ def recommended_lines(report: ProbeReport, width: int) -> list[str]:
 
 
 def findings_lines(findings: list[Any], width: int) -> list[str]:
-    """Each finding as `check` prints it (summary.finding_parts), wrapped: a part's text continues
+    """Each finding as `check` prints it (text.findings.finding_parts), wrapped: a part's text continues
     under itself, after its "WARNING", "evidence:", "cause:" or "fix:"."""
     if not findings:
         return ["", "Findings: none"]

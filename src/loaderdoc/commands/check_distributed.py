@@ -14,12 +14,8 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from loaderdoc.errors import EXIT_USAGE
-
-if TYPE_CHECKING:
-    pass
 
 
 def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], dict]) -> int:
@@ -28,6 +24,7 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
     from loaderdoc.cluster.gather import JobStopped, gather
     from loaderdoc.cluster.job import RankEntry, build_job_report
     from loaderdoc.cluster.launch import read_place
+    from loaderdoc.text.job import render_text
 
     place = read_place(os.environ)
     report = build_report(args)  # this rank's own check; a bad --config fails here, on every rank
@@ -42,8 +39,6 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
     entries = [from_dict(RankEntry, item) for item in gathered or []]  # keys a newer rank adds are ignored
     job = build_job_report(entries, launcher=place.launcher, world_size=place.world_size,
                            store=store_entry(place, listens_on))
-    from loaderdoc.text.job import render_text
-
     sys.stdout.write(json.dumps(job.to_json(), indent=2) + "\n" if args.json else render_text(job))
     return job.exit_code
 

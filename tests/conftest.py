@@ -16,3 +16,58 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 for _name in ("SIGQUIT", "SIGHUP"):
     if signal.getsignal(getattr(signal, _name)) is signal.SIG_IGN:
         signal.signal(getattr(signal, _name), signal.SIG_DFL)
+
+
+# ---- tests that time the machine run alone ------------------------------------------------------
+# The suite runs on two pytest-xdist workers. A test marked ``alone`` compares what it measured
+# (a rate, a CPU share, a ceiling) with what the product predicted from an earlier run: the other
+# worker's tests starting and stopping beside it change the machine between the two, which a
+# busy core that stays busy does not. Such a test takes the suite's lock exclusively, the others
+# take it shared; a gate taken first keeps new tests from slipping in while an ``alone`` test waits
+# (flock gives a waiting exclusive lock no priority over new shared ones).
+import fcntl  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: a timing test no other test of the suite runs beside")
+
+
+def pytest_unconfigure(config):
+    # a worker that is done may remove them: a worker still running opens them anew for each test,
+    # and nobody else is left to share them with
+    for path in _lock_paths(config) or ():
+        path.unlink(missing_ok=True)
+
+
+def _lock_paths(config) -> tuple[Path, Path] | None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:  # one process: every test already runs alone
+        return None
+    base = Path(tempfile.gettempdir()) / f"loaderdoc-suite-{workerinput['testrunuid']}"
+    return base.with_suffix(".gate"), base.with_suffix(".lock")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    paths = _lock_paths(item.config)
+    if paths is None:
+        yield
+        return
+    gate = open(paths[0], "a")  # noqa: SIM115 (held across the yield)
+    lock = open(paths[1], "a")  # noqa: SIM115
+    try:
+        if item.get_closest_marker("alone"):
+            fcntl.flock(gate, fcntl.LOCK_EX)  # no test starts from now on ...
+            fcntl.flock(lock, fcntl.LOCK_EX)  # ... and the running ones end
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
+    finally:
+        lock.close()  # closing releases the locks
+        gate.close()

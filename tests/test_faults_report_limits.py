@@ -3,6 +3,9 @@
 - A probe report (``tradeoffs --probe-report``) of a schema this build does not know, or with a
   batch size, a worker count or a prefetch depth no probe can have measured, or a number of
   thousands of digits, is refused in one line, never shown as measured.
+- A watch report (``loaderdoc --report``, ``watch --merge``) with a count, a setting, a time or a
+  size no run can have measured, or a negative one, NaN or inf, is refused in one line naming the
+  file and the key, by the bounds the probe report's reader uses.
 - ``watch --merge`` given one report twice (the same path, a symlink, a hard link, a copy)
   refuses: its batches would count twice. Two runs still merge.
 - ``watch --merge FIFO`` with no writer ends at once.
@@ -98,6 +101,81 @@ def test_a_number_of_thousands_of_digits_is_one_line(tmp_path, where):
 def test_a_probe_report_opened_in_the_app_is_refused_as_what_it_is(tmp_path):
     proc = loaderdoc("--report", str(spoiled(tmp_path, lambda d: d.update(schema="loaderdoc.probe/99"))))
     one_line_error(proc, EXIT_USAGE, "a probe report, which 'loaderdoc tradeoffs --probe-report' reads")
+
+
+# ---- a watch report at the limits -------------------------------------------------------------
+WATCH = TESTS / "fixtures" / "watch"
+WATCH_REPORT = json.loads((WATCH / "healthy.json").read_text())
+
+
+def loader0(*path: str | int):
+    def change(doc, key, value):
+        target = doc["loaders"][0]
+        for step in path:
+            target = target[step]
+        target[key] = value
+    return change
+
+
+def top(doc, key, value):
+    doc[key] = value
+
+
+# (where, key, value, what the refusal says after "FILE: where.key")
+WATCH_BEYOND = [
+    ("loaders[0].settings", loader0("settings"), "num_workers", 10**6,
+     "1000000 is beyond any measured run (at most 4,096); not a measurement"),
+    ("loaders[0].settings", loader0("settings"), "batch_size", 10**30,
+     "a number of 31 digits is beyond any measured run (at most 1,000,000)"),
+    ("loaders[0].settings", loader0("settings"), "prefetch_factor", 1025, "1025 is beyond any measured run"),
+    ("loaders[0].totals", loader0("totals"), "wait_s", 1e308, "1e+308 is beyond any measured run"),
+    ("loaders[0].totals", loader0("totals"), "wait_s", float("nan"), "expected a finite number >= 0, got nan"),
+    ("loaders[0].totals", loader0("totals"), "step_s", float("inf"), "expected a finite number >= 0, got inf"),
+    ("loaders[0].totals", loader0("totals"), "steps", 10**500, "a number of 501 digits is beyond any measured run"),
+    ("loaders[0].totals", loader0("totals"), "waits", -1, "expected a whole number >= 0, got -1"),
+    ("loaders[0].epochs[0]", loader0("epochs", 0), "steps", 10**30, "a number of 31 digits is beyond"),
+    ("loaders[0].epochs[0]", loader0("epochs", 0), "first_batch_s", -0.5, "expected a finite number >= 0"),
+    ("", top, "wait_s", float("inf"), "expected a finite number >= 0, got inf"),
+]
+
+
+def watch_spoiled(tmp_path: Path, change, key, value) -> Path:
+    doc = copy.deepcopy(WATCH_REPORT)
+    change(doc, key, value)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("where, change, key, value, words", WATCH_BEYOND)
+def test_a_watch_report_no_run_can_have_measured_is_refused(tmp_path, where, change, key, value, words):
+    path = watch_spoiled(tmp_path, change, key, value)
+    at = f"{path}: {where}.{key}: " if where else f"{path}: {key}: "
+    proc = loaderdoc("--report", str(path))  # stdout piped: the summary would print, no app starts
+    one_line_error(proc, EXIT_USAGE, at, words)
+    assert proc.stdout == ""
+    merged = tmp_path / "merged.json"
+    proc = loaderdoc("watch", "--merge", str(WATCH / "starved-timeline.json"), str(path), "--report", str(merged))
+    one_line_error(proc, EXIT_USAGE, at, words)
+    assert not merged.exists()
+
+
+def test_a_negative_worker_count_in_a_watch_report_is_refused_as_torch_would(tmp_path):
+    path = watch_spoiled(tmp_path, loader0("settings"), "num_workers", -1)
+    proc = loaderdoc("--report", str(path))
+    one_line_error(proc, EXIT_USAGE, f"{path}: loaders[0].settings: num_workers must be >= 0, got -1")
+
+
+def test_a_watch_report_at_the_bounds_is_still_read(tmp_path):
+    doc = copy.deepcopy(WATCH_REPORT)
+    doc["loaders"][0]["settings"].update(num_workers=4096, batch_size=1_000_000, prefetch_factor=1024)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    proc = loaderdoc("--report", str(path))
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "num_workers=4096" in proc.stdout
+    proc = loaderdoc("watch", "--merge", str(WATCH / "starved-timeline.json"), str(path), "--json")
+    assert proc.returncode == EXIT_OK, proc.stderr
 
 
 # ---- one run merged twice ----------------------------------------------------------------------

@@ -138,6 +138,7 @@ def test_the_progress_line_of_a_run_that_only_timed_the_restart():
     assert _outcome_text(steady) == "45.5 steps/s, step starved 3% of the time"
 
 
+@pytest.mark.alone
 def test_a_pure_python_decode_is_cpu_work_and_each_window_says_how_many_cpus_the_loader_kept_busy():
     # probe_pydecode: ~1.5 ms of pure-Python checksum a sample, the held-out decode workload's kind
     proc = run("--dataset", "probe_pydecode:make", "--batch-size", "16", "--budget", "6", "--json", "--no-progress")

@@ -79,6 +79,7 @@ def test_zero_workers_has_no_worker_memory_and_measures_cpu_share():
     assert r.fetch_cpu_pct is not None and 0 <= r.fetch_cpu_pct <= 100
 
 
+@pytest.mark.alone
 def test_zero_workers_sees_another_process_keeping_a_cpu_busy():
     # a busy loop in another process: the 0-worker run counts it as CPU demand the workers would
     # share the CPUs with (whatever else this machine runs adds to it, never takes from it)
@@ -94,6 +95,7 @@ def test_zero_workers_sees_another_process_keeping_a_cpu_busy():
     assert r.other_cpus is not None and r.other_cpus >= 0.5
 
 
+@pytest.mark.alone
 def test_other_processes_cpu_is_the_busy_time_minus_this_process_tree():
     from loaderdoc.probing.measure import _other_cpus
 
@@ -103,6 +105,7 @@ def test_other_processes_cpu_is_the_busy_time_minus_this_process_tree():
     assert _other_cpus(None, (1.0, 1.0), 2.0) is None
 
 
+@pytest.mark.alone
 def test_io_bound_data_gets_more_throughput_from_more_workers_than_cores():
     # 50 ms of latency per sample, batches of 4: 200 ms per batch serially
     workload = LoadJob(probe_userdata.make_io_bound(), step_ms=5.0)
@@ -116,6 +119,7 @@ def test_io_bound_data_gets_more_throughput_from_more_workers_than_cores():
     assert zero.fetch_cpu_pct < 50
 
 
+@pytest.mark.alone
 def test_persistent_workers_shorten_the_gap_between_epochs():
     workload = LoadJob(probe_userdata.make(), step_ms=1.0)
     plan = RunPlan(window_s=0.2, min_batches=3, loader_timeout_s=3.0)
@@ -351,6 +355,7 @@ class _SlowStart:
         return None, None
 
 
+@pytest.mark.alone
 def test_the_steady_rate_is_what_workers_produce_not_what_startup_buffered(monkeypatch):
     # 2 workers, 4 samples of 20 ms sleep a batch: each makes a batch in ~80 ms, so the pipeline runs
     # at ~25 batches/s. While the first (slow) steps run, the workers fill prefetch_factor=8 x 2 =

@@ -224,3 +224,30 @@ def test_a_worker_memory_figure_still_rising_is_marked_and_keyed():
     settled = ProbeReport.from_dict(json.loads((RECORDED_DIR / "real-large-mmap-threshold.json").read_text())["probe"])
     assert not any(model.RISING in model.result_row(r)[9] for r in settled.results)
     assert not any(model.RISING in line for line in model.report_summary(settled))
+
+
+def test_the_views_messages_carry_the_session_state_and_no_view_reads_the_session():
+    """The app hands its views typed messages built from the session (tui/messages.py); the views
+    and the screens draw what they are given and never reach into the session."""
+    import ast
+    from pathlib import Path
+
+    from loaderdoc.session import Session
+    from loaderdoc.tui import messages
+
+    s = Session()
+    s.facts_arrived(load_machine("docker-64m-shm"))
+    machine, advice, probe = messages.MachineShown.of(s), messages.AdviceShown.of(s), messages.ProbeShown.of(s)
+    assert machine.facts is s.facts and machine.error is None
+    assert advice.settings == s.settings and advice.origin == s.settings_origin
+    assert list(advice.findings) == s.findings and advice.findings
+    assert advice.evidence == tuple("on this machine" for _ in s.findings)
+    assert advice.facts_read and not advice.measured and advice.basis is None and advice.sources == {}
+    assert probe.workload == s.workload and probe.workload is not s.workload  # a copy: the view cannot change it
+    assert probe.state == "idle" and probe.results == () and not probe.can_adopt
+
+    tui = Path(messages.__file__).parent
+    for path in [*tui.glob("widgets/*.py"), *tui.glob("screens/*.py")]:
+        reads = [node.lineno for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Attribute) and node.attr == "session"]
+        assert reads == [], f"{path.name} reads the session at lines {reads}"

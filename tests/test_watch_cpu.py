@@ -34,6 +34,7 @@ class _Burning(torch.utils.data.Dataset):
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["reaped-workers", "persistent-workers"])
+@pytest.mark.alone
 def test_the_workers_cpu_time_is_counted_whether_they_are_reaped_or_kept(persistent):
     from loaderdoc.api import watch
 
@@ -57,6 +58,7 @@ def test_the_workers_cpu_time_is_counted_whether_they_are_reaped_or_kept(persist
         assert e["proc_cpu_s"] is not None and e["others_cpu_s"] is not None
 
 
+@pytest.mark.alone
 def test_the_loops_own_loading_and_step_are_told_apart_without_workers():
     from loaderdoc.api import watch
 
@@ -80,6 +82,7 @@ def _use(**kw) -> CpuUse:
     return CpuUse(**{**base, **kw})
 
 
+@pytest.mark.alone
 def test_cpu_bound_loading_beside_a_cpu_step_is_capped_at_the_cpus_and_the_ceiling_is_the_cpus_over_the_work():
     use = _use()
     assert use.load_is_cpu and use.step_is_cpu and use.worker_cap == 2
@@ -91,6 +94,7 @@ def test_cpu_bound_loading_beside_a_cpu_step_is_capped_at_the_cpus_and_the_ceili
     assert n == 2 and rate > 1.3 * use.rate  # 6 would keep up if nothing else needed the CPUs
 
 
+@pytest.mark.alone
 def test_other_busy_processes_lower_the_ceiling_to_the_kernels_share():
     quiet, busy = _use(), _use(others_cpus=1.0)
     assert busy.ceiling < quiet.ceiling
@@ -98,6 +102,7 @@ def test_other_busy_processes_lower_the_ceiling_to_the_kernels_share():
     assert busy.ceiling == pytest.approx(1.5 / 0.068)
 
 
+@pytest.mark.alone
 def test_sleeping_loading_is_waiting_not_cpu_and_may_take_more_workers_than_cpus():
     # 8 ms sleeps per sample, batch 8: 64 ms a batch, 0.5 ms of it CPU; a 16 ms sleeping step
     use = _use(step_wall_s=0.016, step_cpu_s=0.0002, wait_wall_s=0.064, wait_cpu_s=0.0005, load_cpu_s=0.0005)
@@ -106,6 +111,7 @@ def test_sleeping_loading_is_waiting_not_cpu_and_may_take_more_workers_than_cpus
     assert n >= 4 and rate > 3 * use.rate
 
 
+@pytest.mark.alone
 def test_the_hand_over_of_a_ready_batch_is_not_starvation():
     # issue 28's I/O-bound loop: 8 workers, 1.1 ms waits of which 1.0 ms the loop's own CPU time
     use = _use(workers=8, step_wall_s=0.0165, step_cpu_s=0.0002, wait_wall_s=0.0011, wait_cpu_s=0.0010,
@@ -116,6 +122,7 @@ def test_the_hand_over_of_a_ready_batch_is_not_starvation():
     assert use.predict(9) is None  # workers that kept up do not say how long a batch takes
 
 
+@pytest.mark.alone
 def test_a_saturated_run_expects_no_gain_from_more_workers():
     # 2 workers starved while both CPUs are busy with CPU-bound loading and a CPU step
     use = _use(workers=2, step_wall_s=0.060, step_cpu_s=0.020, wait_wall_s=0.011, wait_cpu_s=0.0008,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.alone  # each compares a prediction with a later run's measurement
 
 LOOP = Path(__file__).resolve().parent / "watch_loops" / "cpu_bound.py"
 MAX_APPLICATIONS = 2

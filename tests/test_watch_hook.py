@@ -87,6 +87,36 @@ def test_samples_stay_bounded_by_thinning_and_the_period_doubles():
     assert smp.period >= smp.base
 
 
+def test_the_counters_are_sampled_every_period_and_the_memory_on_its_own_budget(monkeypatch):
+    # many large workers make a memory read slow (their page tables are walked for Pss): it must
+    # not hold the loaders' counters, of which tune's windows are made, to one sample every few s
+    now = [100.0]
+    monkeypatch.setattr(sampler, "clock", lambda: now[0])
+    monkeypatch.setattr(sampler, "cpu_clock", lambda: now[0])  # every second on it spent reading
+    recorder = hook.Recorder(sample=False)
+    items = list(range(10))
+    list(recorder.wrap(items, iter(items), hook.clock()))
+    smp = sampler.Sampler(recorder, interval=0.2, write_s=None, max_busy=0.02)
+    reads = []
+
+    def slow_memory():
+        reads.append(now[0])
+        now[0] += 0.05
+        return {"main_pss_bytes": len(reads), "workers": 15, "workers_pss_bytes": 15 * len(reads),
+                "workers_heap_grown_bytes": 0, "shm_used_bytes": 0, "shm_total_bytes": 1}
+
+    monkeypatch.setattr(smp, "_read_memory", slow_memory)
+    for _ in range(50):
+        smp.tick()
+        assert smp.period == 0.2  # the counters cost nothing on this clock
+        now[0] += smp.period
+    assert len(smp.samples) == 50 and all(s["loaders"]["1"][0] == 10 for s in smp.samples)
+    # a read costs 0.05 s: at 1 % of a core (half of max_busy) the next is 5 s later
+    assert [round(b - a, 2) for a, b in zip(reads, reads[1:], strict=False)] == [5.05]
+    # between two reads a sample carries the last one
+    assert [s["main_pss_bytes"] for s in smp.samples] == [1] * 25 + [2] * 25
+
+
 def test_workers_memory_is_attributed_to_the_epochs_running_at_the_sample(monkeypatch):
     recorder = hook.Recorder(sample=False)
     items = list(range(4))

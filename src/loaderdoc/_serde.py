@@ -8,6 +8,7 @@ build can still read a fixture recorded by a newer one.
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from typing import Any, TypeVar
@@ -29,6 +30,25 @@ def to_dict(obj: Any) -> Any:
 def from_dict(cls: type[T], data: Any) -> T:
     """Rebuild a dataclass of type ``cls`` from what :func:`to_dict` produced."""
     return _convert(cls, data)
+
+
+class Recorded:
+    """The JSON methods of a dataclass recorded whole (a :class:`ProbeReport`, :class:`MachineFacts`):
+    :func:`to_dict` and :func:`from_dict`, as text. A mixin: it adds no field."""
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict) -> T:
+        return from_dict(cls, data)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls: type[T], text: str) -> T:
+        return cls.from_dict(json.loads(text))
 
 
 def _convert(tp: Any, data: Any) -> Any:

@@ -18,6 +18,15 @@ from loaderdoc.textfile import read_input
 
 T = TypeVar("T")
 
+# What no measured run holds; the one owner of these bounds, which the probe's and the watch's report
+# readers refuse past (a hand edit or a corruption, never shown as measured). A probe's --batch-size
+# stops below 1,000,000; workers and prefetch past a few thousand exist on no machine.
+MEASURED_BOUNDS = {"batch_size": 1_000_000, "num_workers": 4096, "prefetch_factor": 1024}
+MEASURED_SECONDS = 10 * 366 * 86400  # a time (``*_s``) of over ten years: no run loaderdoc watched lasted so long
+MEASURED_COUNT = 10**15  # epochs, steps, waits: a million steps a second for thirty years
+MEASURED_BYTES = 1 << 60  # a memory size (``*_bytes``) of an exbibyte: no machine has it
+COUNTS = ("epoch", "epochs", "steps", "waits")
+
 
 class Bad(Exception):
     """A key holds what no such document holds; the message is '<key path>: expected ..., got ...'."""
@@ -89,6 +98,35 @@ def get(obj: dict, key: str, tp: type, where: str, *, optional: bool = False, si
         expected = "a whole number" if tp is int and signed else _EXPECTED[tp]
         raise Bad(f"{at}: expected {expected}, got {value!r}"[:200])
     return float(value) if tp is float else value
+
+
+def measured_bound(key: str) -> int | None:
+    """The most a measured run can hold under ``key`` (a setting, a count, a time ``*_s`` or a size
+    ``*_bytes``, as loaderdoc's reports name them); None for a key with no bound."""
+    if key in MEASURED_BOUNDS:
+        return MEASURED_BOUNDS[key]
+    if key in COUNTS:
+        return MEASURED_COUNT
+    if key.endswith("_bytes"):
+        return MEASURED_BYTES
+    return MEASURED_SECONDS if key.endswith("_s") else None
+
+
+def beyond_measured(where: str, value: Any) -> str | None:
+    """Why ``value`` at ``where`` (a key path; its last key names the bound) is no measurement: a
+    number past :func:`measured_bound` (``num_workers`` 1,000,000, a batch of 10^30, a wait of 1e308 s)."""
+    bound = measured_bound(where.rsplit(".", 1)[-1])
+    if bound is None or not isinstance(value, (int, float)) or isinstance(value, bool) or value <= bound:
+        return None if bound is None or not isinstance(value, float) or math.isfinite(value) else (
+            f"{where}: expected a finite number, got {shown(value)}")
+    return f"{where}: {shown(value)} is beyond any measured run (at most {bound:,}); not a measurement"
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short; a whole number of thousands of digits named by its size (repr refuses it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"a number of {value.bit_length() * 30103 // 100000 + 1} digits"
+    return repr(value)[:80]
 
 
 def obj(value: Any, where: str) -> None:

@@ -206,6 +206,19 @@ class Session:
         return list(opened.findings) if opened is not None else []
 
     @property
+    def opened_report(self) -> WatchReport | JobReport | TuneRun | None:
+        """The report opened with --report (a watched run, a job or a tune); None without one."""
+        return self.watch_run or self.job_run or self.tune_run
+
+    @property
+    def setting_sources(self) -> dict[str, str]:
+        """Where each chosen value came from while the config's settings are the chosen ones (the
+        file's key and line, or "not set (torch default 0)"); empty otherwise."""
+        if self.config is not None and self.settings == self.config.settings:
+            return dict(self.config.sources)
+        return {}
+
+    @property
     def report_basis(self) -> str | None:
         """Where the report's findings come from, as the diagnoses say it; None without one."""
         if self.watch_run is not None:
@@ -309,21 +322,34 @@ class Session:
         except Exception as exc:
             self.tradeoffs, self.tradeoffs_error = [], f"trade-offs failed: {one_line(exc)}"
 
-    def set_workload_field(self, key: str, value: Any) -> None:
+    def set_workload_field(self, key: str, value: Any) -> bool:
         """A value the user gave for the probe's workload (batch_size, step_ms, budget_s); the
-        recommendation follows a new batch size."""
+        recommendation follows a new batch size. False when it is the value already."""
         if getattr(self.workload, key) == value:
-            return
+            return False
         setattr(self.workload, key, value)
         if key == "batch_size":
             self.workload.batch_size_given = True
             self.refresh()
         elif key == "step_ms":
             self.workload.step_ms_given = True
+        return True
 
-    def workload_changed(self) -> None:
-        """The workload's batch size changed: the recommendation (and advice) follow it."""
+    def choose_workload(self, preset: str | None) -> bool:
+        """Make preset ``preset`` the workload (None: the user's --dataset); True when the batch size
+        changed, and the recommendation (and advice) followed it."""
+        w = self.workload
+        if preset is None:
+            w.dataset = self.dataset_arg
+            return False
+        if preset == w.preset and not w.dataset:
+            return False
+        batch = w.batch_size
+        w.choose_preset(preset)
+        if w.batch_size == batch:
+            return False
         self.refresh()
+        return True
 
     # ---- chosen settings ----------------------------------------------------------------
     def set_settings(self, settings: LoaderSettings, origin: str) -> bool:

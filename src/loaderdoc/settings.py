@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from loaderdoc.errors import SettingsError
+from loaderdoc.jsondoc import MEASURED_BOUNDS, beyond_measured
 
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
 
@@ -178,6 +179,21 @@ SETTING_NAMES = {"batch_size", "shuffle", "num_workers", "pin_memory", "drop_las
                   "persistent_workers", "multiprocessing_context", "in_order"}
 _INT_KEYS = {"num_workers"}
 _OPT_INT_KEYS = {"batch_size", "prefetch_factor"}
+
+
+def recorded_counts_problem(data: dict[str, Any], where: str) -> str | None:
+    """Why the counts a report recorded (``batch_size``, ``num_workers``, ``prefetch_factor`` of a
+    probe's or a watched run's settings, at ``where``) are no measurement: past what any run can
+    have measured (:data:`loaderdoc.jsondoc.MEASURED_BOUNDS`), or refused by torch on their own (a
+    negative ``num_workers``). Values that are not numbers are left to the reader."""
+    counts = {key: data[key] for key in MEASURED_BOUNDS
+              if isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool)}
+    for key, value in counts.items():
+        problem = beyond_measured(f"{where}.{key}", value)
+        if problem:
+            return problem
+    problems = LoaderSettings(**counts).range_problems()
+    return f"{where}: {problems[0][1]}" if problems else None
 
 
 def coerce_bool(key: str, raw: Any, loc: str) -> bool:

@@ -20,16 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import kind, load_json
+from loaderdoc.jsondoc import beyond_measured, kind, load_json, shown
 from loaderdoc.probing.result import ProbeReport
-from loaderdoc.settings import LoaderSettings
+from loaderdoc.settings import LoaderSettings, recorded_counts_problem
 
 HOW_TO_WRITE = "write one with 'loaderdoc probe PRESET --json > FILE'"
 # the report formats this reader knows (a report from before loaderdoc.probe/2 lacks the breakdown)
 READABLE_SCHEMAS = ("loaderdoc.probe/1", "loaderdoc.probe/2")
-# what a probe can have run: --batch-size stops below 1,000,000; workers and prefetch past a few
-# thousand exist on no machine (the probe tries no more workers than it has CPUs to measure them)
-MEASURED_BOUNDS = {"batch_size": 1_000_000, "num_workers": 4096, "prefetch_factor": 1024}
 
 
 class ProbeReportError(UserError):
@@ -72,28 +69,11 @@ def report_problem(data: Any) -> str | None:
         return problem
     workload = data["workload"]
     if not isinstance(workload.get("batch_size"), int) or workload["batch_size"] < 1:
-        return f"workload.batch_size: expected a whole number >= 1, got {_shown(workload.get('batch_size'))}"
-    problem = _measurable("workload.batch_size", workload["batch_size"])
+        return f"workload.batch_size: expected a whole number >= 1, got {shown(workload.get('batch_size'))}"
+    problem = beyond_measured("workload.batch_size", workload["batch_size"])
     for i, result in enumerate(data["results"]):
         problem = problem or _settings(result.get("settings"), f"results[{i}].settings")
     return problem or _settings(data.get("recommended"), "recommended")
-
-
-def _measurable(where: str, value: Any) -> str | None:
-    """A number no probe on a real machine can have measured (``num_workers`` 1,000,000, a batch of
-    10^30): the file was edited or corrupted, and its rows would be shown as measurements."""
-    key = where.rsplit(".", 1)[-1]
-    bound = MEASURED_BOUNDS.get(key)
-    if bound is None or not isinstance(value, int) or isinstance(value, bool) or value <= bound:
-        return None
-    return f"{where}: {_shown(value)} is beyond any measured run (at most {bound:,}); not a measurement"
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)`` cut short; a whole number of thousands of digits named by its size (repr refuses it)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"a number of {value.bit_length() * 30103 // 100000 + 1} digits"
-    return repr(value)[:80]
 
 
 def _settings(data: dict | None, where: str) -> str | None:
@@ -101,14 +81,11 @@ def _settings(data: dict | None, where: str) -> str | None:
     measures, are no measurement."""
     if data is None:
         return None
-    if isinstance(data, dict):
-        for key in MEASURED_BOUNDS:
-            problem = _measurable(f"{where}.{key}", data.get(key))
-            if problem:
-                return problem
+    problem = recorded_counts_problem(data, where)
+    if problem:
+        return problem
     known = {f.name for f in dataclasses.fields(LoaderSettings)}
-    settings = LoaderSettings(**{k: v for k, v in data.items() if k in known})
-    problems = settings.range_problems()
+    problems = LoaderSettings(**{k: v for k, v in data.items() if k in known}).range_problems()
     return f"{where}: {problems[0][1]}" if problems else None
 
 
@@ -152,5 +129,5 @@ def _value(tp: Any, value: Any, where: str) -> str | None:
     if tp in checks:
         ok, expected = checks[tp]
         if not ok(value):
-            return f"{where}: expected {expected}, got {_shown(value)}"[:200]
+            return f"{where}: expected {expected}, got {shown(value)}"[:200]
     return None

@@ -7,10 +7,9 @@ Fields that were not measured stay ``None``; nothing here is ever estimated.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from loaderdoc._serde import from_dict, to_dict
+from loaderdoc._serde import Recorded
 from loaderdoc.settings import LoaderSettings
 
 
@@ -211,7 +210,7 @@ class Prediction:
 
 
 @dataclass
-class ProbeReport:
+class ProbeReport(Recorded):
     schema: str = "loaderdoc.probe/2"
     workload: WorkloadInfo = field(default_factory=WorkloadInfo)
     results: list[ConfigResult] = field(default_factory=list)
@@ -233,17 +232,3 @@ class ProbeReport:
     def best(self) -> ConfigResult | None:
         ok = [r for r in self.ok_results if r.batches_per_s is not None]
         return max(ok, key=lambda r: r.batches_per_s) if ok else None
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> ProbeReport:
-        return from_dict(cls, data)
-
-    def to_json(self, indent: int = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_json(cls, text: str) -> ProbeReport:
-        return cls.from_dict(json.loads(text))

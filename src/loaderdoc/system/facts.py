@@ -10,11 +10,10 @@ This module imports neither torch nor textual.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc._serde import from_dict, to_dict
+from loaderdoc._serde import Recorded
 from loaderdoc.units import MiB  # noqa: F401  (re-exported: tests import it from here)
 
 SCHEMA_VERSION = 1
@@ -210,7 +209,7 @@ class PlatformFacts:
 
 
 @dataclass
-class MachineFacts:
+class MachineFacts(Recorded):
     schema_version: int = SCHEMA_VERSION
     label: str = ""  # a human name for recorded fixtures, e.g. "8x H100 80GB node"
     platform: PlatformFacts = field(default_factory=PlatformFacts)
@@ -244,17 +243,3 @@ class MachineFacts:
         if self.torch.installed.known and self.torch.cuda_build.known and not self.torch.cuda_build.value:
             return 0
         return self.gpu.count
-
-    def to_dict(self) -> dict:
-        return to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> MachineFacts:
-        return from_dict(cls, data)
-
-    def to_json(self, indent: int = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_json(cls, text: str) -> MachineFacts:
-        return cls.from_dict(json.loads(text))

@@ -43,9 +43,6 @@ def pss_bytes(pid: int | str = "self") -> int | None:
         return None
 
 
-MAPS_CAP = 1 << 22  # read at most 4 MiB of a maps file looking for the heap (it sits near the top)
-
-
 def heap_bytes(pid: int | str = "self") -> int | None:
     """Size of a process's malloc heap: its ``[heap]`` mappings (a forked process's heap grown
     after the fork is a mapping of its own), from ``/proc/<pid>/maps``, read until the line after

@@ -1,10 +1,12 @@
 """The loaderdoc app: machine view, live probe, diagnoses, trade-offs, settings and export.
 
 The state (facts, workload, chosen settings, recommendation, findings, trade-offs, the probe's
-progress and report) is a headless :class:`loaderdoc.session.Session`; the app renders it, turns
-keys into its method calls and runs its slow parts (reading facts, importing torch, probing) in
-thread workers that post typed messages back. The panes in ``widgets/`` render the session
-through :mod:`loaderdoc.tui.model`'s strings.
+progress and report) is a headless :class:`loaderdoc.session.Session`; the app turns keys into its
+method calls and runs its slow parts (reading facts, importing torch, probing) in thread workers
+that post typed messages back. After each change the app hands the main screen typed messages
+built from the session (:mod:`loaderdoc.tui.messages`' ``MachineShown``, ``AdviceShown``,
+``ProbeShown``), which give them to the panes in ``widgets/``: a pane draws what it is given
+(through :mod:`loaderdoc.tui.model`'s strings) and never reads the session.
 
 Build it with :func:`make_app`, which the CLI, the tests and ``scripts/screenshots.py`` share.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
@@ -22,6 +25,7 @@ from typing import Any
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState
@@ -34,12 +38,15 @@ from loaderdoc.session import ConfigChoice, DetectFn, ProbeFn, ProbeRequest, Ses
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.tui.messages import (
+    AdviceShown,
     FactsFailed,
     FactsReady,
+    MachineShown,
     ProbeFailed,
     ProbeFinished,
     ProbeProgress,
     ProbeResultArrived,
+    ProbeShown,
 )
 from loaderdoc.watching.watch_report import WatchReport
 
@@ -81,32 +88,15 @@ class LoaderDocApp(App[int]):
         Binding("6", "view_key('report')", "Report", show=False, priority=True),
     ]
 
-    def __init__(
-        self,
-        *,
-        facts: MachineFacts | None = None,
-        detect_fn: DetectFn | None = None,
-        probe_fn: ProbeFn | None = None,
-        load_dataset_fn: Callable[[str], Any] | None = None,
-        workload: ProbeRequest | None = None,
-        settings: LoaderSettings | None = None,
-        export_dir: Path | None = None,
-        header_fn: Callable[..., list[str]] | None = None,
-        early_facts: Future | None = None,
-        watch_run: WatchReport | None = None,
-        job_run: JobReport | None = None,
-        tune_run: TuneRun | None = None,
-        config: ConfigChoice | None = None,
-    ) -> None:
+    def __init__(self, session: Session, *, facts: MachineFacts | None = None, export_dir: Path | None = None,
+                 early_facts: Future | None = None) -> None:
+        """See :func:`make_app`, which builds the session."""
         super().__init__()
         self._early_facts = early_facts
         self._fixed_facts = facts
         self.export_dir = export_dir or Path.cwd()
         self.theme = DARK
-
-        self.session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
-                               load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run,
-                               job_run=job_run, tune_run=tune_run, config=config)
+        self.session = session
         self._probe_worker: Worker | None = None
         self._slow_started = False
 
@@ -114,7 +104,8 @@ class LoaderDocApp(App[int]):
     def get_default_screen(self) -> Screen:
         from loaderdoc.tui.screens.main import MainScreen
 
-        self.main_screen = MainScreen()
+        self.main_screen = MainScreen(self.session.opened_report)
+        self.main_screen.show(*self._state_messages())  # what its views draw first
         return self.main_screen
 
     def on_mount(self) -> None:
@@ -124,11 +115,19 @@ class LoaderDocApp(App[int]):
             self._read_facts()
 
     def refresh_views(self) -> None:
-        """Re-render every pane from the app's state; nothing once the app is stopping (its views
-        are being taken down: a late message, the slow facts after a quit, finds them half gone)."""
+        """Give the views the session's state as typed messages."""
+        self._show(*self._state_messages())
+
+    def _state_messages(self) -> tuple[Message, ...]:
+        session = self.session
+        return MachineShown.of(session), AdviceShown.of(session), ProbeShown.of(session)
+
+    def _show(self, *messages: Message) -> None:
+        """Hand the main screen ``messages`` for its views; nothing once the app is stopping (its
+        views are being taken down: a late message, the slow facts after a quit, finds them half gone)."""
         screen = getattr(self, "main_screen", None)
         if screen is not None and self.is_running:
-            screen.refresh_state()  # draws the views that are mounted; the others draw themselves then
+            screen.show(*messages)
 
     # ---- machine facts --------------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="facts")
@@ -182,10 +181,19 @@ class LoaderDocApp(App[int]):
         self.session.update_advice()
         self.refresh_views()
 
-    def workload_changed(self) -> None:
-        """The workload's batch size changed: the recommendation (and advice) follow it."""
-        self.session.workload_changed()
-        self.refresh_views()
+    def choose_workload(self, preset: str | None) -> ProbeRequest:
+        """Make preset ``preset`` (None: the user's --dataset) the workload the probe measures; the
+        recommendation follows a new batch size. The workload, as it is now."""
+        if self.session.choose_workload(preset):
+            self.refresh_views()
+        return dataclasses.replace(self.session.workload)
+
+    def set_workload_field(self, key: str, value: Any) -> ProbeRequest:
+        """A valid value typed for the workload (batch_size, step_ms, budget_s); the workload, as
+        it is now."""
+        if self.session.set_workload_field(key, value) and key == "batch_size":
+            self.refresh_views()
+        return dataclasses.replace(self.session.workload)
 
     def set_settings(self, settings: LoaderSettings, origin: str) -> None:
         """Make ``settings`` the chosen settings (already validated), then re-run the advice."""
@@ -278,15 +286,11 @@ class LoaderDocApp(App[int]):
 
     def on_probe_progress(self, message: ProbeProgress) -> None:
         self.session.probe_progressed(message.fraction, message.text)
-        pane = self.main_screen.probe_pane
-        if pane is not None:
-            pane.show_progress()
+        self._show(ProbeShown.of(self.session))
 
     def on_probe_result_arrived(self, message: ProbeResultArrived) -> None:
         self.session.result_arrived(message.result)
-        pane = self.main_screen.probe_pane
-        if pane is not None:
-            pane.add_result(message.result)
+        self._show(ProbeShown.of(self.session))
 
     def on_probe_finished(self, message: ProbeFinished) -> None:
         title, text = self.session.probe_finished(message.report)
@@ -345,11 +349,10 @@ class LoaderDocApp(App[int]):
 
     def _report_tab(self) -> str | None:
         """The view of the report opened with --report FILE; None without one."""
-        session = self.session
-        for tab, opened in (("run", session.watch_run), ("job", session.job_run), ("tune", session.tune_run)):
-            if opened is not None:
-                return tab
-        return None
+        from loaderdoc.tui.screens.main import report_view
+
+        opened = report_view(self.session.opened_report)
+        return None if opened is None else opened[0]
 
     def action_show_tab(self, tab: str) -> Awaitable[None] | None:
         """Switch to ``tab``; the result is done once its view is mounted and focused (a key that
@@ -386,16 +389,13 @@ class LoaderDocApp(App[int]):
         for key, title in zip(TABS, ("Machine", "Probe", "Diagnoses", "Trade-offs", "Settings"), strict=True):
             yield SystemCommand(f"Show {title}", f"Switch to the {title} view",
                                 lambda key=key: self.action_show_tab(key))
-        if self.session.watch_run is not None:
-            yield SystemCommand("Show Run", f"The watched run {self.session.watch_run.path}: wait vs step (6)",
-                                lambda: self.action_show_tab("run"))
-        if self.session.job_run is not None:
-            yield SystemCommand("Show Job", f"The job report {self.session.job_run.path}: one column per node (6)",
-                                lambda: self.action_show_tab("job"))
-        if self.session.tune_run is not None:
-            yield SystemCommand("Show Tune", f"The tune report {self.session.tune_run.path}: its trials and pick (6)",
-                                lambda: self.action_show_tab("tune"))
+        from loaderdoc.tui.screens.main import report_view
 
+        opened = self.session.opened_report
+        view = report_view(opened)
+        if opened is not None and view is not None:
+            tab, title, _, about = view
+            yield SystemCommand(f"Show {title[2:]}", about.format(path=opened.path), lambda: self.action_show_tab(tab))
 
 def make_app(
     *,
@@ -427,18 +427,7 @@ def make_app(
     tune report (:func:`loaderdoc.reports.open_report`), opened on its Tune view (no findings);
     ``config`` a loader read from the user's config file: the chosen settings, each with its source.
     """
-    return LoaderDocApp(
-        facts=facts,
-        detect_fn=detect_fn,
-        probe_fn=probe_fn,
-        load_dataset_fn=load_dataset_fn,
-        workload=workload,
-        settings=settings,
-        export_dir=export_dir,
-        header_fn=header_fn,
-        early_facts=early_facts,
-        watch_run=watch_run,
-        job_run=job_run,
-        tune_run=tune_run,
-        config=config,
-    )
+    session = Session(workload=workload, settings=settings, detect_fn=detect_fn, probe_fn=probe_fn,
+                      load_dataset_fn=load_dataset_fn, header_fn=header_fn, watch_run=watch_run, job_run=job_run,
+                      tune_run=tune_run, config=config)
+    return LoaderDocApp(session, facts=facts, export_dir=export_dir, early_facts=early_facts)

@@ -325,6 +325,12 @@ def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "WARNING", "ok": "OK"}
 
 
+def severity_counts(findings: Iterable[Any]) -> tuple[int, int]:
+    """(critical, warning): how many findings of each, as the status bar and the diagnoses say it."""
+    severities = [f.severity for f in findings]
+    return severities.count("critical"), severities.count("warning")
+
+
 def finding_label(f: Any) -> str:
     return f"{SEVERITY_LABEL.get(f.severity, f.severity.upper())}  {f.symptom}"
 

@@ -18,7 +18,8 @@ from typing import Any
 from loaderdoc.advice.findings import findings_from_json
 from loaderdoc.advice.watched import LoaderReport, LoaderTotals, TimelinePoint, WatchedEpoch
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, get, load_json, obj, read_document
+from loaderdoc.jsondoc import Bad, beyond_measured, get, load_json, obj, read_document
+from loaderdoc.settings import recorded_counts_problem
 from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
 HOW_TO_WRITE = "write one with 'loaderdoc watch --report run.json -- python train.py'"
@@ -27,6 +28,10 @@ TOTAL_TYPES = {"epochs": int, "steps": int, "waits": int, "wait_s": float, "step
                "later_first_batch_s": float, "workers_pss_max_bytes": int, "gpu_idle_s": float,
                "gpu_idle_share": float}
 COUNTS = ("epochs", "steps", "waits", "wait_s", "step_s")  # 0 where an older report left them out
+# an epoch's figures beyond those the app charts, checked where present
+EPOCH_TYPES = {"waits": int, "steps_timed": int, "first_batch_s": float, "wall_s": float, "gpu_idle_s": float,
+               "wait_p50_s": float, "wait_p95_s": float, "workers_pss_max_bytes": int,
+               "workers_heap_grown_bytes": int}
 
 
 class WatchReportError(UserError):
@@ -48,10 +53,15 @@ def watch_report_from(data: Any, path: str | Path) -> WatchReport:
 
 
 def _checked(container: dict, key: str, tp: type, where: str, *, optional: bool = True, signed: bool = False) -> Any:
-    """``container[key]`` checked as :func:`jsondoc.get` checks it, kept as written (a whole number
-    stays one where a float is expected: the report is written back as it was read)."""
+    """``container[key]`` checked as :func:`jsondoc.get` checks it, and within what a measured run
+    can hold (:func:`jsondoc.beyond_measured`: no 10^30 steps, no wait of 1e308 s); kept as written (a
+    whole number stays one where a float is expected: the report is written back as it was read)."""
     get(container, key, tp, where, optional=optional, signed=signed)
-    return container.get(key)
+    value = container.get(key)
+    problem = beyond_measured(f"{where}.{key}" if where else key, value)
+    if problem:
+        raise Bad(problem)
+    return value
 
 
 def _report(data: dict, path: str) -> WatchReport:
@@ -60,8 +70,8 @@ def _report(data: dict, path: str) -> WatchReport:
         raise Bad("command: expected a list of strings")
     findings = findings_from_json(data.get("findings"))
     loaders = [_loader(raw, f"loaders[{i}]") for i, raw in enumerate(get(data, "loaders", list, ""))]
-    get(data, "steps", int, "", optional=True)  # the run's totals are the loaders', checked all the same
-    get(data, "wait_share", float, "", optional=True)
+    for key, tp in (("steps", int), ("wait_share", float), ("wait_s", float), ("step_s", float)):
+        _checked(data, key, tp, "")  # the run's totals are the loaders', checked all the same
     gpu = data.get("gpu")
     return WatchReport(
         command=command, exit_code=_checked(data, "exit_code", int, "", signed=True),
@@ -85,6 +95,9 @@ def _loader(raw: Any, where: str) -> LoaderReport:
     totals = get(raw, "totals", dict, where)
     read = {key: _checked(totals, key, tp, at) for key, tp in TOTAL_TYPES.items()}
     settings = get(raw, "settings", dict, where, optional=True) or {}
+    problem = recorded_counts_problem(settings, f"{where}.settings")
+    if problem:
+        raise Bad(problem)
     role, cls = raw.get("role"), raw.get("class")  # role: absent from reports before loaders were named
     loader = LoaderReport(
         number=raw.get("loader"), role=role if isinstance(role, str) else None,
@@ -120,9 +133,11 @@ def _epochs(raw: dict, where: str, *, checked: bool) -> list[WatchedEpoch]:
         w = f"{where}.epochs[{i}]"
         obj(epoch, w)
         for key, tp in (("epoch", int), ("steps", int), ("wait_s", float), ("step_s", float)):
-            get(epoch, key, tp, w, optional=not checked or key in ("epoch", "steps"))
+            _checked(epoch, key, tp, w, optional=not checked or key in ("epoch", "steps"))
         for key in ("start_s", "end_s"):  # the epoch's wall time is their difference
-            get(epoch, key, float, w, optional=True)
+            _checked(epoch, key, float, w)
+        for key, tp in EPOCH_TYPES.items():
+            _checked(epoch, key, tp, w)
         out.append(WatchedEpoch.from_record(epoch, i))
     return out
 
@@ -136,9 +151,9 @@ def _memory(data: dict) -> list[dict[str, Any]]:
             w = f"{where}.samples[{j}]"
             obj(sample, w)
             for key in ("main_pss_bytes", "workers_pss_bytes", "shm_used_bytes"):
-                get(sample, key, int, w, optional=True)
+                _checked(sample, key, int, w)
         for key in ("shm_peak_used_bytes", "shm_total_bytes"):
-            get(proc, key, int, where, optional=True)
+            _checked(proc, key, int, where)
     return memory
 
 

@@ -1,5 +1,6 @@
 """The hook's sampler: one daemon thread per process that, every ``interval`` seconds, reads the
-process's memory, its DataLoader workers' memory and ``/dev/shm``, and the loaders' counters.
+loaders' counters and, as often as its share of a core allows, the process's memory, its
+DataLoader workers' memory and ``/dev/shm``.
 
 Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
 beside ``hook.py``. Started by the recorder when the first DataLoader is iterated, never at import
@@ -21,13 +22,15 @@ import time
 import weakref
 
 SAMPLE_CAP = 1024  # samples kept; when full every 2nd is dropped and the period doubles
-MAX_BUSY = 0.01  # share of one core the sampler may use: reading a torch process's Pss walks its
-# page tables (~10 ms for one on this machine), so many large workers lengthen the period
+MAX_BUSY = 0.01  # share of one core the sampler may use, half for the counters and half for the
+# memory: reading a torch process's Pss walks its page tables (~10 ms for one on this machine), so
+# many large workers read less often
 FULL_SCAN_EVERY = 16  # ticks between full /proc scans (a pid seen as not ours is skipped between)
 _HELPERS = (b"multiprocessing.resource_tracker", b"multiprocessing.semaphore_tracker")
 _FORKSERVER = b"multiprocessing.forkserver"
 
 clock = time.perf_counter
+cpu_clock = time.thread_time  # what a tick costs: this thread's CPU time (a busy machine's waits are not its use)
 
 
 def system_module(name: str):
@@ -151,10 +154,12 @@ class Sampler:
         self.samples: list[dict] = []
         self.shm_peak: int | None = None
         self.ticks = 0
-        self.busy_s = 0.0  # time spent in tick(), writes excluded: the sampler's own cost
+        self.busy_s = 0.0  # CPU time spent in tick(), writes excluded: the sampler's own cost
         self._children = Children()
         self._heap_first: dict[int, int] = {}  # each worker's malloc heap when first seen
-        self._prev = None  # perf_counter of the previous tick
+        self._memory: dict | None = None  # the memory figures last read, and when (perf_counter)
+        self._memory_at: float | None = None
+        self._memory_next = 0.0  # when they are read again
         self._written = clock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -181,7 +186,7 @@ class Sampler:
 
     def tick(self) -> None:
         """Take one sample now (from this thread or, once stopped, from any)."""
-        t = clock()
+        t, spent = clock(), cpu_clock()
         rec = self.recorder
         ledger = getattr(rec, "cpu", None)
         if ledger is not None:
@@ -189,33 +194,47 @@ class Sampler:
         reads = getattr(rec, "io", None)
         if reads is not None:
             reads.settle()
-        workers = self._children.workers()
-        known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
-        workers_pss = sum(known)
-        heap_grown = self._heap_grown(workers)
-        used, total = shm_usage()
-        if used is not None and (self.shm_peak is None or used > self.shm_peak):
-            self.shm_peak = used
+        # the memory is read on its own budget: walking many large workers' page tables for their
+        # Pss takes tens of ms, which held every sample (and so tune's windows, which are made of
+        # samples) to one every several seconds; between two reads a sample carries the last one
+        fresh = self._memory is None or t >= self._memory_next
+        memory_cost = 0.0
+        if fresh:
+            before = cpu_clock()
+            self._memory = self._read_memory()
+            memory_cost = cpu_clock() - before
+            self._memory_next = t + max(self.base, memory_cost / (self.max_busy / 2))
         loaders = {}
-        prev = self._prev if self._prev is not None else rec.t0
+        since = self._memory_at if self._memory_at is not None else rec.t0
         for lrec in list(rec.loaders):
             epochs = list(lrec.epochs)
             loaders[str(lrec.number)] = cumulative(epochs)
-            _attribute(epochs, workers_pss, prev, heap_grown)
-        sample = {"t_s": t - rec.t0, "main_pss_bytes": pss_bytes("self"), "workers": len(known),
-                  "workers_pss_bytes": workers_pss, "workers_heap_grown_bytes": heap_grown,
-                  "shm_used_bytes": used, "shm_total_bytes": total, "loaders": loaders}
+            if fresh:
+                _attribute(epochs, self._memory["workers_pss_bytes"], since, self._memory["workers_heap_grown_bytes"])
+        if fresh:
+            self._memory_at = t
+        sample = {"t_s": t - rec.t0, **self._memory, "loaders": loaders}
         if ledger is not None:  # this process's CPU time and every process's busy time on its CPUs, now
             sample.update(ledger.now(getattr(rec, "cpus", None)))
         self.samples.append(sample)
         if len(self.samples) >= self.cap:
             del self.samples[1::2]
             self.base *= 2
-        self._prev = t
         self.ticks += 1
-        cost = clock() - t
+        cost = cpu_clock() - spent
         self.busy_s += cost
-        self.period = max(self.base, cost / self.max_busy)
+        self.period = max(self.base, (cost - memory_cost) / (self.max_busy / 2))
+
+    def _read_memory(self) -> dict:
+        """This process's and its workers' memory and ``/dev/shm``, as a sample holds them."""
+        workers = self._children.workers()
+        known = [p for p in (pss_bytes(pid) for pid in workers) if p is not None]  # None: gone, a zombie
+        used, total = shm_usage()
+        if used is not None and (self.shm_peak is None or used > self.shm_peak):
+            self.shm_peak = used
+        return {"main_pss_bytes": pss_bytes("self"), "workers": len(known), "workers_pss_bytes": sum(known),
+                "workers_heap_grown_bytes": self._heap_grown(workers), "shm_used_bytes": used,
+                "shm_total_bytes": total}
 
     def _heap_grown(self, workers: list[int]) -> int | None:
         """Malloc heap the workers grew: each one's ``[heap]`` beyond the smaller of this process's

@@ -37,6 +37,12 @@ def _wait_line(w: LoaderReport) -> str:
             f"({fmt_seconds(w.wait_per_batch_s)} per batch waiting, {fmt_seconds(w.step_per_batch_s)} per step)")
 
 
+def _wait_lines(w: LoaderReport, use: CpuUse | None) -> list[str]:
+    """The evidence a starved and a healthy loader both open with: the wait, and with workers and
+    CPU time recorded, the hand-over inside it."""
+    return [_wait_line(w)] + ([_handover_line(use)] if use is not None and use.workers else [])
+
+
 def _workers_needed(w: LoaderReport) -> int | None:
     load, step = w.load_per_batch_s, w.step_per_batch_s
     if load is None or not step:
@@ -48,6 +54,12 @@ def _idle_share(w: LoaderReport, use: CpuUse | None) -> float:
     """The share of the steady time the loop waited for a batch not yet loaded: the wait beyond
     the hand-over of a ready batch (which no worker count removes), where CPU time was recorded."""
     return use.idle_share if use is not None else w.wait_share
+
+
+def _starved(w: LoaderReport, use: CpuUse | None) -> bool:
+    """The loop waits for data (policy.NOT_STARVED_PCT): the one judgement the starved, healthy and
+    on-disk rules and the read verdict share."""
+    return 100 * _idle_share(w, use) >= policy.NOT_STARVED_PCT
 
 
 def _handover_line(use: CpuUse) -> str:
@@ -93,14 +105,14 @@ def _waits_idle_on_disk(i: Inputs) -> tuple[LoaderReport, IoUse] | None:
     if reads is None or reads.reads_from != DISK:
         return None
     use = i.cpu_use
-    if 100 * _idle_share(w, use) < policy.NOT_STARVED_PCT or (use is not None and use.load_is_cpu):
+    if not _starved(w, use) or (use is not None and use.load_is_cpu):
         return None
     return w, reads
 
 
 def _verdict(i: Inputs, w: LoaderReport, reads: IoUse) -> str:
     use = i.cpu_use
-    return reads.verdict(100 * _idle_share(w, use) >= policy.NOT_STARVED_PCT, use.load_is_cpu if use else None)
+    return reads.verdict(_starved(w, use), use.load_is_cpu if use else None)
 
 
 @rule(STARVED_RULE, CRITICAL, "The training loop waits for data (measured in the run)", "watch",
@@ -115,12 +127,10 @@ def _watch_starved(i: Inputs) -> Finding | None:
     if w is None:
         return None
     use = i.cpu_use
-    pct = 100 * _idle_share(w, use)
-    if pct < policy.NOT_STARVED_PCT:
+    if not _starved(w, use):
         return None
-    evidence = [_wait_line(w)]
-    if use is not None and use.workers:
-        evidence.append(_handover_line(use))
+    pct = 100 * _idle_share(w, use)
+    evidence = _wait_lines(w, use)
     if w.wait_p50_s is not None:
         evidence.append(f"wait per batch p50 {fmt_seconds(w.wait_p50_s)}, p95 {fmt_seconds(w.wait_p95_s)} "
                         f"(epoch {w.percentile_epoch})")
@@ -179,13 +189,11 @@ def _watch_healthy(i: Inputs) -> Finding | None:
     if w is None:
         return None
     use = i.cpu_use
-    share = _idle_share(w, use)
-    if 100 * share >= policy.NOT_STARVED_PCT:
+    if _starved(w, use):
         return None
-    evidence = [_wait_line(w)]
+    share = _idle_share(w, use)
+    evidence = _wait_lines(w, use)
     if use is not None:
-        if use.workers:
-            evidence.append(_handover_line(use))
         evidence += cpu_lines(use)
     return found(
         OK,

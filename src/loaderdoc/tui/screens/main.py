@@ -8,6 +8,11 @@ already, and switches to it and focuses it as soon as it is mounted. It returns 
 that is done then; a key binding's action returns it, and textual finishes handling the key
 only when it is done, so the next key (or a test's next step) sees the view.
 
+The views never read the app's session: the app hands the screen typed messages
+(:mod:`loaderdoc.tui.messages`' ``...Shown``) and the screen gives each view the latest of each
+kind, when the view is mounted and whenever one changes; a report opened with --report is given
+to its view when the view is built.
+
 Likewise the app is never torn down in the middle of building a view (:meth:`settle`): textual
 does not wait for widgets still being mounted, whose mount handlers then fail on children that
 were never started.
@@ -19,10 +24,13 @@ import asyncio
 from collections.abc import Awaitable
 
 from textual.app import ComposeResult
+from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
+from loaderdoc.cluster.job_report import JobReport
+from loaderdoc.reports import TuneRun
 from loaderdoc.tui.widgets.diagnoses import DiagnosesPane
 from loaderdoc.tui.widgets.job import JobPane
 from loaderdoc.tui.widgets.machine import MachinePane
@@ -32,6 +40,7 @@ from loaderdoc.tui.widgets.settings_editor import SettingsPane
 from loaderdoc.tui.widgets.status import StatusBar
 from loaderdoc.tui.widgets.tradeoffs import TradeoffsPane
 from loaderdoc.tui.widgets.tune import TunePane
+from loaderdoc.watching.watch_report import WatchReport
 
 VIEWS: dict[str, tuple[str, type[Widget]]] = {
     "machine": ("1 Machine", MachinePane),
@@ -40,13 +49,22 @@ VIEWS: dict[str, tuple[str, type[Widget]]] = {
     "tradeoffs": ("4 Trade-offs", TradeoffsPane),
     "settings": ("5 Settings", SettingsPane),
 }
-RUN_VIEW = ("6 Run", RunPane)  # only with a watched run's report (`loaderdoc --report FILE`)
-JOB_VIEW = ("6 Job", JobPane)  # only with a job report (`loaderdoc --report job.json`)
-TUNE_VIEW = ("6 Tune", TunePane)  # only with a tune report (`loaderdoc --report tune.json`)
+# the view of a report opened with --report FILE, by the report's type: (tab, title, what it is)
+REPORT_VIEWS: dict[type, tuple[str, str, type[Widget], str]] = {
+    WatchReport: ("run", "6 Run", RunPane, "The watched run {path}: wait vs step (6)"),
+    JobReport: ("job", "6 Job", JobPane, "The job report {path}: one column per node (6)"),
+    TuneRun: ("tune", "6 Tune", TunePane, "The tune report {path}: its trials and pick (6)"),
+}
+Opened = WatchReport | JobReport | TuneRun
+
+
+def report_view(report: Opened | None) -> tuple[str, str, type[Widget], str] | None:
+    """(tab, title, view, description) of an opened report's view; None without one."""
+    return None if report is None else REPORT_VIEWS[type(report)]
 
 
 class MainScreen(Screen):
-    def __init__(self) -> None:
+    def __init__(self, report: Opened | None = None) -> None:
         super().__init__()
         self._built = False  # this screen's widgets (the tabs) exist
         self._views: dict[str, Widget] = {}  # views whose on_mount has run: safe to query and refresh
@@ -56,27 +74,34 @@ class MainScreen(Screen):
         self._view_mounts: list[Awaitable[None]] = []
         self._built_event = asyncio.Event()
         self._settling = False  # the app is stopping: mount no more views
-        self.views = dict(VIEWS)
+        self._latest: dict[type[Message], Message] = {}  # the latest message of each kind the app gave
+        self._report = report
+        self._report_tab: str | None = None
+        self.views: dict[str, tuple[str, type[Widget]]] = dict(VIEWS)
         self.initial = "machine"
+        opened = report_view(report)
+        if opened is not None:  # the report asked for comes first
+            tab, title, view, _ = opened
+            self.views[tab] = (title, view)
+            self.initial = self._report_tab = tab
+
+    def _make_view(self, tab: str) -> Widget:
+        """The view of ``tab``, given what it draws when it is built (its report, the workload
+        form's values, the settings form's values)."""
+        view = self.views[tab][1]
+        built_with = getattr(view, "BUILT_WITH", None)
+        given = self._report if tab == self._report_tab else None if built_with is None else self._latest[built_with]
+        return view(given, id=f"{tab}-pane")  # type: ignore[call-arg]  (a View)
 
     def compose(self) -> ComposeResult:
-        if self.app.session.watch_run is not None:  # the report asked for comes first
-            self.views["run"] = RUN_VIEW
-            self.initial = "run"
-        elif self.app.session.job_run is not None:
-            self.views["job"] = JOB_VIEW
-            self.initial = "job"
-        elif self.app.session.tune_run is not None:
-            self.views["tune"] = TUNE_VIEW
-            self.initial = "tune"
         yield Header(icon="")
         yield StatusBar(id="status")
         with TabbedContent(initial=self.initial, id="tabs"):
-            for tab, (title, view) in self.views.items():
+            for tab, (title, _) in self.views.items():
                 with TabPane(title, id=tab):
                     if tab == self.initial:
                         self._mounting.add(tab)
-                        yield view(id=f"{tab}-pane")
+                        yield self._make_view(tab)
         yield Footer()
 
     @property
@@ -87,7 +112,9 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self._built = True
         self._built_event.set()
-        self.refresh_state()
+        for bar in self.query(StatusBar):
+            self._give(bar)
+        self.refresh_bindings()
         if self._wanted is not None:
             self._show_wanted()
         elif self.initial in ("job", "tune"):  # its table takes the arrow keys at once: they scroll a wide job
@@ -103,7 +130,7 @@ class MainScreen(Screen):
         if tab in self._mounting or not self._built or self._settling:
             return
         self._mounting.add(tab)
-        self._view_mounts.append(self.query_one(f"TabPane#{tab}", TabPane).mount(self.views[tab][1](id=f"{tab}-pane")))
+        self._view_mounts.append(self.query_one(f"TabPane#{tab}", TabPane).mount(self._make_view(tab)))
 
     async def settle(self) -> None:
         """Mount no more views, and wait until this screen and the views being mounted are
@@ -115,20 +142,31 @@ class MainScreen(Screen):
             self._done(tab)
 
     def view_mounted(self, view: Widget) -> None:
-        """Called by each view at the end of its on_mount (it has drawn the app's state)."""
+        """Called by each view at the end of its on_mount: it draws the latest state, and is shown
+        and focused if it was asked for."""
+        self._give(view)
         tab = (view.id or "").removesuffix("-pane")
         self._views[tab] = view
         if self._wanted == tab and self._built:
             self._show_wanted()
 
-    def refresh_state(self) -> None:
+    def show(self, *messages: Message) -> None:
+        """Keep ``messages`` as the latest of their kinds and give them to the status bar and the
+        views mounted (a view mounted later is given the latest then)."""
+        for message in messages:
+            self._latest[type(message)] = message
         if not self._built:
-            return  # on_mount draws it
-        for bar in self.query(StatusBar):  # none while the screen is being torn down
-            bar.refresh_state()
-        for view in self._views.values():  # a hidden view may not be mounted yet: it draws itself then
-            view.refresh_state()
+            return  # on_mount gives them
+        for widget in [*self.query(StatusBar), *self._views.values()]:  # no bar while the screen is torn down
+            self._give(widget, messages)
         self.refresh_bindings()
+
+    def _give(self, widget: Widget, messages: tuple[Message, ...] | None = None) -> None:
+        """Hand ``widget`` each message it has a handler for (textual's ``on_<message>`` name), now."""
+        for message in self._latest.values() if messages is None else messages:
+            handler = getattr(widget, message.handler_name, None)
+            if handler is not None:
+                handler(message)
 
     def show_tab(self, tab: str) -> asyncio.Future[None]:
         """Switch to ``tab`` and focus its main widget, now or as soon as its view is mounted.

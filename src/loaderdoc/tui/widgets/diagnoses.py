@@ -9,13 +9,19 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
+from loaderdoc.advice.findings import Finding
 from loaderdoc.tui import model
+from loaderdoc.tui.messages import AdviceShown
+from loaderdoc.tui.widgets.view import View
 
 SEVERITY_STYLE = {"critical": "bold red", "warning": "bold yellow", "ok": "bold green"}
 
 
-class DiagnosesPane(Vertical):
+class DiagnosesPane(View, Vertical):
     BINDINGS = [Binding("a", "apply_fix", "Apply fix")]
+    MAIN = "#findings"
+    _findings: tuple[Finding, ...] = ()
+    _evidence: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         yield Static("", id="diagnoses-note", classes="pane-note")
@@ -26,56 +32,47 @@ class DiagnosesPane(Vertical):
                     yield Static("", id="finding-detail")
                 yield Button("Apply fix (a)", id="apply-fix", variant="primary", compact=True, disabled=True)
 
-    def on_mount(self) -> None:
-        self.refresh_state()
-        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one(OptionList))
-
-    def refresh_state(self) -> None:
-        app = self.app
+    def on_advice_shown(self, advice: AdviceShown) -> None:
         note = self.query_one("#diagnoses-note", Static)
         options = self.query_one(OptionList)
         highlighted = options.highlighted
         previous = options.get_option_at_index(highlighted).id if highlighted is not None and options.option_count else None
         options.clear_options()
-        session = app.session
-        opened = session.report_basis
-        if session.findings_error:
-            note.update(Text(f"Diagnoses unavailable: {session.findings_error}", style="bold red"))
-        elif session.facts is None and opened is None:
+        self._findings, self._evidence = advice.findings, advice.evidence
+        findings = advice.findings
+        opened = advice.basis
+        if advice.findings_error:
+            note.update(Text(f"Diagnoses unavailable: {advice.findings_error}", style="bold red"))
+        elif not advice.facts_read and opened is None:
             note.update("Waiting for machine facts...")
-        elif not session.findings:
+        elif not findings:
             note.update("No problems found for the chosen settings on this machine"
-                        + (" and the probe's measurements." if session.report else " (no probe yet)."))
+                        + (" and the probe's measurements." if advice.measured else " (no probe yet)."))
         else:
-            crit = sum(f.severity == "critical" for f in session.findings)
-            warn = sum(f.severity == "warning" for f in session.findings)
-            basis = "machine facts and the probe's measurements" if session.report else "machine facts (no probe yet)"
+            crit, warn = model.severity_counts(findings)
+            basis = "machine facts and the probe's measurements" if advice.measured else "machine facts (no probe yet)"
             if opened is not None:
-                basis = f"{opened}, " + ("and " + basis if session.facts else "(machine facts: reading)")
+                basis = f"{opened}, " + ("and " + basis if advice.facts_read else "(machine facts: reading)")
             note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'} for the chosen settings, "
                         f"from {basis}.")
-        for i, f in enumerate(app.session.findings):
+        for i, f in enumerate(findings):
             label = Text()
             label.append(model.SEVERITY_LABEL.get(f.severity, f.severity.upper()), style=SEVERITY_STYLE.get(f.severity, ""))
             label.append(f"  {f.symptom}")
             options.add_option(Option(label, id=f"{f.rule_id}#{i}"))
-        if app.session.findings:
-            ids = [f"{f.rule_id}#{i}" for i, f in enumerate(app.session.findings)]
+        if findings:
+            ids = [f"{f.rule_id}#{i}" for i, f in enumerate(findings)]
             index = next((i for i, oid in enumerate(ids) if previous and oid.split("#")[0] == previous.split("#")[0]), 0)
             options.highlighted = index
         self._show_detail()
 
-    def _current(self):
-        options = self.query_one(OptionList)
-        idx = options.highlighted
-        findings = self.app.session.findings
-        return findings[idx] if idx is not None and 0 <= idx < len(findings) else None
+    def _current(self) -> Finding | None:
+        idx = self.query_one(OptionList).highlighted
+        return self._findings[idx] if idx is not None and 0 <= idx < len(self._findings) else None
 
     def _show_detail(self) -> None:
         f = self._current()
+        where = self._evidence[self.query_one(OptionList).highlighted or 0] if f is not None else ""
         detail = self.query_one("#finding-detail", Static)
         button = self.query_one("#apply-fix", Button)
         if f is None:
@@ -83,7 +80,7 @@ class DiagnosesPane(Vertical):
             button.disabled = True
             return
         text = Text()
-        for heading, body in model.finding_detail(f, self.app.session.evidence_from(f)):
+        for heading, body in model.finding_detail(f, where):
             text.append(f"{heading}\n", style="bold underline")
             text.append(f"{body}\n\n")
         detail.update(text)

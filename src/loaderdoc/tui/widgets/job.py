@@ -12,17 +12,22 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
+from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.tui import model
 from loaderdoc.tui.widgets.diagnoses import SEVERITY_STYLE
+from loaderdoc.tui.widgets.view import View
 
 # fixed colours, as in run.py: readable on the dark and the light theme; the mark says it without colour
 ODD = Style(color=Color.from_rgb(255, 255, 255), bgcolor=Color.from_rgb(170, 40, 40), bold=True)
 ODD_NODE = Style(color=Color.from_rgb(220, 50, 47), bold=True)
 
 
-class JobPane(Vertical):
+class JobPane(View, Vertical):
+    MAIN = "#job-table"
+    given: JobReport | None  # the job report opened with --report; it does not change while the app runs
+
     def compose(self) -> ComposeResult:
-        job = self.app.session.job_run
+        job = self.given
         yield Static("", id="job-head")
         yield Static("", id="job-note", classes="pane-note")
         table: DataTable = DataTable(id="job-table", cursor_type="cell", zebra_stripes=True, fixed_columns=1)
@@ -49,7 +54,7 @@ class JobPane(Vertical):
         table.cursor_coordinate = table.cursor_coordinate._replace(column=1 if grid.columns else 0)  # on a node
 
     def on_mount(self) -> None:
-        job = self.app.session.job_run
+        job = self.given
         head = self.query_one("#job-head", Static)
         note = self.query_one("#job-note", Static)
         if job is None:
@@ -62,10 +67,3 @@ class JobPane(Vertical):
             text.append(model.job_summary(job), style=SEVERITY_STYLE.get(job.status, "") if job.status != "ok" else "")
             head.update(text)
             note.update(model.job_note(job))
-        self.screen.view_mounted(self)
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one("#job-table", DataTable))
-
-    def refresh_state(self) -> None:
-        """A report does not change while the app runs; nothing to redraw."""

@@ -8,9 +8,13 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from loaderdoc.tui import model
+from loaderdoc.tui.messages import MachineShown
+from loaderdoc.tui.widgets.view import View
 
 
-class MachinePane(Vertical):
+class MachinePane(View, Vertical):
+    MAIN = "#machine-table"
+
     def compose(self) -> ComposeResult:
         yield Static("", id="machine-note", classes="pane-note")
         table = DataTable(id="machine-table", cursor_type="row", zebra_stripes=True)
@@ -18,27 +22,19 @@ class MachinePane(Vertical):
         yield table
         yield Static("", id="machine-source")
 
-    def on_mount(self) -> None:
-        self.refresh_state()
-        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one(DataTable))
-
-    def refresh_state(self) -> None:
-        app = self.app
+    def on_machine_shown(self, message: MachineShown) -> None:
         note = self.query_one("#machine-note", Static)
         table = self.query_one(DataTable)
-        if app.session.facts is None:
-            note.update(app.session.facts_error or "Reading machine facts...")
+        if message.facts is None:
+            note.update(message.error or "Reading machine facts...")
             table.clear()
             return
-        pending = app.session.pending_facts
-        label = app.session.facts.label or "this machine"
+        pending = message.pending
+        label = message.facts.label or "this machine"
         note.update(
             f"{label}" + ("  (still reading: " + ", ".join(sorted(pending)).replace("_", " ") + ")" if pending else "")
         )
-        rows = model.machine_rows(app.session.facts, pending=pending)
+        rows = model.machine_rows(message.facts, pending=pending)
         self._rows = rows
         cursor = table.cursor_row
         table.clear()

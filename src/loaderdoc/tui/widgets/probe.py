@@ -8,20 +8,29 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Select, Static
 
 from loaderdoc.probing.result import ConfigResult
-from loaderdoc.session import ProbeRequest, parse_workload_field, preset_names
+from loaderdoc.session import parse_workload_field, preset_names
 from loaderdoc.tui import model
+from loaderdoc.tui.messages import ProbeShown
 from loaderdoc.tui.widgets.chart import SeriesPlot
+from loaderdoc.tui.widgets.view import View
 
 
-class ProbePane(VerticalScroll):
+class ProbePane(View, VerticalScroll):
+    MAIN = "#workload"
+    BUILT_WITH = ProbeShown
+
+    _results: tuple[ConfigResult, ...] | None = None  # those in the table and the charts
+
     def compose(self) -> ComposeResult:
-        app = self.app
-        w: ProbeRequest = app.session.workload
+        probe: ProbeShown = self.given
+        self._workload = probe.workload  # the form's values; the app says what it is after each choice
+        self._dataset_arg = probe.dataset_arg
+        w = self._workload
         names = preset_names()
         options = [(name, name) for name, _ in names]
         self._descriptions = dict(names)
-        if app.session.dataset_arg:
-            options.insert(0, (f"your dataset: {app.session.dataset_arg}", model.DATASET_CHOICE))
+        if self._dataset_arg:
+            options.insert(0, (f"your dataset: {self._dataset_arg}", model.DATASET_CHOICE))
         value = model.DATASET_CHOICE if w.dataset else (w.preset if w.preset in dict(names) else Select.NULL)
         with Horizontal(classes="form-row"):
             yield Label("Workload", classes="form-label")
@@ -53,63 +62,54 @@ class ProbePane(VerticalScroll):
         yield Button("Use recommendation", id="adopt", compact=True, disabled=True)
 
     def _describe(self) -> str:
-        w = self.app.session.workload
+        w = self._workload
         if w.dataset:
             return f"your Dataset from --dataset {w.dataset} (imported when the probe starts)"
         return self._descriptions.get(w.preset or "", "")
 
-    def on_mount(self) -> None:
-        self.refresh_state()
-        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one("#workload", Select))
-
     # ---- state -> widgets ------------------------------------------------------------------
-    def refresh_state(self) -> None:
-        app = self.app
-        running = app.session.probe_running
+    def on_probe_shown(self, probe: ProbeShown) -> None:
+        running = probe.running
         self.query_one("#run", Button).disabled = running
-        self.query_one("#stop", Button).disabled = not running or app.session.probe_state == "stopping"
+        self.query_one("#stop", Button).disabled = not running or probe.state == "stopping"
         for wid in ("#workload", "#batch_size", "#step_ms", "#budget_s"):
             self.query_one(wid).disabled = running
-        self.show_progress()
-        results = app.session.report.results if app.session.report is not None else app.session.live_results
-        table = self.query_one("#results", DataTable)
-        if table.row_count != len(results):
-            table.clear()
-            for r in results:
-                table.add_row(*model.result_row(r))
-        self._redraw_chart(results)
+        self._show_progress(probe)
+        self._show_results(probe.results)
         summary = self.query_one("#probe-summary", Static)
-        adopt = self.query_one("#adopt", Button)
-        if app.session.probe_error:
-            summary.update(Text(f"Probe failed: {app.session.probe_error}", style="bold red"))
-        elif app.session.report is not None:
-            summary.update("\n".join(model.report_summary(app.session.report, complete=app.session.report_complete)))
-        elif not results and not running:
+        if probe.error:
+            summary.update(Text(f"Probe failed: {probe.error}", style="bold red"))
+        elif probe.report is not None:
+            summary.update("\n".join(model.report_summary(probe.report, complete=probe.complete)))
+        elif not probe.results and not running:
             summary.update("No probe run yet: choose a workload and press ctrl+r. "
                            "The probe runs real DataLoaders on this machine.")
         else:
             summary.update("")
-        adopt.disabled = not (app.session.report is not None and app.session.report_complete
-                              and app.session.recommendation is not None
-                              and app.session.recommendation.settings != app.session.settings)
+        self.query_one("#adopt", Button).disabled = not probe.can_adopt
 
-    def show_progress(self) -> None:
-        app = self.app
-        fraction, text = app.session.probe_progress
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(progress=max(0.0, min(1.0, fraction)))
-        state = {"idle": "idle", "running": "running", "stopping": "stopping",
-                 "done": "done", "cancelled": "cancelled", "failed": "failed"}[app.session.probe_state]
+    def _show_progress(self, probe: ProbeShown) -> None:
+        fraction, text = probe.progress
+        self.query_one("#progress", ProgressBar).update(progress=max(0.0, min(1.0, fraction)))
+        state = probe.state
         self.query_one("#progress-text", Static).update(f"{state}: {text}" if text and text != state else state)
 
-    def add_result(self, result: ConfigResult) -> None:
-        self.query_one("#results", DataTable).add_row(*model.result_row(result))
-        self._redraw_chart(self.app.session.live_results)
-
-    def _redraw_chart(self, results: list[ConfigResult]) -> None:
+    def _show_results(self, results: tuple[ConfigResult, ...]) -> None:
+        """The table and the charts: a row added as each result arrives, all of them again when
+        the results are others (another run, the report's)."""
+        shown = self._results
+        if shown is not None and _same(results, shown):
+            return  # a progress tick
+        table = self.query_one("#results", DataTable)
+        count = table.row_count
+        if shown is not None and count == len(shown) < len(results) and _same(results[:count], shown):
+            for r in results[count:]:
+                table.add_row(*model.result_row(r))
+        elif count != len(results):
+            table.clear()
+            for r in results:
+                table.add_row(*model.result_row(r))
+        self._results = results
         series = model.chart_series(results)
         self.query_one("#chart-throughput", SeriesPlot).show(series)
         self.query_one("#chart-starvation", SeriesPlot).show(series)
@@ -118,18 +118,14 @@ class ProbePane(VerticalScroll):
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id != "workload" or event.value is Select.NULL:
             return
-        w = self.app.session.workload
-        if event.value == model.DATASET_CHOICE:
-            w.dataset = self.app.session.dataset_arg
-        elif str(event.value) != w.preset or w.dataset:  # the Select also reports its initial value
-            batch = w.batch_size
-            w.choose_preset(str(event.value))
+        before = self._workload
+        dataset = event.value == model.DATASET_CHOICE
+        w = self._workload = self.app.choose_workload(None if dataset else str(event.value))
+        if not dataset and w != before:
             for key in ("batch_size", "step_ms"):  # the preset's own, unless the user typed one
                 field = self.query_one(f"#{key}", Input)
                 if field.value != f"{getattr(w, key):g}":
                     field.value = f"{getattr(w, key):g}"
-            if w.batch_size != batch:
-                self.app.workload_changed()  # the recommendation is sized for the batch
         self.query_one("#workload-desc", Static).update(self._describe())
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -141,10 +137,8 @@ class ProbePane(VerticalScroll):
         err = self.query_one("#workload-error", Static)
         err.update(Text(f"{error} (the probe keeps the last valid value)", style="bold red") if error else "")
         err.display = error is not None
-        if error is None and getattr(self.app.session.workload, key) != value:
-            self.app.session.set_workload_field(key, value)
-            if key == "batch_size":
-                self.app.refresh_views()
+        if error is None:
+            self._workload = self.app.set_workload_field(key, value)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "run":
@@ -153,3 +147,8 @@ class ProbePane(VerticalScroll):
             self.app.action_stop_probe()
         elif event.button.id == "adopt":
             self.app.adopt_recommendation()
+
+
+def _same(a: tuple[ConfigResult, ...], b: tuple[ConfigResult, ...]) -> bool:
+    """The same results (the same objects: a result's NaN is not equal to itself)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))

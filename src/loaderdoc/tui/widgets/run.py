@@ -14,6 +14,8 @@ from textual.widgets import Static
 
 from loaderdoc.advice.watched import Interval, LoaderReport, wait_share_of
 from loaderdoc.tui import model
+from loaderdoc.tui.widgets.view import View
+from loaderdoc.watching.watch_report import WatchReport
 
 # fixed colours, as in chart.py; without colour (NO_COLOR) the wait is solid and the step shaded
 WAIT_COLOR = (220, 50, 47)
@@ -89,9 +91,12 @@ def column_shares(points: list[Interval], columns: int) -> list[float | None]:
     return out
 
 
-class RunPane(Vertical):
+class RunPane(View, Vertical):
+    MAIN = "#run-scroll"
+    given: WatchReport | None  # the watched run opened with --report; it does not change while the app runs
+
     def compose(self) -> ComposeResult:
-        run = self.app.session.watch_run
+        run = self.given
         with VerticalScroll(id="run-scroll"):
             yield Static(self._header(), id="run-head")
             if run is None:
@@ -118,7 +123,7 @@ class RunPane(Vertical):
         return text
 
     def _header(self) -> Text:
-        run = self.app.session.watch_run
+        run = self.given
         text = Text()
         if run is None:
             text.append("No watched run open. Open one with 'loaderdoc --report run.json' "
@@ -129,12 +134,3 @@ class RunPane(Vertical):
             text.append(f"{label:<8}", style="bold")
             text.append(body + ("\n" if n < len(lines) - 1 else ""))
         return text
-
-    def on_mount(self) -> None:
-        self.screen.view_mounted(self)
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one("#run-scroll", VerticalScroll))
-
-    def refresh_state(self) -> None:
-        """A report does not change while the app runs; nothing to redraw."""

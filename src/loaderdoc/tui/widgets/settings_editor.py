@@ -8,6 +8,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from loaderdoc.tui import model
+from loaderdoc.tui.messages import AdviceShown
+from loaderdoc.tui.widgets.view import View
 
 HINTS = {
     "batch_size": "samples per batch (empty = None)",
@@ -23,11 +25,15 @@ HINTS = {
 }
 
 
-class SettingsPane(VerticalScroll):
+class SettingsPane(View, VerticalScroll):
+    MAIN = "#set-num_workers"
+    BUILT_WITH = AdviceShown
+
     def compose(self) -> ComposeResult:
+        self._advice: AdviceShown = self.given  # the chosen settings, their origin and sources, the recommendation
         yield Static("", id="settings-note", classes="pane-note")
-        self._shown = self.app.session.settings
-        values = model.settings_form_values(self.app.session.settings)
+        self._shown = self._advice.settings
+        values = model.settings_form_values(self._advice.settings)
         for key in model.SETTING_KEYS:
             with Horizontal(classes="form-row setting-row", id=f"row-{key}"):
                 yield Label(key, classes="setting-label")
@@ -45,36 +51,29 @@ class SettingsPane(VerticalScroll):
             yield Button("Export... (^e)", id="settings-export", variant="primary", compact=True)
         yield Static("", id="settings-why")
 
-    def on_mount(self) -> None:
-        self.refresh_state()
-        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one("#set-num_workers", Input))
-
     # ---- state -> widgets ------------------------------------------------------------------
-    def refresh_state(self) -> None:
-        app = self.app
-        if app.session.settings != getattr(self, "_shown", None):
+    def on_advice_shown(self, advice: AdviceShown) -> None:
+        self._advice = advice
+        if advice.settings != getattr(self, "_shown", None):
             # the chosen settings changed elsewhere (a fix, the probe, the recommendation)
-            self._load(app.session.settings)
+            self._load(advice.settings)
             self._show_errors({})
         self._note()
-        rec = app.session.recommendation
-        self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == app.session.settings
+        rec = advice.recommendation
+        self.query_one("#settings-adopt", Button).disabled = rec is None or rec.settings == advice.settings
         why = Text()
         if rec is not None:
             why.append("Why the recommendation chose its values\n", style="bold underline")
             for key, reason in rec.reasons.items():
                 why.append(f"{key}: ", style="bold")
                 why.append(f"{reason}\n")
-        elif app.session.recommend_error:
-            why.append(f"No recommendation: {app.session.recommend_error}\n", style="italic")
+        elif advice.recommend_error:
+            why.append(f"No recommendation: {advice.recommend_error}\n", style="italic")
         self.query_one("#settings-why", Static).update(why)
 
     def _note(self) -> None:
         self.query_one("#settings-note", Static).update(
-            Text.assemble(("Chosen settings", "bold"), f" [{self.app.session.settings_origin}]. ",
+            Text.assemble(("Chosen settings", "bold"), f" [{self._advice.origin}]. ",
                           "Edits apply as soon as they are valid; space toggles a box."))
 
     def _load(self, settings) -> None:
@@ -105,10 +104,7 @@ class SettingsPane(VerticalScroll):
     def _source_or_hint(self, key: str) -> str:
         """Where a value came from while the config's settings are the chosen ones (the file's key
         and line, or "not set (torch default 0)"), else what the knob does."""
-        session = self.app.session
-        if session.config is not None and session.settings == session.config.settings:
-            return session.config.sources.get(key, HINTS.get(key, ""))
-        return HINTS.get(key, "")
+        return self._advice.sources.get(key, HINTS.get(key, ""))
 
     # ---- widgets -> state ------------------------------------------------------------------
     def _edited(self) -> None:
@@ -125,7 +121,7 @@ class SettingsPane(VerticalScroll):
             note = self.query_one("#settings-note", Static)
             note.update(Text.assemble(("Not applied: ", "bold red"),
                                       f"fix the field marked below; the chosen settings stay "
-                                      f"{model.settings_line(self.app.session.settings)}"))
+                                      f"{model.settings_line(self._advice.settings)}"))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id and event.input.id.startswith("set-"):

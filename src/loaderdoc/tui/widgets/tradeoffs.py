@@ -3,6 +3,7 @@ plain explanation of the knob."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
@@ -13,6 +14,8 @@ from textual.widgets.option_list import Option
 
 from loaderdoc.advice.knobs import explain
 from loaderdoc.tui import model
+from loaderdoc.tui.messages import AdviceShown
+from loaderdoc.tui.widgets.view import View
 
 
 def _blocks_text(blocks: list[tuple[str, str]], heading: str | None = None) -> Text:
@@ -27,7 +30,10 @@ def _blocks_text(blocks: list[tuple[str, str]], heading: str | None = None) -> T
     return text
 
 
-class TradeoffsPane(Vertical):
+class TradeoffsPane(View, Vertical):
+    MAIN = "#knobs"
+    _advice: AdviceShown | None = None
+
     def compose(self) -> ComposeResult:
         yield Static("", id="tradeoffs-note", classes="pane-note")
         with Horizontal():
@@ -38,23 +44,18 @@ class TradeoffsPane(Vertical):
                 yield Static("", id="knob-legend")
                 yield Static("", id="knob-about")
 
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one(OptionList))
-
     def on_mount(self) -> None:
         self.query_one(OptionList).highlighted = 0
-        self.refresh_state()
-        self.screen.view_mounted(self)  # the main screen shows and focuses it if it was asked for
 
-    def refresh_state(self) -> None:
-        app = self.app
+    def on_advice_shown(self, advice: AdviceShown) -> None:
+        self._advice = advice
         note = self.query_one("#tradeoffs-note", Static)
-        if app.session.facts is None:
+        if not advice.facts_read:
             note.update("Waiting for machine facts...")
-        elif app.session.tradeoffs_error:
-            note.update(Text(f"Trade-offs unavailable: {app.session.tradeoffs_error}", style="bold red"))
+        elif advice.tradeoffs_error:
+            note.update(Text(f"Trade-offs unavailable: {advice.tradeoffs_error}", style="bold red"))
         else:
-            basis = ("machine facts and the probe's measurements" if app.session.report
+            basis = ("machine facts and the probe's measurements" if advice.measured
                      else "machine facts (run a probe for measured throughput)")
             note.update(f"What each knob costs and buys around the chosen settings, from {basis}.")
         self._show()
@@ -64,14 +65,16 @@ class TradeoffsPane(Vertical):
         return model.KNOBS[idx] if idx is not None else model.KNOBS[0]
 
     def _show(self) -> None:
+        advice = self._advice
+        if advice is None:
+            return
         knob = self._knob()
-        app = self.app
-        entry = _tradeoff_for(app.session.tradeoffs, knob)
-        heading = f"{knob} = {getattr(app.session.settings, knob)!r} on this machine"
-        if app.session.tradeoffs_error:
-            here = _blocks_text([("not available", app.session.tradeoffs_error)], heading)
+        entry = _tradeoff_for(advice.tradeoffs, knob)
+        heading = f"{knob} = {getattr(advice.settings, knob)!r} on this machine"
+        if advice.tradeoffs_error:
+            here = _blocks_text([("not available", advice.tradeoffs_error)], heading)
         elif entry is None:
-            here = _blocks_text([("", "waiting for machine facts" if app.session.facts is None
+            here = _blocks_text([("", "waiting for machine facts" if not advice.facts_read
                                   else "no trade-off computed for this knob")], heading)
         else:
             here = _blocks_text(model.tradeoff_blocks(entry), heading)
@@ -100,7 +103,7 @@ class TradeoffsPane(Vertical):
         self._show()
 
 
-def _tradeoff_for(tradeoffs: list[Any], knob: str) -> Any:
+def _tradeoff_for(tradeoffs: Iterable[Any], knob: str) -> Any:
     for t in tradeoffs:
         if getattr(t, "knob", None) == knob:
             return t

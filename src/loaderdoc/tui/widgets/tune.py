@@ -15,6 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
 from loaderdoc.reports import TuneRun
+from loaderdoc.tui.widgets.view import View
 from loaderdoc.tuning.result import OK, Pick, Trial, TuneReport
 from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share
 
@@ -114,9 +115,12 @@ def pick_lines(report: TuneReport) -> list[tuple[str, str]]:
 
 
 # ---- the view -----------------------------------------------------------------------------
-class TunePane(Vertical):
+class TunePane(View, Vertical):
+    MAIN = "#tune-table"
+    given: TuneRun | None  # the tune report opened with --report; it does not change while the app runs
+
     def compose(self) -> ComposeResult:
-        run = self.app.session.tune_run
+        run = self.given
         yield Static("", id="tune-head")
         table: DataTable = DataTable(id="tune-table", cursor_type="row", zebra_stripes=True, fixed_columns=1)
         yield table
@@ -131,7 +135,7 @@ class TunePane(Vertical):
             table.add_row(*trial_cells(trial, run.report.pick), key=str(trial.number))
 
     def on_mount(self) -> None:
-        run = self.app.session.tune_run
+        run = self.given
         head = self.query_one("#tune-head", Static)
         if run is None:
             head.update("No tune report open. Open one with 'loaderdoc --report tune.json' (write it with "
@@ -145,7 +149,6 @@ class TunePane(Vertical):
             head.update(text)
             self.query_one("#tune-pick", Static).update(self._pick_text(run.report))
             self._show_trial(0)
-        self.screen.view_mounted(self)
 
     @staticmethod
     def _pick_text(report: TuneReport) -> Text:
@@ -158,7 +161,7 @@ class TunePane(Vertical):
         return text
 
     def _show_trial(self, row: int) -> None:
-        run = self.app.session.tune_run
+        run = self.given
         detail = self.query_one("#tune-trial", Static)
         trials = run.report.trials if run is not None else []
         if not trials:
@@ -168,9 +171,3 @@ class TunePane(Vertical):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_trial(event.cursor_row)
-
-    def focus_main(self) -> None:
-        self.screen.set_focus(self.query_one("#tune-table", DataTable))
-
-    def refresh_state(self) -> None:
-        """A report does not change while the app runs; nothing to redraw."""

@@ -7,10 +7,11 @@ import json
 from support.scenarios import get_scenario, measured, report
 
 from loaderdoc.advice.knobs import KNOBS, explain
-from loaderdoc.advice.tradeoffs import KNOB_ORDER, render_text, to_dict, tradeoffs
+from loaderdoc.advice.tradeoffs import KNOB_ORDER, to_dict, tradeoffs
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
+from loaderdoc.text.tradeoffs import knob_text
 
 
 def by_knob(items):
@@ -57,7 +58,7 @@ def test_without_a_probe_nothing_claims_to_be_measured():
     facts = load_machine("k8s-4cpu-quota")
     items = tradeoffs(facts, LoaderSettings(batch_size=64, num_workers=3), batch_bytes=64 * 3 * 32 * 32)
     assert not any(r.measured for t in items for r in t.rows)
-    text = render_text(items)
+    text = knob_text(items)
     assert "(measured)" not in text and "batches/s" not in by_knob(items)["num_workers"].columns
     nw = by_knob(items)["num_workers"]
     # candidates: powers of two up to twice the 4-CPU quota, the current value, and the quota-based target
@@ -137,7 +138,7 @@ def test_json_and_text_forms():
     data = json.loads(json.dumps(to_dict(items)))
     assert [d["knob"] for d in data] == list(KNOB_ORDER)
     assert data[0]["rows"][0]["cells"]["num_workers"] == "4"
-    text = render_text(items, explain_knobs=True)
+    text = knob_text(items, explain_knobs=True)
     assert "num_workers (now 8)" in text and "turn off:" in text and "* measured by the probe" in text
     table = items[0].table()
     assert table[0] == items[0].columns and len(table) == len(items[0].rows) + 1

@@ -1,7 +1,7 @@
 """`check`'s text as a whole, at 80 columns, on recorded machines: every line, in its place.
 
 Other tests assert what a line says; these pin the rendering itself (the typed report printed by
-``commands/check.render_text``), so a change to any line of it is seen and meant."""
+``text/check.render_text``), so a change to any line of it is seen and meant."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from loaderdoc.checking.build import build_check
-from loaderdoc.commands.check import render_text
 from loaderdoc.system.fixtures import load_machine
+from loaderdoc.text.check import render_text
 
 DETECTRON2 = Path(__file__).resolve().parent / "fixtures/configs/projects/detectron2/configs/COCO-InstanceSegmentation"
 REJECTED_TOML = "[dataloader]\nnum_workers = 0\nprefetch_factor = 4\n"

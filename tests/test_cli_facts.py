@@ -10,12 +10,11 @@ import re
 import pytest
 from faults_support import fault_env, loaderdoc
 
-from loaderdoc.commands.facts import render_text
-from loaderdoc.commands.layout import table_lines, wrap
 from loaderdoc.errors import EXIT_OK
-from loaderdoc.summary import reading_sections
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine, machine_names
+from loaderdoc.text.layout import table_lines, wrap
+from loaderdoc.text.machine import reading_sections, render_facts
 
 
 def squeezed(text: str) -> str:
@@ -63,7 +62,7 @@ def test_this_machine_every_source_and_reason_is_shown_within_80_columns():
 @pytest.mark.parametrize("name", machine_names())
 def test_recorded_machines_every_reading_on_its_line(name):
     facts = load_machine(name)
-    lines = render_text(facts, 80).splitlines()
+    lines = render_facts(facts, 80).splitlines()
     assert max(len(line) for line in lines) <= 80, max(lines, key=len)
     sections = reading_sections(facts)
     assert [title for title, _ in sections] == (
@@ -100,7 +99,7 @@ def test_a_long_path_breaks_after_a_slash_and_nothing_is_lost():
     facts = load_machine("ci-2core")
     deep = "/sys/fs/cgroup/" + "/".join(f"kubepods-burstable-pod{i}e0c8c1a2b3c4d5e6f7.slice" for i in range(3))
     facts.memory.cgroup_limit = Reading.of(None, f"{deep}/memory.max: unlimited (checked 3 level(s) up)")
-    lines = render_text(facts, 80).splitlines()
+    lines = render_facts(facts, 80).splitlines()
     assert max(len(line) for line in lines) <= 80
     start = next(n for n, line in enumerate(lines) if line.startswith("  cgroup_limit "))
     source_lines = lines[start + 1:start + 6]

@@ -15,9 +15,10 @@ import pytest
 from faults_support import fault_env, loaderdoc, one_line_error
 
 from loaderdoc.advice.tradeoffs import KNOB_ORDER
-from loaderdoc.commands.tradeoffs import TRADEOFFS_SCHEMA, build_report, render_text
+from loaderdoc.commands.tradeoffs import TRADEOFFS_SCHEMA, build_report
 from loaderdoc.errors import EXIT_OK, EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine, machine_names
+from loaderdoc.text.tradeoffs import render_text
 
 RECORDED = Path(__file__).parent / "support" / "recorded"
 

@@ -13,9 +13,9 @@ from loaderdoc.cluster.job import RankEntry, build_job_report
 from loaderdoc.cluster.job_file import job_report_from
 from loaderdoc.cluster.job_report import JOB_SCHEMA
 from loaderdoc.cluster.launch import read_place
-from loaderdoc.commands.check_distributed import render_text
 from loaderdoc.errors import UserError
 from loaderdoc.system.facts import GiB, GpuDevice, MachineFacts, MiB, Reading
+from loaderdoc.text.job import render_text
 
 
 def machine(*, cpus=8, ranks_here=1, shm=16 * GiB, shm_free=None, nofile=65536, driver="550.54",

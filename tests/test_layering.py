@@ -1,8 +1,11 @@
-"""The house rules, read from the source: imports only run down the layers, and never in a circle.
+"""The house rules, read from the source: two boxes, a headless core and the front ends; the core
+never imports the front; inside the core the features are siblings, each importing the base and
+only the features the table below allows; and no import runs in a circle.
 
 Every ``import loaderdoc...`` / ``from loaderdoc... import`` in src/loaderdoc counts, at module level
 or inside a function (a lazy import is still a dependency); imports under ``if TYPE_CHECKING:``
-do not (they name types, they never run).
+do not (they name types, they never run). A group is a top-level module or package
+(``loaderdoc.advice.rules.cpu`` is in ``advice``); "" is the package's own ``__init__``.
 """
 
 from __future__ import annotations
@@ -15,30 +18,43 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = SRC / "loaderdoc"
 
-# lowest first; a module may import its own group and the groups below it, nothing above
-LAYERS: list[set[str]] = [
+# ---- the core: headless, never imports the front -------------------------------------------------
+# The base, lowest first: a base group may import its own level and the levels below it, no feature.
+BASE: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version", "visible"},
     {"output", "safe_write", "textfile", "preflight"},
     {"jsondoc", "usercode"},
     {"settings"},
-    {"config", "system"},
-    {"policy"},
-    {"probing"},
-    {"advice"},
-    {"summary"},
-    {"checking"},
-    {"cluster"},
-    {"watching"},
-    {"tuning"},
-    {"reports"},
-    {"export"},
-    {"session"},
-    {"tui"},
-    {"commands"},
-    {"cli"},
-    {"__main__", ""},  # "" is the package's own __init__ (the lazy public API)
+    {"system"},
+    {"policy", "summary"},
 ]
-LAYER_OF = {group: i for i, layer in enumerate(LAYERS) for group in layer}
+# The features, siblings: each may import the whole base and the features named here, no other.
+# The edges are what the code needs (test_every_allowed_import_is_used keeps the table honest).
+FEATURES: dict[str, set[str]] = {
+    "config": set(),
+    "probing": set(),
+    "advice": {"probing"},
+    "checking": {"advice", "config"},
+    "cluster": {"advice"},
+    "watching": {"advice", "config"},
+    "tuning": {"advice", "probing", "watching"},
+    "reports": {"cluster", "tuning", "watching"},
+    "export": {"advice", "config"},
+    "session": {"advice", "cluster", "export", "probing", "reports", "watching"},
+}
+# ---- the front: may import the whole core, and the front groups named here ----------------------
+FRONT: dict[str, set[str]] = {
+    "text": set(),  # one renderer per report: reports in, lines out
+    "tui": {"text"},
+    "api": {"text"},  # loaderdoc.watch(loader): the Python front of watch (its summary() is text/watch)
+    "commands": {"text", "tui"},  # parse, call the core, print with text/
+    "cli": {"commands"},
+    "__main__": {"cli"},
+    "": {"api"},  # the package's own __init__: the lazy public API
+}
+LEVEL_OF = {g: i for i, level in enumerate(BASE) for g in level}
+CORE = set(LEVEL_OF) | set(FEATURES)
+TORCH_AT_LOAD = {"loaderdoc.probing.synthetic", "loaderdoc.probing.consumer"}  # only the measuring code imports them
 MAX_LINES = 500
 
 
@@ -81,16 +97,83 @@ def imports(path: Path) -> set[str]:
 GRAPH = {name: imports(path) for name, path in MODULES.items()}
 
 
-def test_every_module_has_a_layer():
-    missing = sorted({group(m) for m in MODULES} - set(LAYER_OF))
-    assert not missing, f"add these to LAYERS in {__file__}: {missing}"
+def test_every_group_is_in_one_box():
+    groups = {group(m) for m in MODULES}
+    placed = [*LEVEL_OF, *FEATURES, *FRONT]
+    assert len(placed) == len(set(placed)), "a group is in two places"
+    assert sorted(groups - set(placed)) == [], f"place these in BASE, FEATURES or FRONT in {__file__}"
+    assert sorted(set(placed) - groups) == [], "these groups are gone: take them out of the tables"
+
+
+def allowed(source: str, target: str) -> bool:
+    """May a module of group ``source`` import one of group ``target``?"""
+    if source == target:
+        return True
+    if source in LEVEL_OF:
+        return target in LEVEL_OF and LEVEL_OF[target] <= LEVEL_OF[source]
+    if source in FEATURES:
+        return target in LEVEL_OF or target in FEATURES[source]
+    return target in CORE or target in FRONT[source]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if group(m) in CORE))
+def test_the_core_never_imports_the_front(module):
+    front = sorted(t for t in GRAPH[module] if group(t) in FRONT)
+    assert not front, f"{module} (core) imports the front: {front}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_import_runs_back_up(module):
-    mine = LAYER_OF[group(module)]
-    upward = sorted(t for t in GRAPH[module] if group(t) != group(module) and LAYER_OF[group(t)] >= mine)
-    assert not upward, f"{module} (layer {mine}) imports {upward}"
+def test_every_import_is_allowed_by_the_tables(module):
+    mine = group(module)
+    wrong = sorted(t for t in GRAPH[module] if not allowed(mine, group(t)))
+    assert not wrong, f"{module} ({mine}) imports {wrong}: not in the tables of {__file__}"
+
+
+def test_every_allowed_import_is_used():
+    # the tables say what the code needs: an edge nothing uses is a stale allowance
+    used = {(group(m), group(t)) for m, targets in GRAPH.items() for t in targets}
+    table = {(s, t) for s, ts in (*FEATURES.items(), *FRONT.items()) for t in ts}
+    assert sorted(table - used) == []
+
+
+def test_the_features_are_a_dag():
+    order: list[str] = []
+    left = dict(FEATURES)
+    while left:
+        ready = sorted(f for f, needs in left.items() if needs <= set(order))
+        assert ready, f"the features' table has a cycle among {sorted(left)}"
+        order += ready
+        for f in ready:
+            del left[f]
+
+
+def test_no_textual_outside_the_tui():
+    offenders = sorted(m for m, path in MODULES.items() if group(m) != "tui" and "textual" in top_packages(path))
+    assert not offenders
+
+
+def test_no_torch_at_module_load_but_the_measuring_modules():
+    offenders = sorted(m for m, path in MODULES.items() if "torch" in top_packages(path, module_level=True))
+    assert set(offenders) <= TORCH_AT_LOAD, offenders
+
+
+def top_packages(path: Path, *, module_level: bool = False) -> set[str]:
+    """The top-level packages ``path`` imports (anywhere, or at module load: outside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = ast.walk(tree)
+    if module_level:
+        inside: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside.update(id(n) for n in ast.walk(node) if n is not node)
+        nodes = (n for n in ast.walk(tree) if id(n) not in inside)
+    found: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
 
 
 def test_no_import_cycle():

@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 from loaderdoc.advice.findings import Finding
-from loaderdoc.commands.layout import table_lines
-from loaderdoc.commands.probe_text import render_text
 from loaderdoc.probing.result import (
     Breakdown,
     ConfigResult,
@@ -31,6 +29,8 @@ from loaderdoc.probing.result import (
     WorkloadInfo,
 )
 from loaderdoc.settings import LoaderSettings
+from loaderdoc.text.layout import table_lines
+from loaderdoc.text.probe import render_text
 from loaderdoc.units import MiB
 
 HERE = Path(__file__).parent
@@ -326,8 +326,8 @@ def _recorded(name: str):
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_worker_memory_still_rising_is_marked_beside_its_figure(width):
-    from loaderdoc.commands.probe_text import measured_lines
     from loaderdoc.policy import still_growing
+    from loaderdoc.text.probe import measured_lines
 
     # a real probe of 8 MiB slices at glibc's defaults: the pick's workers' memory rose
     report = _recorded("real-large-heap-growth.json")

@@ -36,7 +36,7 @@ class _Burning(torch.utils.data.Dataset):
 @pytest.mark.parametrize("persistent", [False, True], ids=["reaped-workers", "persistent-workers"])
 @pytest.mark.alone
 def test_the_workers_cpu_time_is_counted_whether_they_are_reaped_or_kept(persistent):
-    from loaderdoc.watching.api import watch
+    from loaderdoc.api import watch
 
     # 2 workers, 2 epochs of 12 batches of 2 samples burning 10 ms each: 0.48 s of CPU in the workers
     loader = torch.utils.data.DataLoader(_Burning(24, 0.010), batch_size=2, num_workers=2,
@@ -60,7 +60,7 @@ def test_the_workers_cpu_time_is_counted_whether_they_are_reaped_or_kept(persist
 
 @pytest.mark.alone
 def test_the_loops_own_loading_and_step_are_told_apart_without_workers():
-    from loaderdoc.watching.api import watch
+    from loaderdoc.api import watch
 
     watched = watch(torch.utils.data.DataLoader(_Burning(200, 0.004), batch_size=2))  # 8 ms a batch
     for _batch in watched:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from support.heap import child_with_growing_heap
 
+from loaderdoc.api import watch
 from loaderdoc.watching import gpuidle, hook, sampler
-from loaderdoc.watching.api import watch
 
 SITEDIR = str(Path(hook.__file__).resolve().parent / "sitedir")
 TIMEOUT_S = 60

@@ -119,7 +119,7 @@ def test_reaped_workers_reads_are_theirs_through_the_real_command(files):
                          ids=["in-the-loop", "reaped-workers", "persistent-workers"])
 @pytest.mark.parametrize("cold", [True, False], ids=["cold", "cached"])
 def test_every_epoch_counts_what_it_read_whoever_read_it(files, workers, persistent, cold):
-    from loaderdoc.watching.api import watch
+    from loaderdoc.api import watch
 
     paths = sorted(files.iterdir())
     loader = torch.utils.data.DataLoader(_Reading(paths), batch_size=4, num_workers=workers,

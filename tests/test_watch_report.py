@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from loaderdoc.system.fixtures import load_machine
+from loaderdoc.text.watch import render_summary
 from loaderdoc.units import MiB
 from loaderdoc.watching import hook
 from loaderdoc.watching.records import RecordsReader
-from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, render_summary, watch_report
+from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, watch_report
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 HOST = socket.gethostname()

@@ -48,7 +48,7 @@ def __getattr__(name: str) -> Any:
 
         return ProbeReport
     if name == "watch":
-        from loaderdoc.watching.api import watch
+        from loaderdoc.api import watch
 
         return watch
     raise AttributeError(f"module 'loaderdoc' has no attribute {name!r}")

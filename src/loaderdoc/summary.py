@@ -1,13 +1,13 @@
-"""Text every front end shows: the machine summary (topic, one line), every reading with its
-source, and settings on one line."""
+"""The machine and the settings in the words the core's reports and exports store: the machine
+summary (topic, one line; `check --json`'s ``summary.lines``), the machine on one line (an export's
+header, `tradeoffs --json`'s ``machine_line``), settings on one line and what changed between two
+(the session's messages). Plain strings from facts; the front's text package prints them."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any
 
-from loaderdoc.advice.findings import Finding
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.units import fmt_bytes, fmt_cpus
@@ -126,34 +126,6 @@ def settings_diff(old: LoaderSettings, new: LoaderSettings) -> str:
     return "; ".join(changes) or "no change"
 
 
-def finding_parts(f: Finding, *, ok_brief: bool = False) -> list[tuple[str, str, str]]:
-    """A finding as the text commands print it, part by part: (indent, label, text) for the
-    symptom line ("  ", "WARNING  ", "rule-id: symptom"), then its evidence, cause and fix
-    (" " * 11, "evidence: ", ...). ``ok_brief``: an ``ok`` finding's symptom line alone."""
-    parts = [("  ", f"{f.severity.upper():<8} ", f"{f.rule_id}: {f.symptom}")]
-    if not (ok_brief and f.severity == "ok"):
-        parts += [(" " * 11, "evidence: ", ev) for ev in f.evidence or []]
-        parts += [(" " * 11, f"{label}: ", text) for label, text in (("cause", f.cause), ("fix", f.fix)) if text]
-    return parts
-
-
-def finding_lines(f: Finding, width: int | None = None, *, ok_brief: bool = False) -> list[str]:
-    """A finding as the text commands print: the symptom line, then evidence, cause and fix,
-    indented under it (:func:`finding_parts`). ``width``: wrapped to it (words never cut), each
-    part's next lines two columns past its indent, as ``watch``'s summary on stderr is."""
-    import textwrap
-
-    parts = finding_parts(f, ok_brief=ok_brief)
-    if width is None:
-        return [indent + label + text for indent, label, text in parts]
-    lines: list[str] = []
-    for indent, label, text in parts:
-        more = " " * 11 if indent == "  " else " " * 13  # under the rule id; under the label's word
-        lines += textwrap.wrap(label + text, width, initial_indent=indent, subsequent_indent=more,
-                               break_on_hyphens=False, break_long_words=False) or [indent.rstrip()]
-    return lines
-
-
 def machine_line(facts: MachineFacts) -> str:
     """One line naming the machine: host, CPU budget, RAM, /dev/shm, GPUs, torch."""
     host = facts.label or facts.platform.hostname.get("this machine")
@@ -168,82 +140,3 @@ def machine_line(facts: MachineFacts) -> str:
         f"{fmt_bytes(facts.memory.budget)} RAM available, /dev/shm {fmt_bytes(facts.shm.free.get())} free, "
         f"{gpu}, {torch}"
     )
-
-
-def machine_status(facts: MachineFacts | None) -> str:
-    """One line for the status bar."""
-    if facts is None:
-        return "reading machine facts..."
-    gpus = facts.gpu.devices
-    gpu = f"{len(gpus)}x {gpus[0].name.get('GPU')}" if gpus else "no GPU"
-    shm = facts.shm.free.get()
-    return (f"{fmt_cpus(facts.cpu.budget)} CPUs ({facts.cpu.budget_source}) | RAM {fmt_bytes(facts.memory.budget)}"
-            f" | /dev/shm {fmt_bytes(shm)} free | {gpu}")
-
-
-# ---- every reading and where it was read from (`loaderdoc facts`) ------------------------------
-_BYTES = {"memory": {"total", "available", "cgroup_limit", "cgroup_usage", "swap_total", "swap_free"},
-          "shm": {"total", "free"}, "gpu_device": {"memory_total", "memory_used"}}
-_UNSET = {("cpu", "cgroup_quota"): "none", ("memory", "cgroup_limit"): "none", ("limits", "nofile_soft"): "unlimited",
-          ("limits", "nofile_hard"): "unlimited", ("torch", "cuda_build"): "none (CPU build)"}
-
-
-def reading_sections(facts: MachineFacts) -> list[tuple[str, list[tuple[str, str, Reading]]]]:
-    """Every reading of ``facts``, section by section: (title, [(name, value as text, reading)]).
-
-    Names are the JSON keys of ``loaderdoc facts --json``; a reading added to the facts shows up
-    here without a change. Sections: CPU, memory, /dev/shm, limits, GPU (then each device),
-    torch, distributed, container, platform."""
-    out = []
-    for title, kind, obj in (("CPU", "cpu", facts.cpu), ("Memory", "memory", facts.memory),
-                             (facts.shm.path, "shm", facts.shm), ("Limits", "limits", facts.limits),
-                             ("GPU", "gpu", facts.gpu)):
-        out.append((title, _readings(kind, obj)))
-    for dev in facts.gpu.devices:
-        out.append((f"GPU {dev.index}", _readings("gpu_device", dev)))
-    for title, kind, obj in (("torch", "torch", facts.torch), ("Distributed", "distributed", facts.distributed),
-                             ("Container", "container", facts.container), ("Platform", "platform", facts.platform)):
-        out.append((title, _readings(kind, obj)))
-    return out
-
-
-def _readings(kind: str, obj: Any) -> list[tuple[str, str, Reading]]:
-    rows = []
-    for f in dataclasses.fields(obj):
-        reading = getattr(obj, f.name)
-        if isinstance(reading, Reading):
-            rows.append((f.name, reading_value(kind, f.name, reading), reading))
-    return rows
-
-
-def reading_value(kind: str, name: str, reading: Reading) -> str:
-    """A reading's value as text: bytes in binary units, CPU sets counted, "unknown: why"."""
-    if not reading.known:
-        return f"unknown: {reading.unknown}"
-    v = reading.value
-    if v is None:
-        return _UNSET.get((kind, name), "not set")
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if name in _BYTES.get(kind, ()) and isinstance(v, (int, float)):
-        return fmt_bytes(v)
-    if (kind, name) == ("cpu", "affinity") and isinstance(v, list):
-        return f"{len(v)} CPUs ({cpu_ranges(v)})"
-    if (kind, name) == ("cpu", "cgroup_quota"):
-        return f"{fmt_cpus(v)} CPUs"
-    if (kind, name) == ("cpu", "flags") and isinstance(v, list):
-        return f"{len(v)} flags"
-    if (kind, name) == ("gpu_device", "utilization"):
-        return f"{v}%"
-    return str(v)
-
-
-def cpu_ranges(cpus: list[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    out: list[str] = []
-    for c in sorted(set(cpus)):
-        if out and out[-1][1] == c - 1:
-            out[-1][1] = c
-        else:
-            out.append([c, c])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)

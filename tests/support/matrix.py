@@ -164,7 +164,8 @@ def render() -> str:
 
 def render_tradeoffs() -> str:
     from loaderdoc.advice.knobs import KNOBS
-    from loaderdoc.advice.tradeoffs import render_text, tradeoffs
+    from loaderdoc.advice.tradeoffs import tradeoffs
+    from loaderdoc.text.tradeoffs import knob_text
     from support.scenarios import get_scenario
 
     out: list[str] = []
@@ -178,7 +179,7 @@ def render_tradeoffs() -> str:
       "or lowering each knob does *on this machine*: numbers the probe measured are marked *measured*, "
       "numbers computed from machine facts and the batch size (e.g. workers x prefetch x batch bytes of "
       "/dev/shm) are marked *computed*. Nothing else is estimated: without a probe there is no throughput. "
-      "The same objects render as text (`render_text`), JSON (`to_dict`) and TUI tables "
+      "The same objects render as text (`loaderdoc.text.tradeoffs.knob_text`), JSON (`to_dict`) and TUI tables "
       "(`KnobTradeoff.columns` / `rows`, or `table()`).")
     w("")
     w("## The knobs")
@@ -201,7 +202,7 @@ def render_tradeoffs() -> str:
         w(f"Scenario `{sc.name}` on `{sc.machine}`: {sc.inputs_summary()}.")
         w("")
         w("```text")
-        w(render_text(tradeoffs(sc.facts(), sc.settings, batch_bytes=sc.batch_bytes, probe=sc.probe)).rstrip())
+        w(knob_text(tradeoffs(sc.facts(), sc.settings, batch_bytes=sc.batch_bytes, probe=sc.probe)).rstrip())
         w("```")
         w("")
     return "\n".join(out)

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.advice.knobs import explain
 from loaderdoc.advice.rules import batch_bytes_from_probe, gpu_absence_known
 from loaderdoc.policy import worker_target, workers_text
 from loaderdoc.probing.result import ConfigResult, ProbeReport
@@ -416,36 +415,3 @@ def tradeoffs(facts: MachineFacts, settings: LoaderSettings | None = None, *, ba
 
 def to_dict(items: list[KnobTradeoff]) -> list[dict[str, Any]]:
     return [t.to_dict() for t in items]
-
-
-def _text_table(table: list[list[str]], marks: list[str]) -> list[str]:
-    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
-    lines = []
-    for mark, row in zip(["  "] + marks, table, strict=True):
-        lines.append(mark + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return lines
-
-
-def render_text(items: list[KnobTradeoff], *, explain_knobs: bool = False) -> str:
-    """Plain text, one block per knob; ``>`` marks the current value, ``*`` measured rows."""
-    out: list[str] = []
-    for t in items:
-        out.append(f"{t.knob} (now {t.current!r})")
-        if explain_knobs:
-            out.append(f"  {explain(t.knob).what}")
-        if t.note:
-            out.append(f"  note: {t.note}")
-        up, down = ("turn on", "turn off") if t.knob in BOOLEAN_KNOBS else ("raise", "lower")
-        out.append(f"  {up}: {t.raising}")
-        out.append(f"  {down}: {t.lowering}")
-        for ev in t.evidence:
-            out.append(f"  evidence: {ev}")
-        if t.rows:
-            marks = [("> " if r.current else "  ")[0] + ("*" if r.measured else " ") for r in t.rows]
-            out.extend("  " + line for line in _text_table(t.table(), marks))
-        out.append("")
-    if any(r.measured for t in items for r in t.rows):
-        out.append("> current value   * measured by the probe (other numbers are computed from machine facts)")
-    else:
-        out.append("> current value   (numbers computed from machine facts; `loaderdoc probe` measures throughput)")
-    return "\n".join(out) + "\n"

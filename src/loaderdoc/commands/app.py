@@ -71,7 +71,7 @@ def run_check_instead(args: argparse.Namespace) -> int:
 
 def print_run(run) -> int:
     """A watched run's report as text, where the app cannot open: its header, then its findings."""
-    from loaderdoc.summary import finding_lines
+    from loaderdoc.text.findings import finding_lines
     from loaderdoc.tui.model import loader_title, run_header
 
     print(NO_TERMINAL_REPORT, file=sys.stderr, flush=True)
@@ -86,7 +86,7 @@ def print_run(run) -> int:
 
 def print_job(job) -> int:
     """A job report as `check --distributed` prints it, where the app cannot open."""
-    from loaderdoc.commands.check_distributed import render_text
+    from loaderdoc.text.job import render_text
 
     print(NO_TERMINAL_JOB, file=sys.stderr, flush=True)
     sys.stdout.write(render_text(job, with_store=False))
@@ -95,7 +95,7 @@ def print_job(job) -> int:
 
 def print_tune(tune) -> int:
     """A tune report as `loaderdoc tune` prints it, where the app cannot open."""
-    from loaderdoc.commands.tune import render
+    from loaderdoc.text.tune import render
 
     print(NO_TERMINAL_TUNE, file=sys.stderr, flush=True)
     sys.stdout.write(render(tune.report))

@@ -108,39 +108,10 @@ def build_report(args: argparse.Namespace) -> CheckReport:
                        sample_bytes=sample_bytes(args.sample_shape, args.dtype))
 
 
-def render_text(report: CheckReport) -> str:
-    from loaderdoc.summary import finding_lines
-    from loaderdoc.units import fmt_bytes
-
-    out = ["loaderdoc check", ""]
-    for topic, line in report.summary_lines.items():
-        out.append(f"  {topic:<9} {line}")
-    out.append("")
-    if report.config_path:
-        from loaderdoc.commands.config_text import config_lines
-
-        out.extend(config_lines(report))
-    if report.batch_bytes:
-        out.append(f"Batch size in memory: {fmt_bytes(report.batch_bytes)}")
-    findings = report.findings
-    out.append("Findings:" if findings else "Findings: none - nothing here will starve or crash a DataLoader")
-    for f in findings:
-        out.extend(finding_lines(f))
-    out.append("")
-    rec = report.recommendation
-    out.append("Recommended for this machine (from facts; 'loaderdoc probe' measures):")
-    for key, value in rec.settings.as_kwargs().items():
-        reason = rec.reasons.get(key, "")
-        out.append(f"  {key:<19}= {value!r:<7} {reason}")
-    out.append("")
-    out.append(f"status: {report.status} (exit {report.exit_code})")
-    return "\n".join(out) + "\n"
-
-
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "show_read", False):
-        from loaderdoc.commands.config_text import render_read
-        from loaderdoc.commands.layout import output_width
+        from loaderdoc.text.config import render_read
+        from loaderdoc.text.layout import output_width
 
         report = read_report(args)
         if args.json:
@@ -156,5 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:
+        from loaderdoc.text.check import render_text
+
         sys.stdout.write(render_text(report))
     return report.exit_code

@@ -14,12 +14,8 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from loaderdoc.errors import EXIT_USAGE
-
-if TYPE_CHECKING:
-    from loaderdoc.cluster.job_report import JobReport
 
 
 def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], dict]) -> int:
@@ -28,6 +24,7 @@ def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], d
     from loaderdoc.cluster.gather import JobStopped, gather
     from loaderdoc.cluster.job import RankEntry, build_job_report
     from loaderdoc.cluster.launch import read_place
+    from loaderdoc.text.job import render_text
 
     place = read_place(os.environ)
     report = build_report(args)  # this rank's own check; a bad --config fails here, on every rank
@@ -57,34 +54,3 @@ def store_entry(place, listens_on: str) -> dict:
                 "(MASTER_ADDR=10.1.2.3) keeps it to that one, as torch's store has no authentication")
     return {"address": where(place), "served_by": served_by,
             "listens_on": listens_on or EVERY_INTERFACE, "note": note}
-
-
-def render_text(job: JobReport, *, with_store: bool = True) -> str:
-    """The job as `check --distributed` prints it; ``with_store``: the line saying where the job's
-    store listened (the live check's; a report opened again is printed without it, as it always was)."""
-    from loaderdoc.commands.layout import output_width, table_lines, wrap
-    from loaderdoc.summary import finding_lines
-
-    nodes = job.nodes
-    width = output_width()
-    out = wrap(f"loaderdoc check --distributed ({job.launcher}): {job.world_size} "
-               f"rank{'s' if job.world_size != 1 else ''} on {len(nodes)} node{'s' if len(nodes) != 1 else ''} "
-               f"(by {job.node_source})", width) + [""]
-    table = job.table
-    header = [""] + table.columns
-    rows = [[label] + cells for _, label, cells in table.rows]
-    out += wrap(f"One column per node, one row per fact (transposed to fit {width} columns):", width)
-    out += table_lines(header, rows, [""] * len(rows), width)
-    out.append("")
-    findings = job.findings
-    out.append("Findings:" if findings else "Findings: none - the nodes agree and none has a problem")
-    for f in findings:
-        out.extend(finding_lines(f))
-    out.append("")
-    store = job.store if with_store else None
-    if store:  # while the check ran, whoever reached this port could read and write the store (no authentication)
-        text = f"store: {store['address']}, served by {store['served_by']} on {store['listens_on']}"
-        out.extend(wrap(text + (f" ({store['note']})" if store["note"] else ""), width))
-    out.append(f"status: {job.status} (exit {job.exit_code})")
-    return "\n".join(out) + "\n"
-

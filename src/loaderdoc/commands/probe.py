@@ -160,7 +160,7 @@ class _Progress:
         self.progress.update(self.task, completed=fraction, description=visible(message))
 
     def result(self, r: ConfigResult) -> None:
-        from loaderdoc.commands.probe_text import config_label
+        from loaderdoc.text.probe import config_label
         from loaderdoc.visible import visible
 
         self.progress.console.print(visible(f"  {config_label(r)}: {_outcome_text(r)}"), highlight=False,
@@ -194,8 +194,8 @@ def _print(report: ProbeReport, as_json: bool, findings: list[Any]) -> None:
         doc["findings"] = [to_dict(f) for f in findings]
         print(json.dumps(doc, indent=2))
     else:
-        from loaderdoc.commands.layout import output_width
-        from loaderdoc.commands.probe_text import render_text
+        from loaderdoc.text.layout import output_width
+        from loaderdoc.text.probe import render_text
 
         sys.stdout.write(render_text(report, findings, output_width()))
 

@@ -20,6 +20,7 @@ import argparse
 import sys
 import time
 
+from loaderdoc.text.tune import render, shell
 from loaderdoc.tuning.result import TUNE_SCHEMA
 
 DEFAULT_BUDGET_S = 900.0
@@ -143,7 +144,7 @@ class Tuner:
     def search(self) -> None:
         from loaderdoc.tuning.trial import ENV_TRIAL
 
-        _say(f"runs `{_shell(self.command)}` up to {self.search_state.max_trials} times, each stopped once its "
+        _say(f"runs `{shell(self.command)}` up to {self.search_state.max_trials} times, each stopped once its "
              f"steady window settled; each trial sets {ENV_TRIAL}=<n> (skip checkpoints and uploads when it is "
              "set); Ctrl+C stops")
         try:
@@ -241,74 +242,11 @@ def export_lines(report, facts) -> list[str]:
     from loaderdoc.summary import machine_line
 
     pick = report.pick
-    lines = [f"measured by loaderdoc tune on the real job: {_shell(report.command)}", f"for {machine_line(facts)}",
+    lines = [f"measured by loaderdoc tune on the real job: {shell(report.command)}", f"for {machine_line(facts)}",
              f"pick: {pick.reason}"]
     if pick.gain is not None:
         lines.append(f"{pick.gain:.2f}x the steps/s of the script's own settings")
     return lines
-
-
-# ---- text ----------------------------------------------------------------------------------
-def render(report) -> str:
-    from loaderdoc.units import cpus_text, fmt_bytes, fmt_share
-
-    out = [f"loaderdoc tune: {_shell(report.command)}"]
-    loader = report.loader or {}
-    if loader:
-        site = report.loader_site
-        where = site or loader.get("role") or "loader"
-        if loader.get("role") and site:
-            where += f" ({loader['role']})"
-        asked = loader.get("asked") or loader.get("settings") or {}
-        out.append(f"training loader: {where} ({loader.get('class') or 'DataLoader'}, batch_size="
-                   f"{asked.get('batch_size')}); {cpus_text(report.cpu_budget) if report.cpu_budget else 'unknown CPUs'} per rank")
-    out.append("")
-    out.append(f"{'trial':<6}{'workers':>7}{'prefetch':>9}{'steps/s':>9}{'predicted':>10}{'wait':>6}{'step ms':>9}"
-               f"{'workers mem':>13}")
-    for t in report.trials:
-        workers, pf = t.settings.columns()
-        if t.ok:
-            out.append(f"{t.number:<6}{workers:>7}{pf:>9}{t.steps_per_s:>9.1f}"
-                       f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{fmt_share(t.wait_share):>6}"
-                       f"{(f'{t.step_ms:.1f}' if t.step_ms is not None else '-'):>9}"
-                       f"{(fmt_bytes(t.workers_pss_bytes) if t.workers_pss_bytes else '-'):>13}")
-        else:
-            out.append(f"{t.number:<6}{workers:>7}{pf:>9}  {t.status}: {t.reason or ''}")
-    if any(t.settings.persistent for t in report.trials):
-        out.append("(p: persistent_workers=True)")
-    out.append("")
-    out.append("why each trial:")
-    for t in report.trials:
-        out.append(f"  {t.number}: {t.purpose}")
-    ranked = [t for t in report.trials if len(t.ranks) > 1]
-    if ranked:
-        out.append("")
-        out.append(f"each trial's rate is its slowest rank's ({len(ranked[0].ranks)} ranks on this node):")
-        for t in ranked:
-            rates = ", ".join(f"rank {r.rank if r.rank is not None else '?'} {r.steps_per_s:.1f}"
-                              for r in sorted(t.ranks, key=lambda r: r.steps_per_s))
-            out.append(f"  trial {t.number}: {rates}")
-    out.append("")
-    pick = report.pick
-    if pick is None:
-        out.append(f"no pick: {report.no_pick_reason}")
-    else:
-        out.append(f"pick: {pick.headline()}")
-        out.append(f"why: {pick.reason}")
-        if pick.gain is not None:
-            out.append(f"gain over your settings: {pick.gain:.2f}x ({pick.verdict})")
-        for key, why in pick.excluded.items():
-            out.append(f"not picked: {key}: {why}")
-    for note in report.notes:
-        out.append(f"note: {note}")
-    out.append(f"{len(report.trials)} trials in {report.elapsed_s:.0f} s; {report.stopped_text}")
-    return "\n".join(out) + "\n"
-
-
-def _shell(command: list[str]) -> str:
-    import shlex
-
-    return shlex.join(command)
 
 
 def _say(message: str) -> None:

@@ -182,7 +182,7 @@ class Watch:
         import json
 
         from loaderdoc.safe_write import write_text
-        from loaderdoc.watching.report import render_summary
+        from loaderdoc.text.watch import render_summary
 
         if self.ended:
             return
@@ -353,7 +353,7 @@ def _finish(report, code: int, target, *, as_json: bool) -> int:
 
     from loaderdoc.errors import EXIT_USAGE, UserError
     from loaderdoc.safe_write import write_text
-    from loaderdoc.watching.report import render_summary
+    from loaderdoc.text.watch import render_summary
 
     sys.stderr.write(render_summary(report))
     if not (as_json or target is not None):

@@ -21,8 +21,9 @@ from loaderdoc.errors import SettingsError
 from loaderdoc.policy import still_growing
 from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
-from loaderdoc.summary import machine_status, settings_diff, settings_line  # noqa: F401  (the views' text)
+from loaderdoc.summary import settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
+from loaderdoc.text.machine import machine_status  # noqa: F401  (the views' text)
 from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
 from loaderdoc.watching.watch_report import WatchReport
 

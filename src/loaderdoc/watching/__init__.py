@@ -6,6 +6,6 @@
 - :mod:`records`: reads every process's ``records-<pid>.json`` from the launcher's directory;
 - :mod:`report`: merges them into the ``loaderdoc.watch/1`` report, its findings from the rule
   catalogue (``advice.rules.watch`` and the machine and settings rules), and
-  :mod:`summary_text` the lines printed on stderr;
-- :mod:`api`: ``loaderdoc.watch(loader)`` for those who prefer a line of code.
+  its text is printed by :mod:`loaderdoc.text.watch`;
+- ``loaderdoc.watch(loader)`` (:mod:`loaderdoc.api`) for those who prefer a line of code.
 """

@@ -22,11 +22,9 @@ from loaderdoc import policy
 from loaderdoc.advice.findings import Finding, new_findings
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
 from loaderdoc.advice.watched import LoaderReport, TimelinePoint, WatchedEpoch
-from loaderdoc.watching.summary_text import render_summary
 from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
-__all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "render_summary",
-           "watch_report"]
+__all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "watch_report"]
 
 MIN_STEPS = policy.WATCH_MIN_BATCHES  # steady batches (after the first of an epoch) before a loader is judged
 PROCESS_KEYS = ("hostname", "rank", "local_rank", "world_size", "group_rank", "slurm_nodeid", "affinity_cpus")

@@ -160,13 +160,13 @@ def _memory(data: dict) -> list[dict[str, Any]]:
 def _accounting(raw: dict[str, Any], key: str, what: str, where: str) -> dict[str, Any] | None:
     """The loader's ``cpu`` or ``io`` accounting, where the report has it (older ones do not),
     checked by making the one line the text prints of it."""
-    from loaderdoc.watching import summary_text
+    from loaderdoc.advice.watched import cpu_text, io_text
 
     block = get(raw, key, dict, where, optional=True)
     if not block:
         return block
     try:
-        (summary_text.cpu_text if key == "cpu" else summary_text.io_text)(block)
+        (cpu_text if key == "cpu" else io_text)(block)
     except (KeyError, TypeError, ValueError):
         raise Bad(f"{where}.{key}: not {what} this build can read") from None
     return block

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loaderdoc.commands.layout import output_width, wrap
+from loaderdoc.text.layout import output_width, wrap
 
 if TYPE_CHECKING:
     from loaderdoc.checking.report import CheckReport
@@ -53,7 +53,6 @@ def config_lines(report: CheckReport) -> list[str]:
 
 
 def _partial_lines(config: dict, width: int) -> list[str]:
-    from loaderdoc.commands.layout import wrap
 
     out = []
     for reason in config["partial_reasons"]:

@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.commands.layout import LAST_MIN, table_lines, wrap
 from loaderdoc.policy import same_throughput, still_growing
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport, step_note
-from loaderdoc.summary import finding_parts
+from loaderdoc.text.findings import finding_parts
+from loaderdoc.text.layout import LAST_MIN, table_lines, wrap
 from loaderdoc.units import MiB, fmt_bytes
 
 INDENT = "  "
@@ -359,7 +359,7 @@ def recommended_lines(report: ProbeReport, width: int) -> list[str]:
 
 
 def findings_lines(findings: list[Any], width: int) -> list[str]:
-    """Each finding as `check` prints it (summary.finding_parts), wrapped: a part's text continues
+    """Each finding as `check` prints it (text.findings.finding_parts), wrapped: a part's text continues
     under itself, after its "WARNING", "evidence:", "cause:" or "fix:"."""
     if not findings:
         return ["", "Findings: none"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from loaderdoc.advice.watched import cpu_text, io_text
 from loaderdoc.policy import WATCH_MIN_BATCHES
-from loaderdoc.summary import finding_lines
+from loaderdoc.text.findings import finding_lines
 from loaderdoc.units import fmt_bytes, fmt_seconds, fmt_share_fine
 
 if TYPE_CHECKING:

@@ -52,7 +52,7 @@ class LoaderWatch:
 
     def summary(self) -> str:
         """The text ``loaderdoc watch`` prints: one line per loader, then the findings."""
-        from loaderdoc.watching.report import render_summary
+        from loaderdoc.text.watch import render_summary
 
         return render_summary(self._report())
 

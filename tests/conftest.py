@@ -71,18 +71,3 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         lock.close()  # closing releases the locks
         gate.close()
-
-
-# ---- longest first -------------------------------------------------------------------------------
-# The workers take tests in collection order; the files whose tests run real jobs for several
-# seconds each (torchrun, Lightning, tune's trials) go first, so that the last minute is not one
-# worker finishing a long test while the others have nothing left.
-LONG_FIRST = ("test_tune_frameworks.py", "test_tune_faults.py", "test_watch_ranks.py", "test_watch_frameworks.py",
-              "test_watch_fixes.py", "test_cluster_real.py", "test_faults_jobs.py", "test_watch_apply.py",
-              "test_faults_probe.py", "test_faults_watch.py", "test_faults_workers.py", "test_probe_cli.py",
-              "test_watch_reads.py", "test_watch_trace.py", "test_faults_usercode.py", "test_faults_tui.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FIRST)))  # stable: each file keeps its order

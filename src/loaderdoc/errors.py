@@ -7,6 +7,7 @@ EXIT_OK = 0  # healthy / done
 EXIT_WARNING = 1  # check found warnings
 EXIT_CRITICAL = 2  # check found something that will break or starve a run
 EXIT_USAGE = 3  # bad command line, config file, dataset or export path: nothing was written
+EXIT_FOR_STATUS = {"ok": EXIT_OK, "warning": EXIT_WARNING, "critical": EXIT_CRITICAL}  # a report's worst finding
 EXIT_PROBE_FAILED = 4  # the probe could not measure any configuration
 EXIT_INTERNAL = 70  # a bug in loaderdoc (sysexits' EX_SOFTWARE): never 0-2, which a job script acts on
 EXIT_INTERRUPTED = 130  # Ctrl+C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR2: stopped cleanly

@@ -16,11 +16,9 @@ from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, new_findings, worst
 from loaderdoc.advice.recommend import Recommendation, batch_bytes_for
 from loaderdoc.checking import CHECK_SCHEMA
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING
+from loaderdoc.errors import EXIT_FOR_STATUS
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.summary import machine_summary
-
-EXIT_FOR = {"ok": EXIT_OK, "warning": EXIT_WARNING, "critical": EXIT_CRITICAL}
 
 
 @dataclass
@@ -117,7 +115,7 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FOR[self.status]
+        return EXIT_FOR_STATUS[self.status]
 
     @property
     def summary_lines(self) -> dict[str, str]:

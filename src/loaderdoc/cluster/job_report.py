@@ -14,10 +14,9 @@ from typing import Any
 
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, worst
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_WARNING
+from loaderdoc.errors import EXIT_FOR_STATUS
 
 JOB_SCHEMA = "loaderdoc.job/1"
-EXIT_FOR = {"ok": EXIT_OK, "warning": EXIT_WARNING, "critical": EXIT_CRITICAL}
 
 
 def ranges(cpus: list[int]) -> str:
@@ -117,7 +116,7 @@ class JobReport:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_FOR[self.status]
+        return EXIT_FOR_STATUS[self.status]
 
     @property
     def node_source(self) -> str:

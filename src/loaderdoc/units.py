@@ -66,3 +66,14 @@ def fmt_share(share: float | None) -> str:
 def fmt_share_fine(share: float | None) -> str:
     """A share to a tenth of a percent, as a watched run's reports show it ("42.3 %"); "?" unknown."""
     return "?" if share is None else f"{100 * share:.1f} %"
+
+
+def ranges(numbers: list[int]) -> str:
+    """CPUs or ranks as people read them: [0, 1, 2, 3, 8] -> '0-3,8'."""
+    out: list[list[int]] = []
+    for c in sorted(set(numbers)):
+        if out and out[-1][1] == c - 1:
+            out[-1][1] = c
+        else:
+            out.append([c, c])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)

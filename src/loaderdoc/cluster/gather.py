@@ -288,7 +288,7 @@ def _wait_for(store, keys: list[str], timeout: float) -> None:
 
 def missing_message(joined: dict[int, dict], place: Place, timeout: float) -> str:
     """One line: which ranks, and which nodes as far as rank 0 knows, did not join in time."""
-    from loaderdoc.cluster.job import ranges
+    from loaderdoc.units import ranges
 
     missing = [r for r in range(place.world_size) if r not in joined]
     text = (f"{len(missing)} of {place.world_size} ranks did not join within {timeout:g} s: "

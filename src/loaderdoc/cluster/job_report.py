@@ -15,23 +15,9 @@ from typing import Any
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, worst
 from loaderdoc.errors import EXIT_FOR_STATUS
+from loaderdoc.units import ranges
 
 JOB_SCHEMA = "loaderdoc.job/1"
-
-
-def ranges(cpus: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out, start = [], None
-    for i, c in enumerate(sorted(cpus)):
-        if start is None:
-            start = prev = c
-        elif c != prev + 1:
-            out.append(f"{start}-{prev}" if prev > start else f"{start}")
-            start = c
-        prev = c
-        if i == len(cpus) - 1:
-            out.append(f"{start}-{prev}" if prev > start else f"{start}")
-    return ",".join(out)
 
 
 def node_label(node_id: int | str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from loaderdoc.summary import machine_summary
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.text.layout import wrap
-from loaderdoc.units import fmt_bytes, fmt_cpus
+from loaderdoc.units import fmt_bytes, fmt_cpus, ranges
 
 
 def machine_status(facts: MachineFacts | None) -> str:
@@ -70,7 +70,7 @@ def reading_value(kind: str, name: str, reading: Reading) -> str:
     if name in _BYTES.get(kind, ()) and isinstance(v, (int, float)):
         return fmt_bytes(v)
     if (kind, name) == ("cpu", "affinity") and isinstance(v, list):
-        return f"{len(v)} CPUs ({cpu_ranges(v)})"
+        return f"{len(v)} CPUs ({ranges(v)})"
     if (kind, name) == ("cpu", "cgroup_quota"):
         return f"{fmt_cpus(v)} CPUs"
     if (kind, name) == ("cpu", "flags") and isinstance(v, list):
@@ -78,17 +78,6 @@ def reading_value(kind: str, name: str, reading: Reading) -> str:
     if (kind, name) == ("gpu_device", "utilization"):
         return f"{v}%"
     return str(v)
-
-
-def cpu_ranges(cpus: list[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    out: list[str] = []
-    for c in sorted(set(cpus)):
-        if out and out[-1][1] == c - 1:
-            out[-1][1] = c
-        else:
-            out.append([c, c])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 VALUE_COLUMN = 16  # sources line up after values this long; a longer value just pushes its source on

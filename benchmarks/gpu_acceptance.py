@@ -18,7 +18,8 @@ The steps, each in a process of its own with a time limit (all of them within 8 
   the PCIe link's nominal rate;
 - ``watch-starved``, ``watch-fed``: a loop starved by its loader (never synced) and a fed one
   (synced each step) under ``loaderdoc watch``: watch's GPU idle (CUDA events around each data
-  wait) against the loop's own ``torch.cuda.Event`` timing of its steps;
+  wait) against the loop's own ``torch.cuda.Event`` pairs around the same ``next()`` calls, and
+  within the GPU's whole idle that the loop's events around its steps give;
 - ``probe``: ``loaderdoc probe image --step-ms 20`` on CUDA: the measuring processes run the CUDA
   consumer, the step lasts what was asked, pin_memory is tried;
 - ``tune``: ``loaderdoc tune`` on a small CNN trained on the GPU, written with num_workers=0 and
@@ -189,7 +190,8 @@ def plan() -> str:
               "at half duty",
               f"  copies <= {gc.LINK_OVER:.2f}x the link's nominal rate; the large pinned one >= {gc.LINK_UNDER:.0%} of it; "
               f"pinned time <= {gc.PINNED_SLACK:.2f}x pageable",
-              f"  watch's GPU idle vs the loop's events ±{gc.IDLE_REL:.0%} ±{gc.IDLE_ABS_PER_WAIT_MS} ms a wait; "
+              f"  watch's GPU idle in waits vs the loop's events around the same waits ±{gc.IDLE_REL:.0%} "
+              f"±{gc.IDLE_ABS_PER_WAIT_MS} ms a wait, and within the GPU's whole idle; "
               f"idle share starved >= {gc.STARVED_MIN_IDLE:.0%}, fed <= {gc.FED_MAX_IDLE:.0%}",
               f"  tune: a pick of >= {gc.TUNE_MIN_WORKERS} workers, >= {gc.TUNE_MIN_GAIN}x the job as written",
               "  facts: equal to nvidia-smi (memory ±1 MiB; the current link: either nvidia-smi reading)"]

@@ -59,7 +59,7 @@ HALF_DUTY_PCT, HALF_DUTY_TOL_PCT = 50.0, 15.0  # ... while each step is followed
 LINK_OVER = 1.05  # no copy is faster than the link's nominal rate
 LINK_UNDER = 0.50  # the large pinned copy reaches at least this share of it
 PINNED_SLACK = 1.10  # a pinned copy takes no longer than a pageable one
-IDLE_REL, IDLE_ABS_PER_WAIT_MS = 0.05, 0.2  # watch's GPU idle against the loop's own CUDA events
+IDLE_REL, IDLE_ABS_PER_WAIT_MS = 0.05, 0.2  # watch's GPU idle in waits against the loop's own CUDA events
 STARVED_MIN_IDLE, FED_MAX_IDLE = 0.25, 0.15  # the loops' GPU idle share of their span
 TUNE_MIN_GAIN, TUNE_MIN_WORKERS = 1.5, 2  # the job as written (0 workers) is starved by design
 
@@ -332,8 +332,11 @@ def watch_figures(report: dict | None, loop: dict | None, exit_code: int | None)
 
 
 def judge_watch(name: str, fig: dict, *, starved: bool) -> list[Check]:
-    """watch's GPU idle (CUDA events around each wait) against the loop's own: the GPU time from
-    the end of its first step to the end of its last, less its steps' copies and kernels."""
+    """watch's GPU idle (CUDA events around each wait) against the loop's own events around the
+    same ``next()`` calls, and within the GPU's whole idle as the loop's step events give it (the
+    time from the end of its first step to the end of its last, less its steps' copies and
+    kernels). The whole idle also holds the loop's own launching between steps, which is no data
+    wait: on a fed loop synced each step that part is as large as the waits themselves."""
     step = name
     if fig.get("error"):
         return [missing(step, "GPU idle from CUDA events", "timed", "-", fig["error"])]
@@ -344,17 +347,26 @@ def judge_watch(name: str, fig: dict, *, starved: bool) -> list[Check]:
     waits = loop.get("steps", 0) - 1 if loop.get("steps") else None
     checks.append(equal(step, "waits timed", waits, fig.get("waits_timed"), why="not in the report"))
     checks.append(equal(step, "waits unresolved", 0, fig.get("waits_unresolved"), why="not in the report"))
-    script_idle = _num(loop.get("idle_ms"))
+    wait_idle = _num(loop.get("wait_idle_ms"))
+    total_idle = _num(loop.get("idle_ms"))
     hook_idle = _num(fig.get("hook_idle_s"))
-    what = "GPU idle: watch vs the loop's events"
-    if script_idle is None:
-        checks.append(missing(step, what, "the loop's", f"±{IDLE_REL:.0%}", "the loop timed nothing"))
+    hook_ms = hook_idle * 1000 if hook_idle is not None else None
+    slack = IDLE_ABS_PER_WAIT_MS * (waits or 0)
+    what = "GPU idle in waits: watch vs the loop's"
+    if wait_idle is None:
+        checks.append(missing(step, what, "the loop's", f"±{IDLE_REL:.0%}", "the loop timed no wait"))
     else:
-        checks.append(within(step, what, script_idle, hook_idle * 1000 if hook_idle is not None else None,
-                             rel=IDLE_REL, abs_=IDLE_ABS_PER_WAIT_MS * (waits or 0), unit="ms",
+        checks.append(within(step, what, wait_idle, hook_ms, rel=IDLE_REL, abs_=slack, unit="ms",
                              why="no GPU idle in the report"))
+    if total_idle is None:
+        checks.append(missing(step, "watch's idle within the GPU's whole idle", "the loop's", "limit",
+                              "the loop timed nothing"))
+    else:
+        checks.append(bound(step, "watch's idle within the GPU's whole idle", hook_ms,
+                            high=total_idle * (1 + IDLE_REL) + slack, unit="ms", why="no GPU idle in the report",
+                            tolerance=f"+{IDLE_REL:.0%} +{_fmt(slack, 'ms')}"))
     span = _num(loop.get("span_ms"))
-    share = script_idle / span if script_idle is not None and span else None
+    share = total_idle / span if total_idle is not None and span else None
     if starved:
         checks.append(bound(step, "the loop's GPU idle share", share, low=STARVED_MIN_IDLE, why="the loop timed nothing"))
     else:

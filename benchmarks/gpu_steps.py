@@ -183,24 +183,32 @@ class SleepySamples(Dataset):
 
 
 def run_loop(mode: str, out: str) -> None:
-    """A training loop as a user writes it, plus its own CUDA events around each step's copy and
-    kernel: the GPU's idle from the end of the first step to the end of the last is that span less
-    the steps' work (what watch's events around each wait should add up to)."""
+    """A training loop as a user writes it, plus its own CUDA events: around each step's copy and
+    kernel (the GPU's idle from the end of the first step to the end of the last is that span less
+    the steps' work: every idle, the loop's own launching between steps included), and around each
+    ``next()`` after the first (the idle inside the data waits, what watch's events should add up
+    to; the loop's pair is recorded outside watch's, so it holds watch's own bookkeeping too)."""
     loop = LOOPS[mode]
     consumer = cuda_consumer(loop["step_ms"])  # CUDA is up before the loader is iterated, as watch needs
     dataset = SleepySamples(loop["steps"] * LOOP_BATCH, loop["sample_ms"])
     loader = DataLoader(dataset, batch_size=LOOP_BATCH, num_workers=loop["workers"], pin_memory=True)
     device = torch.device("cuda")
-    events = []
+    events, waits = [], []
     host_wait = 0.0
     iterator = iter(loader)
     while True:
+        if events:  # watch leaves the first wait (start-up) untimed; so does this
+            wait_start, wait_end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            wait_start.record()
         asked = time.perf_counter()
         try:
             batch = next(iterator)
         except StopIteration:
             break
         host_wait += time.perf_counter() - asked
+        if events:
+            wait_end.record()
+            waits.append((wait_start, wait_end))
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         batch.to(device, non_blocking=True)
@@ -212,8 +220,10 @@ def run_loop(mode: str, out: str) -> None:
     torch.cuda.synchronize()
     busy = sum(s.elapsed_time(e) for s, e in events[1:])
     span = events[0][1].elapsed_time(events[-1][1]) if events else 0.0
+    wait_idle = sum(s.elapsed_time(e) for s, e in waits)
     write_figures(out, {"mode": mode, **loop, "batch_size": LOOP_BATCH, "steps": len(events), "span_ms": span,
-                        "busy_ms": busy, "idle_ms": span - busy, "host_wait_s": host_wait})
+                        "busy_ms": busy, "idle_ms": span - busy, "waits": len(waits), "wait_idle_ms": wait_idle,
+                        "host_wait_s": host_wait})
 
 
 class CpuSamples(Dataset):

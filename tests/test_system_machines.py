@@ -193,3 +193,18 @@ def test_the_schema_refuses_a_wrong_type_deep_in_a_gpu():
     data["gpu"]["devices"][3]["memory_total"]["value"] = "80 GB"
     with pytest.raises(MachineFileError, match=r"gpu.devices\[3\].memory_total.value: expected a whole number"):
         validate_machine(data)
+
+
+def test_the_measured_h100_is_the_gpu_acceptance_run_s_own_facts():
+    """h100-vm.json is `loaderdoc facts --json` as recorded on a real H100 by
+    benchmarks/gpu_acceptance.py (its folder, judged against nvidia-smi, is under
+    tests/fixtures/gpu_acceptance/h100-2026-11-27); only the label differs."""
+    run = Path(__file__).parent / "fixtures" / "gpu_acceptance" / "h100-2026-11-27"
+    recorded = json.loads((run / "facts.json").read_text())
+    shipped = load_machine("h100-vm").to_dict()
+    assert shipped.pop("label").endswith("(recorded live)")
+    recorded.pop("label")
+    assert shipped == recorded
+    gpu = load_machine("h100-vm").gpu
+    assert [d.name.value for d in gpu.devices] == ["NVIDIA H100 80GB HBM3"]
+    assert gpu.devices[0].memory_total.value == 81559 * MiB

@@ -71,16 +71,10 @@ def run_check_instead(args: argparse.Namespace) -> int:
 
 def print_run(run) -> int:
     """A watched run's report as text, where the app cannot open: its header, then its findings."""
-    from loaderdoc.text.findings import finding_lines
-    from loaderdoc.tui.model import loader_title, run_header
+    from loaderdoc.text.watch import render_opened
 
     print(NO_TERMINAL_REPORT, file=sys.stderr, flush=True)
-    lines = [f"loaderdoc: watched run {run.path}"]
-    lines += [f"  {label:<8}{text}" for label, text in run_header(run)]
-    lines += [f"  {loader_title(lo)}" for lo in run.loaders]
-    for f in run.findings:
-        lines += finding_lines(f)
-    print("\n".join(lines))
+    sys.stdout.write(render_opened(run))
     return EXIT_OK
 
 

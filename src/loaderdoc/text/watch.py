@@ -136,6 +136,48 @@ def _shm_lines(report: WatchReport) -> list[str]:
     return _wrap(text, "  ", "    ")
 
 
+def run_header(run: WatchReport) -> list[tuple[str, str]]:
+    """(label, text) lines above the run's charts: the command, its outcome, memory peaks, GPU."""
+    lines = [("Command", shlex.join(run.command) if run.command else "(not recorded)")]
+    outcome = [f"exit {run.exit_code}" if run.exit_code is not None else "exit code unknown",
+               f"{run.steps} batches", f"waited for data {fmt_share_fine(run.wait_share)} of the steady time"]
+    lines.append(("Run", ", ".join(outcome)))
+    peaks = [(name, value) for name, value in (("main", run.main_pss_peak_bytes),
+                                               ("workers", run.workers_pss_peak_bytes)) if value is not None]
+    memory = [f"{name} {fmt_bytes(value)}" for name, value in peaks]
+    if run.shm_peak_bytes is not None:
+        memory.append(f"/dev/shm {fmt_bytes(run.shm_peak_bytes)}"
+                      + (f" of {fmt_bytes(run.shm_total_bytes)}" if run.shm_total_bytes else ""))
+    lines.append(("Memory", "peak PSS " + ", ".join(memory) if memory else "not recorded in this report"))
+    if run.gpu_timing is not None:
+        idle = [f"{lo.title().split(' (')[0]} {fmt_share_fine(lo.totals.gpu_idle_share)}" for lo in run.loaders
+                if lo.totals.gpu_idle_share is not None]
+        lines.append(("GPU", "idle while waiting: " + ", ".join(idle) if idle else
+                      "idle time not measured" + (" (no CUDA events)" if run.gpu_timing == "unavailable" else "")))
+    return lines
+
+
+def loader_title(loader: LoaderReport) -> str:
+    """``loader 1: waited 62.9 %, 238 batches (DataLoader, num_workers=2, ...; rank 0, pid 42)``:
+    the numbers first, so that 80 columns show them."""
+    short, _, knobs = loader.title().partition(" (")
+    where = [f"rank {loader.rank}"] if loader.rank is not None else []
+    where += [f"pid {loader.pid}"] if loader.pid is not None else []
+    inside = knobs.removesuffix(")") + ("; " + ", ".join(where) if where else "")
+    return f"{short}: waited {fmt_share_fine(loader.wait_share)}, {loader.steps} batches" + (f" ({inside})" if inside else "")
+
+
+def render_opened(run: WatchReport) -> str:
+    """A watched run's report opened where the app cannot show it: its header, its loaders, then
+    its findings (the Run view's text, without the charts)."""
+    lines = [f"loaderdoc: watched run {run.path}"]
+    lines += [f"  {label:<8}{text}" for label, text in run_header(run)]
+    lines += [f"  {loader_title(lo)}" for lo in run.loaders]
+    for finding in run.findings:
+        lines += finding_lines(finding)
+    return "\n".join(lines) + "\n"
+
+
 def render_summary(report: WatchReport) -> str:
     """A few lines for stderr: the run, one block per loader, /dev/shm, then the findings."""
     head = _head(report)

@@ -24,8 +24,8 @@ from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.text.machine import machine_status  # noqa: F401  (the views' text)
+from loaderdoc.text.watch import loader_title, run_header  # noqa: F401  (the views' text)
 from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
-from loaderdoc.watching.watch_report import WatchReport
 
 # ---- workload -----------------------------------------------------------------------------
 
@@ -394,39 +394,6 @@ def knob_blocks(knob: Any) -> list[tuple[str, str]]:
 
 
 # ---- a watched run (`loaderdoc --report FILE`) --------------------------------------------
-
-
-def run_header(run: WatchReport) -> list[tuple[str, str]]:
-    """(label, text) lines above the run's charts: the command, its outcome, memory peaks, GPU."""
-    import shlex
-
-    lines = [("Command", shlex.join(run.command) if run.command else "(not recorded)")]
-    outcome = [f"exit {run.exit_code}" if run.exit_code is not None else "exit code unknown",
-               f"{run.steps} batches", f"waited for data {fmt_share_fine(run.wait_share)} of the steady time"]
-    lines.append(("Run", ", ".join(outcome)))
-    peaks = [(name, value) for name, value in (("main", run.main_pss_peak_bytes),
-                                               ("workers", run.workers_pss_peak_bytes)) if value is not None]
-    memory = [f"{name} {fmt_bytes(value)}" for name, value in peaks]
-    if run.shm_peak_bytes is not None:
-        memory.append(f"/dev/shm {fmt_bytes(run.shm_peak_bytes)}"
-                      + (f" of {fmt_bytes(run.shm_total_bytes)}" if run.shm_total_bytes else ""))
-    lines.append(("Memory", "peak PSS " + ", ".join(memory) if memory else "not recorded in this report"))
-    if run.gpu_timing is not None:
-        idle = [f"{lo.title().split(' (')[0]} {fmt_share_fine(lo.totals.gpu_idle_share)}" for lo in run.loaders
-                if lo.totals.gpu_idle_share is not None]
-        lines.append(("GPU", "idle while waiting: " + ", ".join(idle) if idle else
-                      "idle time not measured" + (" (no CUDA events)" if run.gpu_timing == "unavailable" else "")))
-    return lines
-
-
-def loader_title(loader: LoaderReport) -> str:
-    """``loader 1: waited 62.9 %, 238 batches (DataLoader, num_workers=2, ...; rank 0, pid 42)``:
-    the numbers first, so that 80 columns show them."""
-    short, _, knobs = loader.title().partition(" (")
-    where = [f"rank {loader.rank}"] if loader.rank is not None else []
-    where += [f"pid {loader.pid}"] if loader.pid is not None else []
-    inside = knobs.removesuffix(")") + ("; " + ", ".join(where) if where else "")
-    return f"{short}: waited {fmt_share_fine(loader.wait_share)}, {loader.steps} batches" + (f" ({inside})" if inside else "")
 
 
 def loader_chart_note(loader: LoaderReport) -> str:

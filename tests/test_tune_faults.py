@@ -56,8 +56,10 @@ seen = {}
 def note(name, loader):
     # what the script's loaders were built with, as it sees them, per trial
     seen.setdefault(name, []).append(loader.num_workers)
-    with open("seen-" + TRIAL + ".json", "w") as f:
+    # whole or not at all: tune may stop the trial anywhere, in this write too
+    with open("seen-" + TRIAL + ".part", "w") as f:
         json.dump(seen, f)
+    os.replace("seen-" + TRIAL + ".part", "seen-" + TRIAL + ".json")
     return loader
 
 """

@@ -170,7 +170,7 @@ def test_header_text_cannot_end_its_comment_line(fmt):
 ])
 def test_every_yaml_export_reads_back_to_the_same_settings(tmp_path, fmt, layout):
     from loaderdoc.config import read_config
-    from loaderdoc.export import HF_FIELDS
+    from loaderdoc.export import hf_fields
 
     settings = LoaderSettings(batch_size=48, shuffle=True, num_workers=3, pin_memory=True, drop_last=True,
                               prefetch_factor=4, persistent_workers=True, in_order=False)
@@ -182,7 +182,7 @@ def test_every_yaml_export_reads_back_to_the_same_settings(tmp_path, fmt, layout
     assert loader.layout == layout
     back = config.settings(loader).as_kwargs()
     # TrainingArguments has no shuffle and no in_order field
-    compared = HF_FIELDS if fmt == "hf" else settings.as_kwargs()
+    compared = hf_fields() if fmt == "hf" else settings.as_kwargs()
     for key in compared:
         assert back[key] == settings.as_kwargs()[key], key
     if fmt == "hf":

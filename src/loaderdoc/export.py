@@ -17,7 +17,6 @@ from pathlib import Path
 
 from loaderdoc._version import __version__
 from loaderdoc.advice.findings import Finding
-from loaderdoc.config.layouts import HF_NAMES
 from loaderdoc.errors import ExportError
 from loaderdoc.safe_write import write_text
 from loaderdoc.settings import LoaderSettings
@@ -29,9 +28,15 @@ from loaderdoc.system.facts import MachineFacts
 # node; hf: Hugging Face TrainingArguments keys
 FORMATS = ("toml", "yaml", "json", "py", "lightning", "hydra", "hf")
 _SUFFIXES = {".toml": "toml", ".py": "py", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}
-# DataLoader setting -> TrainingArguments field, the reverse of what the config reader maps
-# (shuffle, timeout, the context and in_order have none)
-HF_FIELDS = {"batch_size": "per_device_train_batch_size", **{setting: hf for hf, setting in HF_NAMES.items()}}
+
+
+def hf_fields() -> dict[str, str]:
+    """DataLoader setting -> TrainingArguments field, the reverse of what the config reader maps
+    (shuffle, timeout, the context and in_order have none). Read when an hf export is written:
+    the CLI imports this module to build its parser, and ``check`` reads no config by default."""
+    from loaderdoc.config.layouts import HF_NAMES
+
+    return {"batch_size": "per_device_train_batch_size", **{setting: hf for hf, setting in HF_NAMES.items()}}
 
 
 def format_for(path: str, fmt: str | None) -> str:
@@ -86,7 +91,7 @@ def _yaml_document(settings: LoaderSettings, fmt: str) -> dict:
         return {"data": {"init_args": kwargs}}
     if fmt == "hydra":
         return {"_target_": "torch.utils.data.DataLoader", "_partial_": True, **kwargs}
-    return {field: kwargs[key] for key, field in HF_FIELDS.items() if key in kwargs}
+    return {field: kwargs[key] for key, field in hf_fields().items() if key in kwargs}
 
 
 def _paste_note(fmt: str, settings: LoaderSettings) -> list[str]:
@@ -105,7 +110,7 @@ def _hf_unwritten(settings: LoaderSettings) -> list[str]:
     named so that they are not lost without a word: ``in_order=False``, a timeout, a start method."""
     default = LoaderSettings().as_kwargs()
     lost = [f"{key}={value!r}" for key, value in settings.as_kwargs().items()
-            if key not in HF_FIELDS and key != "shuffle" and default.get(key) != value]
+            if key not in hf_fields() and key != "shuffle" and default.get(key) != value]
     if not lost:
         return []
     which = "it" if len(lost) == 1 else "them"

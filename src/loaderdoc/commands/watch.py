@@ -21,8 +21,6 @@ import argparse
 import contextlib
 import sys
 
-from loaderdoc.watching.records import child_env, exit_code_of  # noqa: F401 - shared with tune
-
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
 TRACE_STEPS = 10  # loaderdoc.watching.trace's DEFAULT_STEPS and DEFAULT_AFTER (not imported: --help stays cheap)
 TRACE_AFTER = 10
@@ -92,6 +90,7 @@ def run_child(command: list[str], env: dict[str, str], forwarder) -> int:
     """Run ``command`` to its end; its exit code. ``forwarder`` (from :func:`loaderdoc.watching.forward.held`)
     passes on the signals a supervisor sends the launcher meanwhile."""
     from loaderdoc.preflight import cannot_start
+    from loaderdoc.watching.records import exit_code_of
 
     try:
         forwarder.start(command, env)
@@ -202,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoc.preflight import check_startable, check_workplace
     from loaderdoc.safe_write import check_writable
     from loaderdoc.watching.forward import held
+    from loaderdoc.watching.records import child_env
 
     if args.merge:
         return merge(args)

@@ -343,7 +343,7 @@ def test_a_look_asked_for_while_one_runs_runs_after_it_never_inside_it():
 
 
 def test_launcher_env_points_the_hook_at_a_directory(tmp_path):
-    from loaderdoc.commands.watch import child_env
+    from loaderdoc.watching.records import child_env
 
     env = child_env(str(tmp_path), {hook.ENV_DIR: "/an-outer-watch", "PYTHONPATH": "/user"})
     assert env[hook.ENV_DIR] == str(tmp_path)

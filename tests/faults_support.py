@@ -57,10 +57,15 @@ def assert_nothing_left(tag: str, timeout: float = 3.0) -> None:
             described.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
         except psutil.Error:
             described.append(str(p.pid))
-    for p in left:  # do not leak them into the rest of the suite
+    kill_tagged(tag, left)  # do not leak them into the rest of the suite
+    assert not left, f"processes left behind: {described}"
+
+
+def kill_tagged(tag: str, found: list[psutil.Process] | None = None) -> None:
+    """Kill every live process carrying ``tag`` (those in ``found`` when given)."""
+    for p in tagged(tag) if found is None else found:
         with contextlib.suppress(psutil.Error):
             p.kill()
-    assert not left, f"processes left behind: {described}"
 
 
 def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
@@ -71,7 +76,13 @@ def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 12
     else:
         tag = env[TAG_VAR]
     cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # subprocess.run killed loaderdoc alone: what it started would outlive the test and load
+        # the machine under the rest of the suite
+        kill_tagged(tag)
+        raise
     assert_nothing_left(tag)
     return proc
 

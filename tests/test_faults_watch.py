@@ -17,6 +17,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -25,10 +26,19 @@ import pytest
 from faults_support import assert_nothing_left, fault_env, loaderdoc
 
 
-def watch_env(tmp_path: Path) -> tuple[dict, str, Path]:
+@pytest.fixture
+def own_tmp():
+    """A temp dir of the test's own, with a short path: multiprocessing puts its AF_UNIX sockets
+    (forkserver, the resource sharer passing tensors between processes) under TMPDIR, and a socket
+    path holds at most 107 bytes. Under pytest's tmp_path (/tmp/pytest-of-root/pytest-101/popen-gw1/
+    test_loaders_iterated_in_multi0/tmp) the listener's path passed that once pytest's run number
+    reached three digits, and the watched program hung."""
+    with tempfile.TemporaryDirectory(prefix="ld-") as folder:
+        yield Path(folder)
+
+
+def watch_env(tmpdir: Path) -> tuple[dict, str, Path]:
     """A tagged environment whose temp dir is the test's own: a records folder left is seen."""
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
     env, tag = fault_env({"TMPDIR": str(tmpdir)})
     return env, tag, tmpdir
 
@@ -62,11 +72,11 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
-def test_loaders_iterated_in_multiprocessing_children_are_watched(tmp_path, method):
+def test_loaders_iterated_in_multiprocessing_children_are_watched(tmp_path, own_tmp, method):
     # before: under fork and forkserver, "no torch DataLoader was iterated; nothing measured"
     script = tmp_path / "train.py"
     script.write_text(IN_PROCESSES)
-    env, tag, tmpdir = watch_env(tmp_path)
+    env, tag, tmpdir = watch_env(own_tmp)
     proc = loaderdoc("watch", "--json", "--", sys.executable, str(script), method, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -121,11 +131,11 @@ print(json.dumps(expected))
 """
 
 
-def test_every_settings_value_torch_accepts_is_read_as_torch_reads_it(tmp_path):
+def test_every_settings_value_torch_accepts_is_read_as_torch_reads_it(tmp_path, own_tmp):
     # before: num_workers=np.int64(2) was recorded as the string 'np.int64(2)' and judged as 0 workers
     script = tmp_path / "train.py"
     script.write_text(SETTINGS_KINDS)
-    env, tag, tmpdir = watch_env(tmp_path)
+    env, tag, tmpdir = watch_env(own_tmp)
     proc = loaderdoc("watch", "--json", "--", sys.executable, str(script), env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     first, _, rest = proc.stdout.partition("\n")
@@ -158,11 +168,11 @@ def no_core_dumps() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT's default action dumps core
 
 
-def start_watch(tmp_path: Path, script_text: str, *extra: str) -> tuple[subprocess.Popen, str, Path, Path, Path]:
+def start_watch(tmp_path: Path, own_tmp: Path, script_text: str, *extra: str) -> tuple[subprocess.Popen, str, Path, Path, Path]:
     script = tmp_path / "train.py"
     script.write_text(script_text)
     ready, report = tmp_path / "ready", tmp_path / "run.json"
-    env, tag, tmpdir = watch_env(tmp_path)
+    env, tag, tmpdir = watch_env(own_tmp)
     proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--", sys.executable,
                              str(script), str(ready), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True, preexec_fn=no_core_dumps)
@@ -178,11 +188,11 @@ def await_file(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR2", "SIGALRM"])
-def test_a_signal_to_the_launcher_reaches_the_command_and_the_report_is_written(tmp_path, name):
+def test_a_signal_to_the_launcher_reaches_the_command_and_the_report_is_written(tmp_path, own_tmp, name):
     # before: SIGINT was swallowed (the command ran on); SIGHUP, SIGQUIT, SIGUSR2 killed the launcher
     # at once, the command ran on unwatched, no report, the records folder left in the temp dir
     signum = getattr(signal, name)
-    proc, tag, tmpdir, ready, report_file = start_watch(tmp_path, WAITS)
+    proc, tag, tmpdir, ready, report_file = start_watch(tmp_path, own_tmp, WAITS)
     try:
         await_file(ready, proc)
         os.kill(proc.pid, signum)  # the launcher alone, as an IDE, `timeout` or a scheduler does
@@ -254,13 +264,13 @@ def drain_until_exit(pid: int, master: int, timeout: float = 60) -> tuple[bytes,
             time.sleep(0.02)
 
 
-def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path):
+def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path, own_tmp):
     # the terminal sends SIGINT to the whole foreground group, the command included: the launcher
     # must not forward a second one (it would cut a graceful shutdown short)
     script = tmp_path / "train.py"
     script.write_text(COUNTS_SIGINT)
     ready, seen, finish = tmp_path / "ready", tmp_path / "seen", tmp_path / "finish"
-    env, tag, tmpdir = watch_env(tmp_path)
+    env, tag, tmpdir = watch_env(own_tmp)
     pid, master = pty.fork()  # a new session whose controlling terminal is the pty
     if pid == 0:  # pragma: no cover - the child execs the launcher
         os.execve(sys.executable, [sys.executable, "-m", "loaderdoc", "watch", "--", sys.executable, str(script),
@@ -291,9 +301,9 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path):
     assert_nothing_left(tag)
 
 
-def test_a_launcher_started_ignoring_sighup_leaves_it_ignored(tmp_path):
+def test_a_launcher_started_ignoring_sighup_leaves_it_ignored(tmp_path, own_tmp):
     # nohup: the command inherits SIGHUP ignored, as it would bare; the launcher does not forward it
-    env, tag, tmpdir = watch_env(tmp_path)
+    env, tag, tmpdir = watch_env(own_tmp)
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""\
         import signal, sys
@@ -318,12 +328,12 @@ while True:
 
 
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGQUIT", "SIGUSR2"])
-def test_a_hangup_to_tune_stops_its_trial_and_cleans_up(tmp_path, name):
+def test_a_hangup_to_tune_stops_its_trial_and_cleans_up(tmp_path, own_tmp, name):
     # before: SIGHUP ended tune at once; the trial (in a session of its own) ran on, its folder left
     script = tmp_path / "train.py"
     script.write_text(TUNED)
     ready = tmp_path / "ready"
-    env, tag, tmpdir = watch_env(tmp_path)
+    env, tag, tmpdir = watch_env(own_tmp)
     proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "tune", "--", sys.executable, str(script), str(ready)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=no_core_dumps)

@@ -102,14 +102,20 @@ async def test_machine_view_shows_recorded_machine():
 
 async def test_real_detection_paints_within_a_second_and_fills_slow_facts_later():
     slow_started = threading.Event()
+    painted = threading.Event()
 
     def detect(cpu_info=False):
         from loaderdoc.system.detect import detect as real
 
         if cpu_info:
             slow_started.set()
-            time.sleep(0.5)  # py-cpuinfo can take this long; the view must not wait for it
+            # py-cpuinfo takes a second or more: held here until the view has shown the fast facts,
+            # which it must do without waiting for this stage
+            painted.wait(10)
         return real(cpu_info=cpu_info)
+
+    def note() -> str:
+        return str(app.screen.query_one("#machine-note", Static).render())
 
     app = make_app(detect_fn=detect)
     async with app.run_test(size=SIZE) as pilot:
@@ -118,8 +124,9 @@ async def test_real_detection_paints_within_a_second_and_fills_slow_facts_later(
             await pilot.pause(0.02)
         assert app.session.facts is not None, "machine facts not shown within 1 s"
         assert "cpu_model" in app.session.pending_facts
-        note = str(app.screen.query_one("#machine-note", Static).render())
-        assert "still reading" in note
+        # the view gets the facts as a message: it shows them once it has handled it
+        assert await _wait_for(pilot, lambda: "still reading" in note()), note()
+        painted.set()
         # the slow stage starts after the first paint, then fills in the CPU model
         assert await _wait_for(pilot, lambda: app.session.pending_facts == frozenset(), timeout=10)
         assert slow_started.is_set()

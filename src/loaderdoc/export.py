@@ -108,9 +108,9 @@ def _paste_note(fmt: str, settings: LoaderSettings) -> list[str]:
 def _hf_unwritten(settings: LoaderSettings) -> list[str]:
     """The chosen values TrainingArguments cannot carry (other than shuffle, which the Trainer decides),
     named so that they are not lost without a word: ``in_order=False``, a timeout, a start method."""
-    default = LoaderSettings().as_kwargs()
+    default, fields = LoaderSettings().as_kwargs(), hf_fields()
     lost = [f"{key}={value!r}" for key, value in settings.as_kwargs().items()
-            if key not in hf_fields() and key != "shuffle" and default.get(key) != value]
+            if key not in fields and key != "shuffle" and default.get(key) != value]
     if not lost:
         return []
     which = "it" if len(lost) == 1 else "them"

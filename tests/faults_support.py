@@ -57,15 +57,27 @@ def assert_nothing_left(tag: str, timeout: float = 3.0) -> None:
             described.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
         except psutil.Error:
             described.append(str(p.pid))
-    kill_tagged(tag, left)  # do not leak them into the rest of the suite
+    _kill(left)  # do not leak them into the rest of the suite
     assert not left, f"processes left behind: {described}"
 
 
-def kill_tagged(tag: str, found: list[psutil.Process] | None = None) -> None:
-    """Kill every live process carrying ``tag`` (those in ``found`` when given)."""
-    for p in tagged(tag) if found is None else found:
+def _kill(processes: list[psutil.Process]) -> None:
+    for p in processes:
         with contextlib.suppress(psutil.Error):
             p.kill()
+
+
+def run_tagged(cmd: list[str], tag: str, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, **kwargs)`` (its env carrying ``tag``); asserts that nothing it
+    started survives it. Past its timeout, subprocess.run kills the command alone: what it started
+    is killed here too, or it would outlive the test and load the machine under the rest of the suite."""
+    try:
+        proc = subprocess.run(cmd, **kwargs)
+    except subprocess.TimeoutExpired:
+        _kill(tagged(tag))
+        raise
+    assert_nothing_left(tag)
+    return proc
 
 
 def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
@@ -76,15 +88,7 @@ def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 12
     else:
         tag = env[TAG_VAR]
     cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # subprocess.run killed loaderdoc alone: what it started would outlive the test and load
-        # the machine under the rest of the suite
-        kill_tagged(tag)
-        raise
-    assert_nothing_left(tag)
-    return proc
+    return run_tagged(cmd, tag, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:

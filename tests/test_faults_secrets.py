@@ -23,7 +23,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from faults_support import TESTS, assert_nothing_left, fault_env, loaderdoc
+from faults_support import TESTS, assert_nothing_left, fault_env, loaderdoc, run_tagged
 
 from loaderdoc.errors import EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
 from loaderdoc.visible import visible
@@ -207,9 +207,8 @@ REPORTS = ["watch/healthy.json", "watch/starved-timeline.json", "job/two-nodes.j
 def test_a_report_opened_without_a_terminal_prints_its_fields_escaped(tmp_path, fixture):
     report = hostile_report(fixture, 1, tmp_path / "r.json")
     env, tag = fault_env()
-    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "--report", str(report)], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, env=env, timeout=60)
-    assert_nothing_left(tag)
+    proc = run_tagged([sys.executable, "-m", "loaderdoc", "--report", str(report)], tag, stdin=subprocess.DEVNULL,
+                      capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == EXIT_OK, proc.stderr
     assert_shown_not_obeyed(proc.stdout + proc.stderr, [])
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from faults_support import assert_nothing_left, fault_env, loaderdoc, tagged
+from faults_support import assert_nothing_left, fault_env, loaderdoc, run_tagged, tagged
 
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED
 
@@ -127,8 +127,7 @@ def test_a_worker_growing_past_the_memory_limit_is_killed_and_diagnosed(tight_me
     cmd = ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "sh", sys.executable, "-m", "loaderdoc",
            "probe", "--dataset", "faults_data:make_hoarder", "--batch-size", "4", "--step-ms", "5",
            "--budget", "8", "--no-progress", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-    assert_nothing_left(tag)
+    proc = run_tagged(cmd, tag, capture_output=True, text=True, env=env, timeout=60)
     assert int((cg / "memory.failcnt").read_text()) > 0  # it really hit the limit
     assert proc.returncode in (EXIT_OK, EXIT_PROBE_FAILED), proc.stderr
     doc = json.loads(proc.stdout)

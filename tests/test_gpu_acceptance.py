@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faults_support import assert_nothing_left, fault_env, one_line_error
+from faults_support import assert_nothing_left, fault_env, one_line_error, run_tagged
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_acceptance.py"
@@ -46,10 +46,8 @@ def script(*args: str, env: dict | None = None, timeout: float = 120) -> subproc
         env, tag = fault_env()
     else:
         tag = env["LOADERDOC_FAULT_TAG"]
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=REPO)
-    assert_nothing_left(tag)
-    return proc
+    return run_tagged([sys.executable, str(SCRIPT), *args], tag, capture_output=True, text=True, env=env,
+                      timeout=timeout, cwd=REPO)
 
 
 def cuda_here() -> bool:

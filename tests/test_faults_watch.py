@@ -37,10 +37,9 @@ def own_tmp():
         yield Path(folder)
 
 
-def watch_env(tmpdir: Path) -> tuple[dict, str, Path]:
+def watch_env(tmpdir: Path) -> tuple[dict, str]:
     """A tagged environment whose temp dir is the test's own: a records folder left is seen."""
-    env, tag = fault_env({"TMPDIR": str(tmpdir)})
-    return env, tag, tmpdir
+    return fault_env({"TMPDIR": str(tmpdir)})
 
 
 def left_in(tmpdir: Path) -> list[str]:
@@ -76,7 +75,7 @@ def test_loaders_iterated_in_multiprocessing_children_are_watched(tmp_path, own_
     # before: under fork and forkserver, "no torch DataLoader was iterated; nothing measured"
     script = tmp_path / "train.py"
     script.write_text(IN_PROCESSES)
-    env, tag, tmpdir = watch_env(own_tmp)
+    env, tag = watch_env(own_tmp)
     proc = loaderdoc("watch", "--json", "--", sys.executable, str(script), method, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -84,7 +83,7 @@ def test_loaders_iterated_in_multiprocessing_children_are_watched(tmp_path, own_
     assert by_process == [(5, 0), (7, 2), (9, 0)], report["loaders"]
     assert len({e["pid"] for e in report["loaders"]}) == 3
     assert report["steps"] == 21
-    assert left_in(tmpdir) == []
+    assert left_in(own_tmp) == []
 
 
 # ---- settings values torch accepts ------------------------------------------------------------
@@ -135,7 +134,7 @@ def test_every_settings_value_torch_accepts_is_read_as_torch_reads_it(tmp_path, 
     # before: num_workers=np.int64(2) was recorded as the string 'np.int64(2)' and judged as 0 workers
     script = tmp_path / "train.py"
     script.write_text(SETTINGS_KINDS)
-    env, tag, tmpdir = watch_env(own_tmp)
+    env, tag = watch_env(own_tmp)
     proc = loaderdoc("watch", "--json", "--", sys.executable, str(script), env=env, timeout=180)
     assert proc.returncode == 0, proc.stderr
     first, _, rest = proc.stdout.partition("\n")
@@ -148,7 +147,7 @@ def test_every_settings_value_torch_accepts_is_read_as_torch_reads_it(tmp_path, 
             value = loader["settings"][name]
             assert value is None or type(value) is int, (case, loader["settings"])
     assert "np." not in proc.stderr  # the summary names them as numbers too
-    assert left_in(tmpdir) == []
+    assert left_in(own_tmp) == []
 
 
 # ---- signals a supervisor sends the launcher ----------------------------------------------------
@@ -168,15 +167,15 @@ def no_core_dumps() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT's default action dumps core
 
 
-def start_watch(tmp_path: Path, own_tmp: Path, script_text: str, *extra: str) -> tuple[subprocess.Popen, str, Path, Path, Path]:
+def start_watch(tmp_path: Path, own_tmp: Path, script_text: str, *extra: str) -> tuple[subprocess.Popen, str, Path, Path]:
     script = tmp_path / "train.py"
     script.write_text(script_text)
     ready, report = tmp_path / "ready", tmp_path / "run.json"
-    env, tag, tmpdir = watch_env(own_tmp)
+    env, tag = watch_env(own_tmp)
     proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--", sys.executable,
                              str(script), str(ready), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True, preexec_fn=no_core_dumps)
-    return proc, tag, tmpdir, ready, report
+    return proc, tag, ready, report
 
 
 def await_file(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -192,7 +191,7 @@ def test_a_signal_to_the_launcher_reaches_the_command_and_the_report_is_written(
     # before: SIGINT was swallowed (the command ran on); SIGHUP, SIGQUIT, SIGUSR2 killed the launcher
     # at once, the command ran on unwatched, no report, the records folder left in the temp dir
     signum = getattr(signal, name)
-    proc, tag, tmpdir, ready, report_file = start_watch(tmp_path, own_tmp, WAITS)
+    proc, tag, ready, report_file = start_watch(tmp_path, own_tmp, WAITS)
     try:
         await_file(ready, proc)
         os.kill(proc.pid, signum)  # the launcher alone, as an IDE, `timeout` or a scheduler does
@@ -206,7 +205,7 @@ def test_a_signal_to_the_launcher_reaches_the_command_and_the_report_is_written(
     report = json.loads(report_file.read_text())
     assert report["exit_code"] == 128 + signum and report["steps"] == 8
     assert f"(exit {128 + signum})" in err
-    assert left_in(tmpdir) == []
+    assert left_in(own_tmp) == []
     assert_nothing_left(tag)
 
 
@@ -270,7 +269,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path, own_tmp):
     script = tmp_path / "train.py"
     script.write_text(COUNTS_SIGINT)
     ready, seen, finish = tmp_path / "ready", tmp_path / "seen", tmp_path / "finish"
-    env, tag, tmpdir = watch_env(own_tmp)
+    env, tag = watch_env(own_tmp)
     pid, master = pty.fork()  # a new session whose controlling terminal is the pty
     if pid == 0:  # pragma: no cover - the child execs the launcher
         os.execve(sys.executable, [sys.executable, "-m", "loaderdoc", "watch", "--", sys.executable, str(script),
@@ -297,13 +296,13 @@ def test_ctrl_c_in_a_terminal_reaches_the_command_once(tmp_path, own_tmp):
     text = out.decode(errors="replace")
     assert "sigints 1" in text, text
     assert os.waitstatus_to_exitcode(status) == 0, text
-    assert left_in(tmpdir) == []
+    assert left_in(own_tmp) == []
     assert_nothing_left(tag)
 
 
 def test_a_launcher_started_ignoring_sighup_leaves_it_ignored(tmp_path, own_tmp):
     # nohup: the command inherits SIGHUP ignored, as it would bare; the launcher does not forward it
-    env, tag, tmpdir = watch_env(own_tmp)
+    env, tag = watch_env(own_tmp)
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent("""\
         import signal, sys
@@ -312,7 +311,7 @@ def test_a_launcher_started_ignoring_sighup_leaves_it_ignored(tmp_path, own_tmp)
     proc = loaderdoc("watch", "--", sys.executable, str(script), env=env, prefix=["nohup"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"
-    assert left_in(tmpdir) == []
+    assert left_in(own_tmp) == []
 
 
 TUNED = """\
@@ -333,7 +332,7 @@ def test_a_hangup_to_tune_stops_its_trial_and_cleans_up(tmp_path, own_tmp, name)
     script = tmp_path / "train.py"
     script.write_text(TUNED)
     ready = tmp_path / "ready"
-    env, tag, tmpdir = watch_env(own_tmp)
+    env, tag = watch_env(own_tmp)
     proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "tune", "--", sys.executable, str(script), str(ready)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True, preexec_fn=no_core_dumps)
@@ -347,5 +346,5 @@ def test_a_hangup_to_tune_stops_its_trial_and_cleans_up(tmp_path, own_tmp, name)
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert left_in(tmpdir) == []
+    assert left_in(own_tmp) == []
     assert_nothing_left(tag)

@@ -100,6 +100,27 @@ async def test_machine_view_shows_recorded_machine():
         assert "4 CPUs (cgroup quota)" in status
 
 
+def test_a_view_mounted_before_its_screen_draws_the_facts_that_arrive_meanwhile():
+    # Python 3.12's eager tasks (textual turns them on there) run the first view's on_mount before
+    # its screen's: facts that arrived in between were kept for the status bar and never drawn,
+    # and `loaderdoc --machine NAME` showed "Reading machine facts..." for good
+    from loaderdoc.tui.messages import MachineShown
+    from loaderdoc.tui.screens.main import MainScreen
+
+    class View:
+        def __init__(self):
+            self.drawn = []
+
+        def on_machine_shown(self, message):
+            self.drawn.append(message)
+
+    screen = MainScreen()
+    view = screen._views["machine"] = View()
+    shown = MachineShown(load_machine("k8s-4cpu-quota"))
+    screen.show(shown)
+    assert view.drawn == [shown]
+
+
 async def test_real_detection_paints_within_a_second_and_fills_slow_facts_later():
     slow_started = threading.Event()
     painted = threading.Event()

@@ -155,9 +155,13 @@ class MainScreen(Screen):
         views mounted (a view mounted later is given the latest then)."""
         for message in messages:
             self._latest[type(message)] = message
+        # a view whose on_mount ran draws them now, even before this screen's own on_mount: with
+        # Python 3.12's eager tasks (textual uses them there) the first view mounts before its screen
+        for widget in list(self._views.values()):
+            self._give(widget, messages)
         if not self._built:
-            return  # on_mount gives them
-        for widget in [*self.query(StatusBar), *self._views.values()]:  # no bar while the screen is torn down
+            return  # on_mount gives the status bar the latest
+        for widget in self.query(StatusBar):  # no bar while the screen is torn down
             self._give(widget, messages)
         self.refresh_bindings()
 

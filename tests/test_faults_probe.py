@@ -47,7 +47,8 @@ def test_a_long_training_step_that_fits_the_budget_is_measured():
     doc = json.loads(proc.stdout)
     first = doc["results"][0]
     assert first["status"] == "ok", first["error"]
-    assert first["step_ms_achieved"] >= 2000
+    # a sleep on the CPU is never short; a calibrated CUDA kernel comes within a fraction of 1 %
+    assert first["step_ms_achieved"] >= 2000 * 0.99
     # loading 8 samples in 160 ms cannot starve a 2 s step: workers would not help
     assert doc["recommended"]["num_workers"] == 0
     assert not {"worker-hung", "worker-crashed"} & {f["rule_id"] for f in doc["findings"]}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 import loaderdoc
@@ -42,7 +43,10 @@ def test_probe_a_preset_and_use_the_recommendation():
     assert report.recommended is not None
     assert report.workload.name == "tensor" and report.workload.batch_size == 128
     assert report.workload.batch_bytes and report.workload.sample_bytes
-    assert report.device == "cpu" and report.workload.consumer == "cpu-sleep"
+    # no GPU in these facts: the probe asks torch, without initialising CUDA
+    gpu = torch.backends.cuda.is_built() and torch.cuda.device_count() > 0
+    assert report.device == ("cuda" if gpu else "cpu")
+    assert report.workload.consumer == ("cuda-kernel" if gpu else "cpu-sleep")
     assert report.elapsed_s < 3.0 + 6.0  # the budget, plus at most one configuration's overrun
     assert progress and progress[-1][0] == 1.0 and all(0 <= f <= 1 for f, _ in progress)
     assert report.reasons and report.reasons[0].startswith("num_workers=")

@@ -144,7 +144,7 @@ def test_a_pure_python_decode_is_cpu_work_and_each_window_says_how_many_cpus_the
     proc = run("--dataset", "probe_pydecode:make", "--batch-size", "16", "--budget", "6", "--json", "--no-progress")
     assert proc.returncode == EXIT_OK, proc.stderr
     doc = json.loads(proc.stdout)
-    assert doc["workload"]["consumer"] == "cpu-sleep"
+    assert doc["workload"]["consumer"] == ("cuda-kernel" if doc["device"] == "cuda" else "cpu-sleep")
     zero = next(r for r in doc["results"] if r["settings"]["num_workers"] == 0)
     assert zero["fetch_cpu_pct"] >= 70
     windows = [r for r in doc["results"] if r["status"] == "ok" and r["batches_per_s"]]

@@ -3,7 +3,8 @@ other, and the fixes they propose, applied with ``loaderdoc watch --apply``, con
 
 - A CPU-trained model: loading is CPU work (8 ms of CPU a sample, batch 4) and so is the step
   (20 ms of CPU in the training process), on this machine's CPUs. The first run, without workers,
-  must name the shared CPUs and a ceiling within 25 % of what the applied run then measures.
+  must name the shared CPUs and predict, within 25 %, what the applied run then measures (and where
+  the CPUs' ceiling is what binds, as on 2 CPUs, name that ceiling within 25 % of it).
 - An I/O-bound loop: 8 workers sleeping 8 ms a sample (batch 8) beside a 16 ms sleeping step. Its
   1 ms hand-over of a ready batch is not starvation, and 8 workers that wait are no oversubscription.
 
@@ -91,14 +92,23 @@ def test_a_cpu_trained_loop_converges_and_its_ceiling_holds(tmp_path):
     # loading is CPU work: no more workers than the CPUs, and a gain the CPUs can give
     assert starved["settings_change"]["num_workers"] <= 2
     (loader,) = first["loaders"]
-    ceiling = loader["cpu"]["ceiling_per_s"]
-    assert loader["cpu"]["load_is_cpu"] and loader["cpu"]["step_is_cpu"]
-    assert starved["expected_gain"] * rate(first) <= ceiling * 1.001
+    cpu = loader["cpu"]
+    ceiling = cpu["ceiling_per_s"]
+    assert cpu["load_is_cpu"] and cpu["step_is_cpu"]
+    predicted = starved["expected_gain"] * rate(first)
+    assert predicted <= ceiling * 1.001
     assert len(runs) >= 2, "the starved run proposed nothing"
     applied = runs[1][1]
     assert applied["loaders"][0]["settings"]["num_workers"] == starved["settings_change"]["num_workers"]
     measured = rate(applied)
-    assert abs(ceiling / measured - 1) <= 0.25, (ceiling, measured)
+    assert abs(predicted / measured - 1) <= 0.25, (predicted, measured)
+    # the CPUs' ceiling binds where it is below what the serial step allows (2 CPUs here: 32 ms of
+    # loading + 20 ms of step a batch need 52 ms of CPU, 38 batches/s, below the step's 50); on a
+    # machine of more CPUs the step binds and the ceiling is not said
+    binds = ceiling < 1 / cpu["step_wall_per_step_s"]
+    assert cpu["ceiling_matters"] or not binds
+    if binds:
+        assert abs(ceiling / measured - 1) <= 0.25, (ceiling, measured)
     for (_, before), (_, after) in zip(runs, runs[1:], strict=False):
         assert rate(after) >= (1 - NOISE) * rate(before), [rate(r) for _, r in runs]
 

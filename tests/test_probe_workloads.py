@@ -22,6 +22,7 @@ from loaderdoc.probing.workloads import (
     DatasetTypeError,
     UnknownPresetError,
     WorkloadError,
+    find_dataset_module,
     get_preset,
     load_user_dataset,
 )
@@ -149,6 +150,21 @@ def test_bad_dataset_values_are_one_line_user_errors(userdata, spec, error, need
     assert needle in message
     assert "\n" not in message
     assert isinstance(info.value, UserError) and info.value.exit_code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(("spec", "missing"), [("no_such_module_xyz:make", "no_such_module_xyz"),
+                                               ("no_such_pkg_xyz.data:make", "no_such_pkg_xyz"),
+                                               ("json.no_such_xyz:make", "json.no_such_xyz")])
+def test_a_module_nowhere_to_import_is_said_before_anything_is_imported(spec, missing):
+    # the probe command asks this before torch's seconds of import: a typo costs no wait
+    with pytest.raises(DatasetModuleNotFound, match=f"no module named '{missing}'"):
+        find_dataset_module(spec)
+
+
+def test_a_module_that_is_there_is_left_to_the_import(userdata):
+    for spec in ("probe_userdata:make", "probe_broken_import:make", "probe_missing_dep:make", "json:loads"):
+        find_dataset_module(spec)  # found (or failing only when imported): the import explains
+    assert "probe_broken_import" not in sys.modules  # looking did not import it
 
 
 def test_factory_traceback_is_kept_for_whoever_wants_it(userdata):

@@ -73,7 +73,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     """Run the probe the command line describes. Ctrl+C raises ProbeInterrupted (a KeyboardInterrupt).
 
     ``facts`` (MachineFacts) are the machine the probe sizes its search for; None detects them."""
-    from loaderdoc.probing.workloads import get_preset, load_user_dataset, parse_dataset_spec
+    from loaderdoc.probing.workloads import find_dataset_module, get_preset, load_user_dataset
 
     preset = _preset_name(args)
     dataset_spec = getattr(args, "dataset", None)
@@ -84,7 +84,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     if preset:
         get_preset(preset)  # an unknown name is the first thing to hear about
     else:
-        parse_dataset_spec(dataset_spec)  # so is a malformed MOD:FACTORY: before the seconds torch takes
+        find_dataset_module(dataset_spec)  # so is a malformed or missing MOD:FACTORY: before the seconds torch takes
     kwargs: dict[str, Any] = dict(
         batch_size=getattr(args, "batch_size", None),
         step_ms=getattr(args, "step_ms", None),

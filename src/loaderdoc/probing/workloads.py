@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
 import math
 import os
 import sys
@@ -223,19 +224,45 @@ def parse_dataset_spec(spec: str) -> tuple[str, str]:
     return module, attr
 
 
-def _import_module(module: str, spec: str) -> Any:
+def _cwd_importable() -> None:
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)  # like `python -m`: the current directory is importable
+
+
+def _not_found(spec: str, missing: str) -> DatasetModuleNotFound:
+    return DatasetModuleNotFound(
+        f"--dataset {spec}: no module named {missing!r} in the current directory or on "
+        "PYTHONPATH; run from your project root or add its directory to PYTHONPATH")
+
+
+def find_dataset_module(spec: str) -> None:
+    """Raise DatasetModuleNotFound where ``spec``'s module is nowhere to import: said before the
+    seconds ``import torch`` takes. Looking imports at most the module's parent packages; one that
+    fails to import is left for the import itself to explain."""
+    module = parse_dataset_spec(spec)[0]
+    _cwd_importable()
+    try:
+        found = importlib.util.find_spec(module)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module
+        if module.startswith(missing + "."):
+            raise _not_found(spec, missing) from None
+        return
+    except (Exception, SystemExit, UserCodeExit):
+        return
+    if found is None:
+        raise _not_found(spec, module)
+
+
+def _import_module(module: str, spec: str) -> Any:
+    _cwd_importable()
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         missing = exc.name or module
         if module == missing or module.startswith(missing + "."):
-            raise DatasetModuleNotFound(
-                f"--dataset {spec}: no module named {missing!r} in the current directory or on "
-                "PYTHONPATH; run from your project root or add its directory to PYTHONPATH"
-            ) from None
+            raise _not_found(spec, missing) from None
         raise DatasetImportError(
             f"--dataset {spec}: importing {module} failed: it needs {missing!r}, which is not "
             "installed here; install it in this environment"

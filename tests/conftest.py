@@ -25,18 +25,32 @@ for _name in ("SIGQUIT", "SIGHUP"):
 # busy core that stays busy does not. Such a test takes the suite's lock exclusively, the others
 # take it shared; a gate taken first keeps new tests from slipping in while an ``alone`` test waits
 # (flock gives a waiting exclusive lock no priority over new shared ones).
+#
+# The ``alone`` tests are one xdist group (``--dist loadgroup`` in pyproject.toml): one worker runs
+# them one after another and holds the lock from the first to the last, so the other worker's
+# running test is waited for once, not once for each of them.
 import fcntl  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+ALONE = "alone"
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: a timing test no other test of the suite runs beside")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist adds the group to each test's id
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker(ALONE):
+            item.add_marker(pytest.mark.xdist_group(ALONE))
+
+
 def pytest_unconfigure(config):
+    _release()
     # a worker that is done may remove them: a worker still running opens them anew for each test,
     # and nobody else is left to share them with
     for path in _lock_paths(config) or ():
@@ -51,22 +65,38 @@ def _lock_paths(config) -> tuple[Path, Path] | None:
     return base.with_suffix(".gate"), base.with_suffix(".lock")
 
 
+_held: list = []  # the gate and the lock, held exclusively across this worker's consecutive alone tests
+
+
+def _release() -> None:
+    while _held:
+        _held.pop().close()  # closing releases its lock
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     paths = _lock_paths(item.config)
     if paths is None:
         yield
         return
+    if item.get_closest_marker(ALONE):
+        if not _held:
+            for path in paths:  # the gate first: no test starts from now on; then the running ones end
+                held = open(path, "a")  # noqa: SIM115 (held across tests)
+                _held.append(held)
+                fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if nextitem is None or not nextitem.get_closest_marker(ALONE):
+                _release()
+        return
     gate = open(paths[0], "a")  # noqa: SIM115 (held across the yield)
     lock = open(paths[1], "a")  # noqa: SIM115
     try:
-        if item.get_closest_marker("alone"):
-            fcntl.flock(gate, fcntl.LOCK_EX)  # no test starts from now on ...
-            fcntl.flock(lock, fcntl.LOCK_EX)  # ... and the running ones end
-        else:
-            fcntl.flock(gate, fcntl.LOCK_SH)
-            fcntl.flock(lock, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(gate, fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
         yield
     finally:
         lock.close()  # closing releases the locks

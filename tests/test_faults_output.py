@@ -113,8 +113,9 @@ PRIVATE_DEV = (
 
 
 def in_private_dev(target: str) -> list[str]:
-    """Run the rest with a fresh /dev in a mount namespace, then print what ``target`` is."""
-    script = f'{PRIVATE_DEV} && "$@" > /tmp/.ld-out; rc=$?; cat /tmp/.ld-out; rm -f /tmp/.ld-out; ' \
+    """Run the rest with a fresh /dev in a mount namespace, then print what ``target`` is. Its
+    output goes through a file of its own (/tmp is shared by the tests running beside it)."""
+    script = f'out=$(mktemp) && {PRIVATE_DEV} && "$@" > "$out"; rc=$?; cat "$out"; rm -f "$out"; ' \
              f'echo "KIND: $(stat -c %F {target})"; exit $rc'
     return ["unshare", "--mount", "sh", "-c", script, "sh"]
 

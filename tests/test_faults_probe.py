@@ -55,7 +55,7 @@ def test_a_long_training_step_that_fits_the_budget_is_measured():
 
 
 # ---- an endless IterableDataset ---------------------------------------------------------------
-ENDLESS = ["--dataset", "faults_data:make_endless", "--batch-size", "8", "--step-ms", "5", "--budget", "4"]
+ENDLESS = ["--dataset", "faults_data:make_endless", "--batch-size", "8", "--step-ms", "5", "--budget", "2"]
 
 
 @pytest.mark.parametrize("command", [["probe", "--no-progress"], []], ids=["probe --export", "--export"])
@@ -127,7 +127,7 @@ def assert_none_running(pids: list[int]) -> None:
 ], ids=["getitem", "factory", "failing"])
 def test_processes_the_dataset_starts_in_their_own_session_do_not_outlive_the_probe(tmp_path, factory, code):
     env, tag, log = spawn_env(tmp_path)
-    proc = loaderdoc("probe", "--dataset", f"faults_data:{factory}", *QUICK, "--budget", "4", env=env)
+    proc = loaderdoc("probe", "--dataset", f"faults_data:{factory}", *QUICK, "--budget", "2", env=env)
     assert proc.returncode == code, proc.stderr
     pids = started(log)
     # Popen(start_new_session=True), fork + setsid, a double-forked daemon: 3 per process that loaded.

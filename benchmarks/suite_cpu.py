@@ -3,12 +3,12 @@
 
     python benchmarks/suite_cpu.py [--top N] [PYTEST ARGS...]
 
-Runs ``pytest`` (the suite's own options, two xdist workers) with a small plugin that records,
+Runs ``pytest`` (the suite's own options: four xdist workers) with a small plugin that records,
 for each test, its wall time, the CPU its worker spent on it and the CPU of the processes it
 started and waited for (the loaderdoc commands, training scripts and torchrun jobs a real-run test
-starts). Prints the totals, the wall time of the ``alone`` tests (the other worker idles
-meanwhile), and the files and tests that cost the most CPU. The suite's wall time on 2 cores with
-a busy core is about its CPU-seconds divided by 4/3: CPU is what has to shrink.
+starts). Prints the totals, the wall time of the ``alone`` tests (the other workers idle
+meanwhile), and the files and tests that cost the most CPU. On 2 cores with a busy core the suite
+gets at most 2 x 4/5 of a CPU (four workers beside the burner): CPU is what has to shrink.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def main() -> int:
           f"({in_tests:.0f} s inside tests: {sum(r['self'] for r in rows):.0f} in the workers, "
           f"{sum(r['children'] for r in rows):.0f} in processes they started)")
     alone = [r for r in rows if r["alone"]]
-    print(f"'alone' tests: {len(alone)}, {sum(r['wall'] for r in alone):.0f} s of wall time with the other worker idle")
+    print(f"'alone' tests: {len(alone)}, {sum(r['wall'] for r in alone):.0f} s of wall time with the other workers idle")
     files: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for r in rows:
         f = files[r["id"].split("::")[0]]

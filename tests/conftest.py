@@ -19,16 +19,16 @@ for _name in ("SIGQUIT", "SIGHUP"):
 
 
 # ---- tests that time the machine run alone ------------------------------------------------------
-# The suite runs on two pytest-xdist workers. A test marked ``alone`` compares what it measured
+# The suite runs on several pytest-xdist workers. A test marked ``alone`` compares what it measured
 # (a rate, a CPU share, a ceiling) with what the product predicted from an earlier run: the other
-# worker's tests starting and stopping beside it change the machine between the two, which a
+# workers' tests starting and stopping beside it change the machine between the two, which a
 # busy core that stays busy does not. Such a test takes the suite's lock exclusively, the others
 # take it shared; a gate taken first keeps new tests from slipping in while an ``alone`` test waits
 # (flock gives a waiting exclusive lock no priority over new shared ones).
 #
 # The ``alone`` tests are one xdist group (``--dist loadgroup`` in pyproject.toml): one worker runs
-# them one after another and holds the lock from the first to the last, so the other worker's
-# running test is waited for once, not once for each of them.
+# them one after another and holds the lock from the first to the last, so the other workers'
+# running tests are waited for once, not once for each of them.
 import fcntl  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -230,6 +230,13 @@ def _cwd_importable() -> None:
         sys.path.insert(0, cwd)  # like `python -m`: the current directory is importable
 
 
+def _missing(module: str, exc: ModuleNotFoundError) -> str | None:
+    """The name ``exc`` says is missing where that is ``module`` or a package above it; None where
+    it is something the module itself imports."""
+    missing = exc.name or module
+    return missing if module == missing or module.startswith(missing + ".") else None
+
+
 def _not_found(spec: str, missing: str) -> DatasetModuleNotFound:
     return DatasetModuleNotFound(
         f"--dataset {spec}: no module named {missing!r} in the current directory or on "
@@ -245,8 +252,8 @@ def find_dataset_module(spec: str) -> None:
     try:
         found = importlib.util.find_spec(module)
     except ModuleNotFoundError as exc:
-        missing = exc.name or module
-        if module.startswith(missing + "."):
+        missing = _missing(module, exc)
+        if missing is not None:
             raise _not_found(spec, missing) from None
         return
     except (Exception, SystemExit, UserCodeExit):
@@ -260,11 +267,11 @@ def _import_module(module: str, spec: str) -> Any:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        missing = exc.name or module
-        if module == missing or module.startswith(missing + "."):
+        missing = _missing(module, exc)
+        if missing is not None:
             raise _not_found(spec, missing) from None
         raise DatasetImportError(
-            f"--dataset {spec}: importing {module} failed: it needs {missing!r}, which is not "
+            f"--dataset {spec}: importing {module} failed: it needs {exc.name or module!r}, which is not "
             "installed here; install it in this environment"
         ) from None
     except (Exception, SystemExit, UserCodeExit) as exc:  # raised while importing (sys.exit / argparse at import too)

@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -94,6 +95,30 @@ def test_a_thread_the_factory_leaves_does_not_keep_loaderdoc_alive(command):
         assert json.loads(proc.stdout)["recommended"] is not None
     else:
         assert tomllib.loads(proc.stdout)["dataloader"]
+
+
+def test_a_daemon_thread_the_users_code_left_ends_the_process_without_finalizing(monkeypatch):
+    # a dataset's daemon thread printing in a loop crashed one probe at exit (SIGSEGV in libpython
+    # while the interpreter finalized): such a thread must not be running Python then
+    from loaderdoc import output, usercode
+
+    monkeypatch.setattr(output, "_end_without_finalizing", False)
+    monkeypatch.setattr(usercode, "_state", dict(usercode._state, ran=False, depth=0, owner=None))
+    monkeypatch.setattr(output, "route_user_output_to_stderr", lambda inside: None)
+    with usercode.running_user_code():
+        pass
+    usercode.leave_past_user_threads()
+    assert not output._end_without_finalizing  # no thread of its own: Python's exit, handlers and all
+    stop = threading.Event()
+    with usercode.running_user_code():
+        chatter = threading.Thread(target=stop.wait, daemon=True)
+        chatter.start()
+    try:
+        usercode.leave_past_user_threads()
+    finally:
+        stop.set()
+        chatter.join()
+    assert output._end_without_finalizing
 
 
 def test_sigterm_with_a_lingering_thread_is_a_clean_interrupt(tmp_path):

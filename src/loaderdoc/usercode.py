@@ -17,7 +17,9 @@ Inside :func:`running_user_code`:
 :func:`leave_past_user_threads`: once the command is done, a non-daemon thread the user's code
 left running would keep the process alive for ever (Python joins every such thread at exit); the
 command's exit code is then taken at once (no exit handler runs: one may join them), with one
-line naming the threads.
+line naming the threads. With only daemon threads left, the exit is taken at once too, without a
+word: Python would not wait for them, but one still running while the interpreter finalizes can
+crash it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Iterator
 from loaderdoc import output
 from loaderdoc.errors import EXIT_USAGE
 
-_state = {"ran": False, "depth": 0, "owner": None}
+_state = {"ran": False, "depth": 0, "owner": None, "before": frozenset()}
 
 
 class UserCodeExit(BaseException):
@@ -53,6 +55,8 @@ def running_user_code() -> Iterator[None]:
     from loaderdoc import output
 
     output.route_user_output_to_stderr(inside)
+    if not _state["ran"] or _state["owner"] != os.getpid():
+        _state["before"] = frozenset(t.ident for t in threading.enumerate())  # not the user's
     _state["ran"] = True
     _state["owner"] = os.getpid()
     real_exit = os._exit
@@ -88,24 +92,23 @@ def _observed_exit(real_exit):
     return _exit
 
 
-def lingering_threads() -> list[threading.Thread]:
-    """Non-daemon threads besides this one still running: Python would wait for each at exit."""
-    me = threading.current_thread()
-    return [t for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()
-            and t is not threading.main_thread()]
-
-
 def leave_past_user_threads() -> None:
-    """If the user's code ran and left non-daemon threads, say so and have the CLI end the process
-    without waiting for them (:func:`loaderdoc.output.exit_now_if_asked`)."""
+    """If the user's code ran and left threads running, have the CLI end the process without
+    finalizing (:func:`loaderdoc.output.exit_now_if_asked`), saying so for the non-daemon ones it
+    would otherwise wait for."""
     if not _state["ran"] or os.getpid() != _state["owner"]:
         return
-    left = lingering_threads()
-    if not left:
+    running = [t for t in threading.enumerate() if t.ident not in _state["before"] and t.is_alive()
+               and t is not threading.current_thread()]
+    if not running:
         return
-    names = ", ".join(repr(t.name) for t in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"loaderdoc: the --dataset code left {len(left)} thread(s) running ({names}); "
-                         "not waiting for them\n")
-    # no exit handlers either: one of them may join those threads
+    left = [t for t in running if not t.daemon]
+    if left:
+        names = ", ".join(repr(t.name) for t in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"loaderdoc: the --dataset code left {len(left)} thread(s) running ({names}); "
+                             "not waiting for them\n")
+    # no exit handlers either: one of them may join those threads. A daemon thread is ended too: one
+    # still running Python while the interpreter finalizes can crash it (a segfault, seen with a
+    # dataset's thread that prints in a loop), and the command's exit code would be lost
     output.end_without_finalizing()

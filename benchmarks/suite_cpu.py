@@ -7,7 +7,8 @@ Runs ``pytest`` (the suite's own options: four xdist workers) with a small plugi
 for each test, its wall time, the CPU its worker spent on it and the CPU of the processes it
 started and waited for (the loaderdoc commands, training scripts and torchrun jobs a real-run test
 starts). Prints the totals, the wall time of the ``alone`` tests (the other workers idle
-meanwhile), and the files and tests that cost the most CPU. On 2 cores with a busy core the suite
+meanwhile), and the files and tests that cost the most CPU. ``--durations-out tests/durations.json``
+writes each slow test's wall time: ``tests/conftest.py`` starts the slowest tests first from it. On 2 cores with a busy core the suite
 gets at most 2 x 4/5 of a CPU (four workers beside the burner): CPU is what has to shrink.
 """
 
@@ -35,9 +36,9 @@ def _cpu(who):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    w, s, c = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+    t, w, s, c = time.time(), time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
     yield
-    row = {"id": item.nodeid, "wall": time.monotonic() - w, "self": _cpu(resource.RUSAGE_SELF) - s,
+    row = {"id": item.nodeid, "start": t, "wall": time.monotonic() - w, "self": _cpu(resource.RUSAGE_SELF) - s,
            "children": _cpu(resource.RUSAGE_CHILDREN) - c, "alone": item.get_closest_marker("alone") is not None}
     with open(os.path.join(os.environ["LOADERDOC_SUITE_CPU_DIR"], f"{os.getpid()}.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\\n")
@@ -47,6 +48,8 @@ def pytest_runtest_protocol(item, nextitem):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--top", type=int, default=25, help="files and tests to list (default 25)")
+    parser.add_argument("--durations-out", type=Path, metavar="FILE",
+                        help="write the wall time of each test of a second or more (tests/durations.json)")
     args, pytest_args = parser.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="loaderdoc-suite-cpu-") as tmp:
         (Path(tmp) / "_suite_cpu_plugin.py").write_text(PLUGIN)
@@ -54,18 +57,26 @@ def main() -> int:
         rows_dir.mkdir()
         env = dict(os.environ, LOADERDOC_SUITE_CPU_DIR=str(rows_dir),
                    PYTHONPATH=os.pathsep.join(filter(None, [tmp, os.environ.get("PYTHONPATH")])))
-        started = time.monotonic()
+        started, started_at = time.monotonic(), time.time()
         before = os.times()
         code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "_suite_cpu_plugin", *pytest_args],
                                cwd=REPO, env=env)
         after = os.times()
         wall = time.monotonic() - started
-        rows = [json.loads(line) for path in rows_dir.glob("*.jsonl") for line in path.read_text().splitlines()]
+        rows = [dict(json.loads(line), worker=path.stem) for path in rows_dir.glob("*.jsonl")
+                for line in path.read_text().splitlines()]
     suite_cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     in_tests = sum(r["self"] + r["children"] for r in rows)
     print(f"\npytest exit {code}; wall {wall:.0f} s; the whole suite's CPU {suite_cpu:.0f} s "
           f"({in_tests:.0f} s inside tests: {sum(r['self'] for r in rows):.0f} in the workers, "
           f"{sum(r['children'] for r in rows):.0f} in processes they started)")
+    workers: dict[str, list[dict]] = collections.defaultdict(list)
+    for r in rows:
+        workers[r["worker"]].append(r)
+    for name, done in sorted(workers.items()):
+        last = max(r["start"] + r["wall"] for r in done) - started_at
+        print(f"  worker {name}: {len(done)} tests, {sum(r['wall'] for r in done):.0f} s in them, "
+              f"its last ended at {last:.0f} s")
     alone = [r for r in rows if r["alone"]]
     print(f"'alone' tests: {len(alone)}, {sum(r['wall'] for r in alone):.0f} s of wall time with the other workers idle")
     files: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0])
@@ -81,6 +92,11 @@ def main() -> int:
     print(f"\n{'cpu s':>7} {'wall s':>7}  test")
     for r in sorted(rows, key=lambda r: -(r["self"] + r["children"]))[:args.top]:
         print(f"{r['self'] + r['children']:7.1f} {r['wall']:7.1f}  {r['id'][:100]}")
+    if args.durations_out:
+        slow = {r["id"].removesuffix("@alone"): round(r["wall"], 1) for r in sorted(rows, key=lambda r: r["id"])
+                if r["wall"] >= 1.0}
+        args.durations_out.write_text(json.dumps(slow, indent=0) + "\n")
+        print(f"\n{len(slow)} tests of a second or more written to {args.durations_out}")
     return code
 
 

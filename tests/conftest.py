@@ -30,6 +30,7 @@ for _name in ("SIGQUIT", "SIGHUP"):
 # them one after another and holds the lock from the first to the last, so the other workers'
 # running tests are waited for once, not once for each of them.
 import fcntl  # noqa: E402
+import json  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -42,11 +43,23 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "alone: a timing test no other test of the suite runs beside")
 
 
+# ---- the slowest tests first ---------------------------------------------------------------------
+# xdist hands tests out in collection order, a few at a time to each worker as it runs short. A 20-s
+# test handed out last keeps one worker busy while the others have ended: the suite starts the
+# slowest first, from the wall times in durations.json (``benchmarks/suite_cpu.py --durations-out``).
+# A test missing from it (new, or under a second) keeps its place after the listed ones; a stale
+# figure only changes the order.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist adds the group to each test's id
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker(ALONE):
             item.add_marker(pytest.mark.xdist_group(ALONE))
+    if getattr(config, "workerinput", None) is not None:  # one process runs them all in any order
+        wall = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+        items.sort(key=lambda item: -wall.get(item.nodeid, 0.0))  # stable: the rest keep their order
 
 
 def pytest_unconfigure(config):
@@ -101,3 +114,16 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         lock.close()  # closing releases the locks
         gate.close()
+
+
+# ---- multiprocessing's helpers ------------------------------------------------------------------
+@pytest.fixture
+def stop_multiprocessing_helpers():
+    """Stops the forkserver and the resource tracker a test started in this pytest process:
+    multiprocessing keeps both until the process ends, and a later test of the same worker that
+    asserts it left no child process (the probe's, the app's) would find them."""
+    yield
+    from multiprocessing import forkserver, resource_tracker
+
+    forkserver._forkserver._stop()  # private, and the one way short of the process ending
+    resource_tracker._resource_tracker._stop()

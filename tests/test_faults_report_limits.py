@@ -188,6 +188,10 @@ for _ in DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8):
 """
 
 
+# one worker runs every test that reads these two real runs: xdist would make them again in each
+TWO_RUNS = pytest.mark.xdist_group("two_runs")
+
+
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("runs")
@@ -218,6 +222,7 @@ def twice(kind: str, report: Path, folder: Path) -> tuple[str, str, str]:
     return str(report), str(other), "the same content"
 
 
+@TWO_RUNS
 @pytest.mark.parametrize("kind", ["same path", "symlink", "hard link", "copy", "copy written again"])
 def test_one_run_merged_twice_is_refused_not_counted_twice(tmp_path, two_runs, kind):
     first, second, words = twice(kind, two_runs[0], tmp_path)
@@ -226,6 +231,7 @@ def test_one_run_merged_twice_is_refused_not_counted_twice(tmp_path, two_runs, k
     assert not (tmp_path / "merged.json").exists()
 
 
+@TWO_RUNS
 def test_two_runs_still_merge(tmp_path, two_runs):
     proc = loaderdoc("watch", "--merge", *map(str, two_runs), "--json")
     assert proc.returncode == EXIT_OK, proc.stderr

@@ -95,7 +95,6 @@ def test_zero_workers_sees_another_process_keeping_a_cpu_busy():
     assert r.other_cpus is not None and r.other_cpus >= 0.5
 
 
-@pytest.mark.alone
 def test_other_processes_cpu_is_the_busy_time_minus_this_process_tree():
     from loaderdoc.probing.measure import _other_cpus
 

@@ -162,6 +162,7 @@ def _skip_unless_torch_takes(settings):
 
 
 @pytest.mark.parametrize("settings", SAMPLES)
+@pytest.mark.usefixtures("stop_multiprocessing_helpers")  # one of them is forkserver's
 def test_python_snippet_runs_and_builds_that_loader(settings):
     torch = pytest.importorskip("torch")
     from torch.utils.data import TensorDataset

@@ -82,7 +82,6 @@ def _use(**kw) -> CpuUse:
     return CpuUse(**{**base, **kw})
 
 
-@pytest.mark.alone
 def test_cpu_bound_loading_beside_a_cpu_step_is_capped_at_the_cpus_and_the_ceiling_is_the_cpus_over_the_work():
     use = _use()
     assert use.load_is_cpu and use.step_is_cpu and use.worker_cap == 2
@@ -94,7 +93,6 @@ def test_cpu_bound_loading_beside_a_cpu_step_is_capped_at_the_cpus_and_the_ceili
     assert n == 2 and rate > 1.3 * use.rate  # 6 would keep up if nothing else needed the CPUs
 
 
-@pytest.mark.alone
 def test_other_busy_processes_lower_the_ceiling_to_the_kernels_share():
     quiet, busy = _use(), _use(others_cpus=1.0)
     assert busy.ceiling < quiet.ceiling
@@ -102,7 +100,6 @@ def test_other_busy_processes_lower_the_ceiling_to_the_kernels_share():
     assert busy.ceiling == pytest.approx(1.5 / 0.068)
 
 
-@pytest.mark.alone
 def test_sleeping_loading_is_waiting_not_cpu_and_may_take_more_workers_than_cpus():
     # 8 ms sleeps per sample, batch 8: 64 ms a batch, 0.5 ms of it CPU; a 16 ms sleeping step
     use = _use(step_wall_s=0.016, step_cpu_s=0.0002, wait_wall_s=0.064, wait_cpu_s=0.0005, load_cpu_s=0.0005)
@@ -111,7 +108,6 @@ def test_sleeping_loading_is_waiting_not_cpu_and_may_take_more_workers_than_cpus
     assert n >= 4 and rate > 3 * use.rate
 
 
-@pytest.mark.alone
 def test_the_hand_over_of_a_ready_batch_is_not_starvation():
     # issue 28's I/O-bound loop: 8 workers, 1.1 ms waits of which 1.0 ms the loop's own CPU time
     use = _use(workers=8, step_wall_s=0.0165, step_cpu_s=0.0002, wait_wall_s=0.0011, wait_cpu_s=0.0010,
@@ -122,7 +118,6 @@ def test_the_hand_over_of_a_ready_batch_is_not_starvation():
     assert use.predict(9) is None  # workers that kept up do not say how long a batch takes
 
 
-@pytest.mark.alone
 def test_a_saturated_run_expects_no_gain_from_more_workers():
     # 2 workers starved while both CPUs are busy with CPU-bound loading and a CPU step
     use = _use(workers=2, step_wall_s=0.060, step_cpu_s=0.020, wait_wall_s=0.011, wait_cpu_s=0.0008,

@@ -171,6 +171,7 @@ def test_a_gone_child_is_not_a_worker():
 
 
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
+@pytest.mark.usefixtures("stop_multiprocessing_helpers")
 def test_dataloader_workers_are_counted_and_multiprocessing_helpers_are_not(context):
     tud = pytest.importorskip("torch.utils.data")
     # forkserver: the workers are the server's children; the resource tracker is ours, not a worker

@@ -71,22 +71,27 @@ def finish(proc: subprocess.Popen, timeout: float = 90) -> subprocess.CompletedP
 
 
 # ---- two jobs on one MASTER_PORT ----------------------------------------------------------------
-@pytest.mark.parametrize("job_a, job_b, needle", [
-    ({"SLURM_JOB_ID": "111"}, {"SLURM_JOB_ID": "222"}, "(SLURM job 111; this rank's: 222)"),
-    ({"TORCHELASTIC_RUN_ID": "run-a", "GROUP_RANK": "0"}, {"TORCHELASTIC_RUN_ID": "run-b", "GROUP_RANK": "0"},
-     "(torchrun run id 'run-a'; this rank's: 'run-b')"),
-    ({}, {"WORLD_SIZE": "3"}, "(a world size of 2; this rank's: 3)"),
-], ids=["slurm-job", "torchrun-run-id", "world-size"])
-def test_a_rank_of_another_job_on_the_same_port_is_refused_and_the_job_stays_its_own(job_a, job_b, needle):
+# One job's rank 0 (a Slurm job, a torchrun run id, a world size of 2) and a rank 1 of another job for
+# each of those fields, differing in that one alone: each is refused, then the job's own rank 1 joins.
+JOB = {"SLURM_JOB_ID": "111", "TORCHELASTIC_RUN_ID": "run-a", "GROUP_RANK": "0"}
+OTHER_JOBS = [
+    ({"SLURM_JOB_ID": "222"}, "(SLURM job 111; this rank's: 222)"),
+    ({"TORCHELASTIC_RUN_ID": "run-b"}, "(torchrun run id 'run-a'; this rank's: 'run-b')"),
+    ({"WORLD_SIZE": "3"}, "(a world size of 2; this rank's: 3)"),
+]
+
+
+def test_a_rank_of_another_job_on_the_same_port_is_refused_and_the_job_stays_its_own():
     port = free_port()
-    env0 = rank_env(0, 2, port, **job_a)
+    env0 = rank_env(0, 2, port, **JOB)
     rank0 = start(env0, "--json", "--timeout", "60")
     try:
         listening_on(port, rank0)
-        other = loaderdoc(*CMD[3:], "--timeout", "10", env={**rank_env(1, 2, port, **job_a), **job_b})
-        one_line_error(other, EXIT_USAGE, f"rank 1: 127.0.0.1:{port} is in use by another job {needle}",
-                       "give each job its own MASTER_PORT")
-        own = loaderdoc(*CMD[3:], "--timeout", "10", env=rank_env(1, 2, port, **job_a))
+        for other_job, needle in OTHER_JOBS:
+            other = loaderdoc(*CMD[3:], "--timeout", "10", env={**rank_env(1, 2, port, **JOB), **other_job})
+            one_line_error(other, EXIT_USAGE, f"rank 1: 127.0.0.1:{port} is in use by another job {needle}",
+                           "give each job its own MASTER_PORT")
+        own = loaderdoc(*CMD[3:], "--timeout", "10", env=rank_env(1, 2, port, **JOB))
         assert (own.returncode, own.stdout, own.stderr) == (EXIT_OK, "", "")
     finally:
         done = finish(rank0)

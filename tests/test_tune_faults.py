@@ -290,7 +290,8 @@ def test_an_existing_export_file_is_refused_before_any_trial(tmp_path):
 
 
 # ---- 6. a torchrun job: every rank gets the trial's settings, the slowest rank decides ---------
-@pytest.mark.alone
+# Not alone: it compares the two ranks of one trial (4x slower loading on rank 0, sleeps both), not a
+# rate with a prediction, so other tests' load slows both alike.
 def test_under_torchrun_every_rank_gets_the_settings_and_the_slowest_rank_sets_the_rate(tmp_path):
     pytest.importorskip("torch.distributed")
     script = write_script(tmp_path, PRELUDE + """\

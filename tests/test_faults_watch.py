@@ -47,8 +47,10 @@ def left_in(tmpdir: Path) -> list[str]:
 
 
 # ---- DataLoaders in processes the command starts ------------------------------------------------
+# One run starts children by each start method in turn (their loaders' batch counts say which method
+# started them, and the script prints their pids); a test for each method reads its part of the report.
 IN_PROCESSES = """\
-import multiprocessing as mp, sys
+import json, multiprocessing as mp, sys
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -60,30 +62,58 @@ def work(batches, workers):
 
 if __name__ == "__main__":
     work(5, 0)  # the parent's own loader first: a forked child holds a copy of its records
-    ctx = mp.get_context(sys.argv[1])
-    children = [ctx.Process(target=work, args=(7, 2)), ctx.Process(target=work, args=(9, 0))]
-    for p in children:
-        p.start()
-    for p in children:
-        p.join()
-    sys.exit(max(p.exitcode for p in children))
+    codes = []
+    for method, with_workers, without in json.loads(sys.argv[1]):
+        ctx = mp.get_context(method)
+        children = [ctx.Process(target=work, args=(with_workers, 2)), ctx.Process(target=work, args=(without, 0))]
+        for p in children:
+            p.start()
+        for p in children:
+            p.join()
+        print(json.dumps({"method": method, "pids": [p.pid for p in children]}), flush=True)
+        codes += [p.exitcode for p in children]
+    sys.exit(max(codes))
 """
+# each method's two children: (batches of the one with 2 workers, batches of the one without)
+METHODS = {"fork": (7, 9), "forkserver": (11, 13), "spawn": (15, 17)}
+IN_PROCESSES_RUN = pytest.mark.xdist_group("faults_watch_in_processes")
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
-def test_loaders_iterated_in_multiprocessing_children_are_watched(tmp_path, own_tmp, method):
-    # before: under fork and forkserver, "no torch DataLoader was iterated; nothing measured"
-    script = tmp_path / "train.py"
+@pytest.fixture(scope="module")
+def in_processes(tmp_path_factory):
+    """The run, its children's pids by method, its report, and what it left in its temp dir (a
+    short one of its own: see ``own_tmp``)."""
+    script = tmp_path_factory.mktemp("in_processes") / "train.py"
     script.write_text(IN_PROCESSES)
-    env, tag = watch_env(own_tmp)
-    proc = loaderdoc("watch", "--json", "--", sys.executable, str(script), method, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout)
+    with tempfile.TemporaryDirectory(prefix="ld-") as folder:
+        env, _ = watch_env(Path(folder))
+        methods = json.dumps([[m, *batches] for m, batches in METHODS.items()])
+        proc = loaderdoc("watch", "--json", "--", sys.executable, str(script), methods, env=env, timeout=180)
+        assert proc.returncode == 0, proc.stderr
+        start = proc.stdout.index("{\n")
+        pids = {line["method"]: line["pids"] for line in map(json.loads, proc.stdout[:start].splitlines())}
+        yield pids, json.loads(proc.stdout[start:]), left_in(Path(folder))
+
+
+@IN_PROCESSES_RUN
+@pytest.mark.parametrize("method", list(METHODS))
+def test_loaders_iterated_in_multiprocessing_children_are_watched(in_processes, method):
+    # before: under fork and forkserver, "no torch DataLoader was iterated; nothing measured"
+    pids, report, left = in_processes
+    with_workers, without = METHODS[method]
+    by_pid = {e["pid"]: (e["totals"]["steps"], e["settings"]["num_workers"]) for e in report["loaders"]}
+    assert [by_pid.get(pid) for pid in pids[method]] == [(with_workers, 2), (without, 0)], report["loaders"]
+    assert left == []
+
+
+@IN_PROCESSES_RUN
+def test_the_parent_and_every_child_are_each_one_loader_of_the_report(in_processes):
+    pids, report, left = in_processes
     by_process = sorted((e["totals"]["steps"], e["settings"]["num_workers"]) for e in report["loaders"])
-    assert by_process == [(5, 0), (7, 2), (9, 0)], report["loaders"]
-    assert len({e["pid"] for e in report["loaders"]}) == 3
-    assert report["steps"] == 21
-    assert left_in(own_tmp) == []
+    assert by_process == [(5, 0), (7, 2), (9, 0), (11, 2), (13, 0), (15, 2), (17, 0)], report["loaders"]
+    assert len({e["pid"] for e in report["loaders"]}) == 1 + 2 * len(METHODS)
+    assert report["steps"] == 77
+    assert left == []
 
 
 # ---- settings values torch accepts ------------------------------------------------------------

@@ -28,8 +28,19 @@ def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
                           env=env(), cwd=cwd, timeout=120)
 
 
-def test_json_holds_every_configuration_and_the_recommended_kwargs():
-    proc = run("tensor", "--budget", "2", "--json", "--no-progress")
+# one probe of the tensor preset, its JSON on stdout and its recommendation exported: a test reads each
+TENSOR_RUN = pytest.mark.xdist_group("probe_cli_tensor_run")
+
+
+@pytest.fixture(scope="module")
+def tensor_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    target = tmp_path_factory.mktemp("export") / "loader.toml"
+    return run("tensor", "--budget", "2", "--json", "--no-progress", "--export", str(target)), target
+
+
+@TENSOR_RUN
+def test_json_holds_every_configuration_and_the_recommended_kwargs(tensor_run):
+    proc, _ = tensor_run
     assert proc.returncode == EXIT_OK, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["workload"]["name"] == "tensor"
@@ -58,12 +69,13 @@ def test_table_and_recommendation_for_a_user_dataset():
     assert "Recommended" in out and "DataLoader(dataset, batch_size=16" in out
 
 
-def test_export_writes_the_recommendation(tmp_path):
-    target = tmp_path / "loader.toml"
-    proc = run("tensor", "--budget", "2", "--no-progress", "--export", str(target))
+@TENSOR_RUN
+def test_export_writes_the_recommendation(tensor_run):
+    proc, target = tensor_run
     assert proc.returncode == EXIT_OK, proc.stderr
     table = tomllib.loads(target.read_text())["dataloader"]
     assert table["batch_size"] == 128 and "num_workers" in table
+    assert table["num_workers"] == json.loads(proc.stdout)["recommended"]["num_workers"]
     again = run("tensor", "--budget", "2", "--export", str(target))
     assert again.returncode == EXIT_USAGE  # exists, no --force: refused before probing
     assert len(again.stderr.strip().splitlines()) == 1

@@ -121,6 +121,21 @@ def top(doc, key, value):
     doc[key] = value
 
 
+# a row of each table as loaderdoc watch writes it (a process's place, a rank's row, a process's
+# memory): rank 1 on node 1, beside starved-timeline.json's rank 0
+ROWS = {"processes": {"pid": 101, "hostname": "node1", "rank": 1, "local_rank": 0, "world_size": 2,
+                      "group_rank": 1, "slurm_nodeid": None, "affinity_cpus": 2},
+        "ranks": {"rank": 1, "node": "1", "pid": 101, "loader": 1, "wait_share": 0.1, "wait_per_batch_s": 0.002,
+                  "steps": 300, "cpus": 2, "shm_total_bytes": 64 << 20, "num_workers": 4},
+        "memory": {"pid": 101, "samples": [], "shm_peak_used_bytes": 0, "shm_total_bytes": 64 << 20}}
+
+
+def row(table: str):
+    def change(doc, key, value):
+        doc[table] = [{**ROWS[table], key: value}]
+    return change
+
+
 # (where, key, value, what the refusal says after "FILE: where.key")
 WATCH_BEYOND = [
     ("loaders[0].settings", loader0("settings"), "num_workers", 10**6,
@@ -136,6 +151,13 @@ WATCH_BEYOND = [
     ("loaders[0].epochs[0]", loader0("epochs", 0), "steps", 10**30, "a number of 31 digits is beyond"),
     ("loaders[0].epochs[0]", loader0("epochs", 0), "first_batch_s", -0.5, "expected a finite number >= 0"),
     ("", top, "wait_s", float("inf"), "expected a finite number >= 0, got inf"),
+    # the tables watch --merge keys ranks and nodes by (a list for a rank was a traceback, exit 70)
+    ("processes[0]", row("processes"), "rank", [1], "expected a whole number >= 0, got [1]"),
+    ("processes[0]", row("processes"), "pid", "p", "expected a whole number >= 0, got 'p'"),
+    ("processes[0]", row("processes"), "hostname", 7, "expected a string, got 7"),
+    ("ranks[0]", row("ranks"), "steps", 10**30, "a number of 31 digits is beyond any measured run"),
+    ("ranks[0]", row("ranks"), "wait_share", "lots", "expected a finite number >= 0, got 'lots'"),
+    ("memory[0]", row("memory"), "pid", None, "missing; expected a whole number >= 0"),
 ]
 
 
@@ -168,6 +190,8 @@ def test_a_negative_worker_count_in_a_watch_report_is_refused_as_torch_would(tmp
 
 def test_a_watch_report_at_the_bounds_is_still_read(tmp_path):
     doc = copy.deepcopy(WATCH_REPORT)
+    for table, good in ROWS.items():  # each row as watch writes it is read
+        doc[table] = [good]
     doc["loaders"][0]["settings"].update(num_workers=4096, batch_size=1_000_000, prefetch_factor=1024)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(doc))

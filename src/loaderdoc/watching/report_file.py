@@ -29,6 +29,12 @@ TOTAL_TYPES = {"epochs": int, "steps": int, "waits": int, "wait_s": float, "step
                "gpu_idle_share": float}
 COUNTS = ("epochs", "steps", "waits", "wait_s", "step_s")  # 0 where an older report left them out
 # an epoch's figures beyond those the app charts, checked where present
+# each process's place in the job (procinfo) and each rank's row (report.rank_table), checked where
+# present: watch --merge and the app key ranks and nodes by them
+PROCESS_TYPES = {"pid": int, "hostname": str, "argv0": str, "rank": int, "local_rank": int, "world_size": int,
+                 "local_world_size": int, "group_rank": int, "slurm_nodeid": int, "affinity_cpus": int, "source": int}
+RANK_TYPES = {"rank": int, "node": str, "pid": int, "loader": int, "wait_share": float, "wait_per_batch_s": float,
+              "steps": int, "cpus": float, "shm_total_bytes": int, "num_workers": int, "source": int}
 EPOCH_TYPES = {"waits": int, "steps_timed": int, "first_batch_s": float, "wall_s": float, "gpu_idle_s": float,
                "wait_p50_s": float, "wait_p95_s": float, "workers_pss_max_bytes": int,
                "workers_heap_grown_bytes": int}
@@ -75,7 +81,7 @@ def _report(data: dict, path: str) -> WatchReport:
     gpu = data.get("gpu")
     return WatchReport(
         command=command, exit_code=_checked(data, "exit_code", int, "", signed=True),
-        processes=_objects(data, "processes"), ranks=_objects(data, "ranks"), loaders=loaders,
+        processes=_rows(data, "processes", PROCESS_TYPES), ranks=_rows(data, "ranks", RANK_TYPES), loaders=loaders,
         memory=_memory(data), gpu=gpu if isinstance(gpu, dict) else None, findings=findings,
         machine=data.get("machine"), traces=data.get("traces"), apply=data.get("apply"),
         merged_from=data.get("merged_from"), commands=data.get("commands"), machines=data.get("machines"),
@@ -87,6 +93,14 @@ def _objects(data: dict, key: str) -> list[dict[str, Any]]:
     for i, item in enumerate(items):
         obj(item, f"{key}[{i}]")
     return items
+
+
+def _rows(data: dict, key: str, types: dict[str, type]) -> list[dict[str, Any]]:
+    rows = _objects(data, key)
+    for i, row in enumerate(rows):
+        for name, tp in types.items():
+            _checked(row, name, tp, f"{key}[{i}]")
+    return rows
 
 
 def _loader(raw: Any, where: str) -> LoaderReport:
@@ -147,6 +161,8 @@ def _memory(data: dict) -> list[dict[str, Any]]:
     memory = _objects(data, "memory")
     for i, proc in enumerate(memory):
         where = f"memory[{i}]"
+        _checked(proc, "pid", int, where, optional=False)  # which process's, and with it which node's
+        _checked(proc, "source", int, where)
         for j, sample in enumerate(get(proc, "samples", list, where, optional=True) or []):
             w = f"{where}.samples[{j}]"
             obj(sample, w)

@@ -151,6 +151,7 @@ WATCH_BEYOND = [
     ("loaders[0].epochs[0]", loader0("epochs", 0), "steps", 10**30, "a number of 31 digits is beyond"),
     ("loaders[0].epochs[0]", loader0("epochs", 0), "first_batch_s", -0.5, "expected a finite number >= 0"),
     ("", top, "wait_s", float("inf"), "expected a finite number >= 0, got inf"),
+    ("", top, "exit_code", -(10**40), "a number of 41 digits is no process's exit code (a whole number from -255"),
     # the tables watch --merge keys ranks and nodes by (a list for a rank was a traceback, exit 70)
     ("processes[0]", row("processes"), "rank", [1], "expected a whole number >= 0, got [1]"),
     ("processes[0]", row("processes"), "pid", "p", "expected a whole number >= 0, got 'p'"),

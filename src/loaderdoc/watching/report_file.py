@@ -18,7 +18,7 @@ from typing import Any
 from loaderdoc.advice.findings import findings_from_json
 from loaderdoc.advice.watched import LoaderReport, LoaderTotals, TimelinePoint, WatchedEpoch
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, beyond_measured, get, load_json, obj, read_document
+from loaderdoc.jsondoc import Bad, beyond_measured, get, load_json, obj, read_document, shown
 from loaderdoc.settings import recorded_counts_problem
 from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
@@ -79,8 +79,11 @@ def _report(data: dict, path: str) -> WatchReport:
     for key, tp in (("steps", int), ("wait_share", float), ("wait_s", float), ("step_s", float)):
         _checked(data, key, tp, "")  # the run's totals are the loaders', checked all the same
     gpu = data.get("gpu")
+    exit_code = _checked(data, "exit_code", int, "", signed=True)
+    if exit_code is not None and not -255 <= exit_code <= 255:  # a status byte, or minus a signal number
+        raise Bad(f"exit_code: {shown(exit_code)} is no process's exit code (a whole number from -255 to 255)")
     return WatchReport(
-        command=command, exit_code=_checked(data, "exit_code", int, "", signed=True),
+        command=command, exit_code=exit_code,
         processes=_rows(data, "processes", PROCESS_TYPES), ranks=_rows(data, "ranks", RANK_TYPES), loaders=loaders,
         memory=_memory(data), gpu=gpu if isinstance(gpu, dict) else None, findings=findings,
         machine=data.get("machine"), traces=data.get("traces"), apply=data.get("apply"),

@@ -7,9 +7,10 @@ Runs ``pytest`` (the suite's own options: four xdist workers) with a small plugi
 for each test, its wall time, the CPU its worker spent on it and the CPU of the processes it
 started and waited for (the loaderdoc commands, training scripts and torchrun jobs a real-run test
 starts). Prints the totals, the wall time of the ``alone`` tests (the other workers idle
-meanwhile), and the files and tests that cost the most CPU. ``--durations-out tests/durations.json``
-writes each slow test's wall time: ``tests/conftest.py`` starts the slowest tests first from it. On 2 cores with a busy core the suite
+meanwhile), and the files and tests that cost the most CPU. On 2 cores with a busy core the suite
 gets at most 2 x 4/5 of a CPU (four workers beside the burner): CPU is what has to shrink.
+``--durations-out tests/durations.json`` writes each slow test's wall time, from which
+``tests/conftest.py`` starts the slowest tests first.
 """
 
 from __future__ import annotations

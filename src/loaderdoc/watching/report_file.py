@@ -28,13 +28,14 @@ TOTAL_TYPES = {"epochs": int, "steps": int, "waits": int, "wait_s": float, "step
                "later_first_batch_s": float, "workers_pss_max_bytes": int, "gpu_idle_s": float,
                "gpu_idle_share": float}
 COUNTS = ("epochs", "steps", "waits", "wait_s", "step_s")  # 0 where an older report left them out
-# an epoch's figures beyond those the app charts, checked where present
-# each process's place in the job (procinfo) and each rank's row (report.rank_table), checked where
-# present: watch --merge and the app key ranks and nodes by them
+# each process's place in the job (procinfo), each rank's row (report.rank_table) and each process's
+# memory, checked where present: watch --merge and the app key ranks and nodes by them
 PROCESS_TYPES = {"pid": int, "hostname": str, "argv0": str, "rank": int, "local_rank": int, "world_size": int,
                  "local_world_size": int, "group_rank": int, "slurm_nodeid": int, "affinity_cpus": int, "source": int}
 RANK_TYPES = {"rank": int, "node": str, "pid": int, "loader": int, "wait_share": float, "wait_per_batch_s": float,
               "steps": int, "cpus": float, "shm_total_bytes": int, "num_workers": int, "source": int}
+MEMORY_TYPES = {"pid": int, "source": int, "shm_peak_used_bytes": int, "shm_total_bytes": int}
+# an epoch's figures beyond those the app charts, checked where present
 EPOCH_TYPES = {"waits": int, "steps_timed": int, "first_batch_s": float, "wall_s": float, "gpu_idle_s": float,
                "wait_p50_s": float, "wait_p95_s": float, "workers_pss_max_bytes": int,
                "workers_heap_grown_bytes": int}
@@ -98,11 +99,11 @@ def _objects(data: dict, key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _rows(data: dict, key: str, types: dict[str, type]) -> list[dict[str, Any]]:
+def _rows(data: dict, key: str, types: dict[str, type], required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     rows = _objects(data, key)
     for i, row in enumerate(rows):
         for name, tp in types.items():
-            _checked(row, name, tp, f"{key}[{i}]")
+            _checked(row, name, tp, f"{key}[{i}]", optional=name not in required)
     return rows
 
 
@@ -161,18 +162,14 @@ def _epochs(raw: dict, where: str, *, checked: bool) -> list[WatchedEpoch]:
 
 def _memory(data: dict) -> list[dict[str, Any]]:
     """Every process's memory: its samples (the main process, its workers' summed PSS, /dev/shm)."""
-    memory = _objects(data, "memory")
+    memory = _rows(data, "memory", MEMORY_TYPES, required=("pid",))  # the pid: which process's, which node's
     for i, proc in enumerate(memory):
         where = f"memory[{i}]"
-        _checked(proc, "pid", int, where, optional=False)  # which process's, and with it which node's
-        _checked(proc, "source", int, where)
         for j, sample in enumerate(get(proc, "samples", list, where, optional=True) or []):
             w = f"{where}.samples[{j}]"
             obj(sample, w)
             for key in ("main_pss_bytes", "workers_pss_bytes", "shm_used_bytes"):
                 _checked(sample, key, int, w)
-        for key in ("shm_peak_used_bytes", "shm_total_bytes"):
-            _checked(proc, key, int, where)
     return memory
 
 

@@ -34,7 +34,16 @@ def wait_for(condition, what: str, timeout: float = TIMEOUT_S):
     pytest.fail(f"timed out waiting for {what}")
 
 
+def gpu_timing_here() -> str:
+    """The GPU timing the hook records in this process: it times GPU idle only where the program
+    initialised CUDA (on a GPU machine an earlier test in this worker may have), and never
+    initialises CUDA itself."""
+    torch = sys.modules.get("torch")
+    return "cuda-events" if torch is not None and torch.cuda.is_initialized() else "unavailable"
+
+
 # -- the sampler ---------------------------------------------------------------------------------
+
 
 def test_sampler_reads_memory_shm_and_the_loaders_counters_while_an_epoch_runs(monkeypatch):
     monkeypatch.setenv(hook.ENV_MAX_BUSY, "1")  # a tick every interval, however long /proc takes here
@@ -212,11 +221,7 @@ def test_python_api_sampler_stops_when_the_loop_ends():
     assert smp is not None and not smp.running and not smp._thread.is_alive()
     records = watched.records()
     assert records["samples"] and records["loaders"][0]["epochs"][0]["end_s"] is not None
-    # the hook times GPU idle only where the program initialised CUDA (on a GPU machine an earlier
-    # test in this worker may have); it never initialises CUDA itself
-    torch = sys.modules.get("torch")
-    initialised = torch is not None and torch.cuda.is_initialized()
-    assert records["gpu"]["timing"] == ("cuda-events" if initialised else "unavailable")
+    assert records["gpu"]["timing"] == gpu_timing_here()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
@@ -485,11 +490,7 @@ def test_two_workers_memory_and_shm_are_sampled_in_a_real_process(tmp_path):
     epochs = records["loaders"][0]["epochs"]
     assert max(e["workers_pss_max_bytes"] or 0 for e in epochs) > 0
     assert all(e["end_s"] >= e["start_s"] for e in epochs if e["finished"])
-    # the hook times GPU idle only where the program initialised CUDA (on a GPU machine an earlier
-    # test in this worker may have); it never initialises CUDA itself
-    torch = sys.modules.get("torch")
-    initialised = torch is not None and torch.cuda.is_initialized()
-    assert records["gpu"]["timing"] == ("cuda-events" if initialised else "unavailable")
+    assert records["gpu"]["timing"] == gpu_timing_here()
     assert records["process"]["argv0"] == str(script)
     assert not list(out.glob(".records-*"))  # no temporary file left behind
 

@@ -115,4 +115,4 @@ def test_two_watched_torchrun_nodes_merge_into_one_job_with_the_slow_pinned_rank
     (straggler,) = [f for f in report["findings"] if f["rule_id"] == "watch-straggler-rank"]
     assert straggler["symptom"].startswith("rank 0 on node 0 "), straggler
     assert "its process may use 1 CPU where the others have" in straggler["symptom"], report["ranks"]
-    assert [r["cpus"] for r in report["ranks"]][0] == 1
+    assert report["ranks"][0]["cpus"] == 1

@@ -2,8 +2,8 @@
 
 ``--batches`` per epoch, ``--epochs``; each step is a Linear layer's forward and backward, a plain
 SGD update and one explicit ``torch.mm`` (so the trace holds ``aten::mm``). The update is written
-out: ``torch.optim``'s first step imports ``torch._dynamo`` (about 1.2 CPU-s a process, twice what
-the rest of this loop costs), which the tests of ``--trace`` do not need. ``--own-profiler`` runs the
+out: ``torch.optim``'s first step imports ``torch._dynamo`` (about 1.2 CPU-s in a process where
+nothing else imports it), which the tests of ``--trace`` do not need. ``--own-profiler`` runs the
 whole loop inside the program's own ``torch.profiler`` (then loaderdoc's cannot start).
 """
 

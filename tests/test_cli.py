@@ -44,9 +44,13 @@ def test_fast_paths_import_neither_torch_nor_textual():
         "    rc = main(['check', '--json'])\n"
         "bad = [m for m in ('torch', 'textual', 'cpuinfo') if m in sys.modules]\n"
         "print(rc, bad)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('loaderdoc.commands.')))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.stdout.split(" ", 1)[1].strip() == "[]", proc.stdout + proc.stderr
+    first, imported = proc.stdout.splitlines()
+    assert first.split(" ", 1)[1].strip() == "[]", proc.stdout + proc.stderr
+    # only the command that runs builds its options: the other commands' modules are not imported
+    assert imported == "['loaderdoc.commands.check', 'loaderdoc.commands.common']", imported
     help_code = (
         "import sys, io, contextlib\n"
         "from loaderdoc.cli import main\n"

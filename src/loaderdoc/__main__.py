@@ -1,7 +1,5 @@
 """``python -m loaderdoc``."""
 
-import sys
+from loaderdoc.cli import run_as_program
 
-from loaderdoc.cli import main
-
-sys.exit(main())
+run_as_program()

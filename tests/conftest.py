@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 
 # A shell without job control starts background jobs with SIGINT and SIGQUIT ignored, and exec
@@ -16,6 +17,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 for _name in ("SIGQUIT", "SIGHUP"):
     if signal.getsignal(getattr(signal, _name)) is signal.SIG_IGN:
         signal.signal(getattr(signal, _name), signal.SIG_DFL)
+
+# A worker holds torch, textual and every module the tests import, and the app's tests make a lot of
+# garbage: with CPython's default thresholds (700, 10, 10) a full collection walking some 300 000
+# objects came every few hundred milliseconds, 0.1-0.4 s each, a quarter of the CPU of
+# test_tui_app.py (28.5 CPU-s against 21.0 with the first threshold at 10 000, measured on one
+# worker). Garbage is still collected, less often; the processes the tests start keep the defaults.
+gc.set_threshold(10_000, 10, 10)
 
 
 # ---- tests that time the machine run alone ------------------------------------------------------

@@ -1,7 +1,8 @@
 """Command line: parses arguments and dispatches to a headless command or the TUI.
 
 Kept cheap to import: nothing here imports torch or textual at module load, so ``--help`` and
-``check`` stay fast. Each command module exposes ``add_arguments(parser)`` and ``run(args)``.
+``check`` stay fast. Each command's module, ``loaderdoc.commands.<command>``, exposes
+``add_arguments(parser)`` and ``run(args)``, and is imported only when its command is named.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ exit codes:
   {EXIT_BROKEN_PIPE}  standard output was closed by its reader (as with '| head'); stopped quietly
 """
 
-# subcommand -> what it does; its module in loaderdoc.commands has add_arguments(parser) and run(args)
+# subcommand -> what it does; its module, loaderdoc.commands.<subcommand>, has add_arguments(parser) and run(args)
 COMMANDS = {
     "check": "health check of this machine (and a config) before a long run",
     "probe": "measure real DataLoaders on this machine and recommend settings",

@@ -47,7 +47,9 @@ def test_fast_paths_import_neither_torch_nor_textual():
         "print(sorted(m for m in sys.modules if m.startswith('loaderdoc.commands.')))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    first, imported = proc.stdout.splitlines()
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout + proc.stderr
+    first, imported = lines
     assert first.split(" ", 1)[1].strip() == "[]", proc.stdout + proc.stderr
     # only the command that runs builds its options: the other commands' modules are not imported
     assert imported == "['loaderdoc.commands.check', 'loaderdoc.commands.common']", imported

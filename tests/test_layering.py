@@ -21,7 +21,7 @@ PACKAGE = SRC / "loaderdoc"
 # ---- the core: headless, never imports the front -------------------------------------------------
 # The base, lowest first: a base group may import its own level and the levels below it, no feature.
 BASE: list[set[str]] = [
-    {"units", "errors", "_compat", "_serde", "_version", "visible"},
+    {"units", "errors", "_compat", "_serde", "_version", "visible", "torchload"},
     {"output", "safe_write", "textfile", "preflight"},
     {"jsondoc", "usercode"},
     {"settings"},

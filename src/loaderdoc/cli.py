@@ -173,6 +173,9 @@ def run_as_program() -> NoReturn:
     They are frozen first, so the shutdown frees what their counts free and skips the walk; atexit
     handlers, threads and files end as usual. Not in main: a caller that stays (a test) keeps its
     collector whole."""
+    from loaderdoc.torchload import freeze_torch_once_imported
+
+    freeze_torch_once_imported()
     code = main()
     if "torch" in sys.modules:
         gc.freeze()

@@ -139,6 +139,9 @@ def _listen_socket(place: Place) -> socket.socket | None:
 
 def _store(place: Place, timeout: float):
     """The store's client or server, and where rank 0's server listens ("" where rank 0 does not serve)."""
+    from loaderdoc.torchload import import_torch
+
+    import_torch()
     from torch.distributed import PrefixStore, TCPStore
 
     serve = place.rank == 0 and not place.agent_store

@@ -60,8 +60,10 @@ TORCH_INSTALL = ("pip install torch (CPU-only: pip install torch --index-url "
 
 def require_torch() -> None:
     """The probe measures real DataLoaders: without an importable torch, say what to install."""
+    from loaderdoc.torchload import import_torch
+
     try:
-        import torch  # noqa: F401
+        import_torch()
     except Exception as exc:  # ImportError, or OSError from a broken shared library
         text = str(exc).strip()
         why = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__

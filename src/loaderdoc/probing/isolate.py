@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -139,6 +140,9 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
         set_subreaper(True)  # orphans of whatever the dataset starts stay below this process
         _prefer_oom_kill()  # a dataset that eats memory takes down its configuration, not the probe
         _die_with_parent()
+        # the program froze torch's objects (torchload); a training process has not: its workers'
+        # collections write to those objects' pages (copy-on-write), and so must the ones measured here
+        gc.unfreeze()
         # Ctrl+C reaches the parent, which kills this whole group; the child must not race it
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGINT, signal.SIG_IGN)

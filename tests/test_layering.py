@@ -11,6 +11,7 @@ do not (they name types, they never run). A group is a top-level module or packa
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,7 @@ LEVEL_OF = {g: i for i, level in enumerate(BASE) for g in level}
 CORE = set(LEVEL_OF) | set(FEATURES)
 TORCH_AT_LOAD = {"loaderdoc.probing.synthetic", "loaderdoc.probing.consumer"}  # only the measuring code imports them
 MAX_LINES = 500
+pytestmark = pytest.mark.xdist_group("layering")
 
 
 def module_name(path: Path) -> str:
@@ -94,7 +96,12 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-GRAPH = {name: imports(path) for name, path in MODULES.items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Every module's loaderdoc imports. Built on first use, not at import: parsing the ~180 modules
+    is a second of CPU, and every pytest-xdist worker imports this file to collect the suite; the
+    tests that read it are one xdist group, so one worker parses them."""
+    return {name: imports(path) for name, path in MODULES.items()}
 
 
 def test_every_group_is_in_one_box():
@@ -118,20 +125,20 @@ def allowed(source: str, target: str) -> bool:
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if group(m) in CORE))
 def test_the_core_never_imports_the_front(module):
-    front = sorted(t for t in GRAPH[module] if group(t) in FRONT)
+    front = sorted(t for t in graph()[module] if group(t) in FRONT)
     assert not front, f"{module} (core) imports the front: {front}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_every_import_is_allowed_by_the_tables(module):
     mine = group(module)
-    wrong = sorted(t for t in GRAPH[module] if not allowed(mine, group(t)))
+    wrong = sorted(t for t in graph()[module] if not allowed(mine, group(t)))
     assert not wrong, f"{module} ({mine}) imports {wrong}: not in the tables of {__file__}"
 
 
 def test_every_allowed_import_is_used():
     # the tables say what the code needs: an edge nothing uses is a stale allowance
-    used = {(group(m), group(t)) for m, targets in GRAPH.items() for t in targets}
+    used = {(group(m), group(t)) for m, targets in graph().items() for t in targets}
     table = {(s, t) for s, ts in (*FEATURES.items(), *FRONT.items()) for t in ts}
     assert sorted(table - used) == []
 
@@ -179,7 +186,7 @@ def top_packages(path: Path, *, module_level: bool = False) -> set[str]:
 def test_no_import_cycle():
     # module-level cycles between files (a package importing its own submodules is not one)
     def deps(m: str) -> set[str]:
-        return {t for t in GRAPH[m] if t in MODULES and not m.startswith(t + ".") and t != m}
+        return {t for t in graph()[m] if t in MODULES and not m.startswith(t + ".") and t != m}
 
     state: dict[str, int] = {}
     stack: list[str] = []

@@ -105,9 +105,12 @@ def check_train_loader(train: dict, truth: dict) -> None:
     assert train["totals"]["steps"] == EPOCHS * TRAIN_BATCHES
     assert truth["loads"] == EPOCHS * TRAIN_BATCHES * BATCH
     # every load after an epoch's first batch happens inside a timed next(): the wait covers it,
-    # and adds little to it (the sampler and collate, about a ms of a 20 ms batch)
+    # and adds little to it (the sampler and collate, about a ms of a 20 ms batch). A batch counted
+    # twice (a wrapper's next() and the wrapped loader's) would double it; the bound leaves room
+    # for a loaded machine, where preemption inside next() once stretched it to 1.28x (six test
+    # workers beside a burning core)
     wait = train["totals"]["wait_s"]
-    assert truth["load_after_first_s"] <= wait < 1.25 * truth["load_after_first_s"], (wait, truth)
+    assert truth["load_after_first_s"] <= wait < 1.5 * truth["load_after_first_s"], (wait, truth)
     assert train["totals"]["wait_share"] > 0.5
 
 

@@ -99,8 +99,8 @@ def imports(path: Path) -> set[str]:
 @functools.cache
 def graph() -> dict[str, set[str]]:
     """Every module's loaderdoc imports. Built on first use, not at import: parsing the ~180 modules
-    is a second of CPU, and every pytest-xdist worker imports this file to collect the suite; the
-    tests that read it are one xdist group, so one worker parses them."""
+    is a second of CPU, and every pytest-xdist worker imports this file to collect the suite; this
+    file's tests are one xdist group, so one worker parses them."""
     return {name: imports(path) for name, path in MODULES.items()}
 
 

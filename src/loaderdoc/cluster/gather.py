@@ -46,6 +46,7 @@ from typing import TypeVar
 from loaderdoc.cluster.launch import Place, job_conflict
 from loaderdoc.errors import UserError
 from loaderdoc.output import end_without_finalizing
+from loaderdoc.torchload import import_torch
 
 OK = "ok"
 READ_WAIT_S = 10.0  # longest rank 0 waits, on a failed roll call, for the others to read its verdict
@@ -139,8 +140,6 @@ def _listen_socket(place: Place) -> socket.socket | None:
 
 def _store(place: Place, timeout: float):
     """The store's client or server, and where rank 0's server listens ("" where rank 0 does not serve)."""
-    from loaderdoc.torchload import import_torch
-
     import_torch()
     from torch.distributed import PrefixStore, TCPStore
 

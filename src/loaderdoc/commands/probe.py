@@ -13,6 +13,7 @@ from typing import Any
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
+from loaderdoc.torchload import import_torch
 
 
 class NothingMeasured(UserError):
@@ -60,8 +61,6 @@ TORCH_INSTALL = ("pip install torch (CPU-only: pip install torch --index-url "
 
 def require_torch() -> None:
     """The probe measures real DataLoaders: without an importable torch, say what to install."""
-    from loaderdoc.torchload import import_torch
-
     try:
         import_torch()
     except Exception as exc:  # ImportError, or OSError from a broken shared library

@@ -51,6 +51,8 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25, help="files and tests to list (default 25)")
     parser.add_argument("--durations-out", type=Path, metavar="FILE",
                         help="write the wall time of each test of a second or more (tests/durations.json)")
+    parser.add_argument("--rows-out", type=Path, metavar="FILE",
+                        help="write every test's row (id, worker, start, wall, CPU) as JSON lines, for a timeline")
     args, pytest_args = parser.parse_known_args()
     with tempfile.TemporaryDirectory(prefix="loaderdoc-suite-cpu-") as tmp:
         (Path(tmp) / "_suite_cpu_plugin.py").write_text(PLUGIN)
@@ -66,6 +68,8 @@ def main() -> int:
         wall = time.monotonic() - started
         rows = [dict(json.loads(line), worker=path.stem) for path in rows_dir.glob("*.jsonl")
                 for line in path.read_text().splitlines()]
+    if args.rows_out:
+        args.rows_out.write_text("".join(json.dumps(dict(r, start=r["start"] - started_at)) + "\n" for r in rows))
     suite_cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
     in_tests = sum(r["self"] + r["children"] for r in rows)
     print(f"\npytest exit {code}; wall {wall:.0f} s; the whole suite's CPU {suite_cpu:.0f} s "

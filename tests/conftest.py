@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import os
-import shutil
 import signal
 import tempfile
 
@@ -28,18 +26,14 @@ for _name in ("SIGQUIT", "SIGHUP"):
 # worker). Garbage is still collected, less often; the processes the tests start keep the defaults.
 gc.set_threshold(10_000, 10, 10)
 
-# The suite starts some 600 Python processes, many importing loaderdoc from src/ (the watched and
-# tuned jobs' PYTHONPATH). Where the environment forbids bytecode files (PYTHONDONTWRITEBYTECODE=1,
-# common in Docker images, and set in the shell this suite was developed in), each of them compiles
-# every loaderdoc module it imports again: 43 of a `check`'s 108 ms of CPU. The suite's processes
-# keep their bytecode in a directory of their own instead (PYTHONPYCACHEPREFIX: never beside the
-# sources), removed at the end by the process that made it.
-_PYCACHE_MADE: list[str] = []
-if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
-    del os.environ["PYTHONDONTWRITEBYTECODE"]
-    os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="loaderdoc-tests-pycache-")
-    _PYCACHE_MADE.append(os.environ["PYTHONPYCACHEPREFIX"])
-
+# Where the environment forbids bytecode files (PYTHONDONTWRITEBYTECODE=1, common in Docker images and
+# set on the machines this suite was developed on), the suite leaves it so. An earlier version gave
+# the suite's processes a bytecode directory of their own (PYTHONPYCACHEPREFIX) so that loaderdoc's
+# modules were compiled once: but Python then reads bytecode from there alone, so the standard
+# library, torch, textual and the frameworks were compiled again too, by each of the four workers
+# at once as they started. That cost more than it saved: 497-548 CPU-s for the suite against 465
+# with bytecode allowed. The processes the tests start import the loaderdoc this suite imports
+# (support.paths), which after `pip install` has the bytecode pip compiled.
 
 # ---- tests that time the machine run alone ------------------------------------------------------
 # The suite runs on several pytest-xdist workers. A test marked ``alone`` compares what it measured
@@ -95,8 +89,6 @@ def pytest_unconfigure(config):
     # same, and freezing what survives it leaves the five nothing old to walk
     gc.collect()
     gc.freeze()
-    for made in _PYCACHE_MADE:  # the workers have ended: nothing imports from it any more
-        shutil.rmtree(made, ignore_errors=True)
 
 
 def _lock_paths(config) -> tuple[Path, Path] | None:

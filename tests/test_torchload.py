@@ -8,11 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from support.paths import LOADERDOC_PATH
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 
 FAKE_TORCH = "OBJECTS = [[i] for i in range(20_000)]\n"
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.paths import LOADERDOC_PATH
 
 from loaderdoc._compat import tomllib
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 QUICK = ("--steps", "10")
 
 # A training loop that runs until tune stops it; what a test needs comes before or after TRAIN.

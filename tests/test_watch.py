@@ -16,13 +16,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.paths import LOADERDOC_PATH
 
 from loaderdoc.errors import EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.watching import hook
 from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 
 # A loop whose truth the script times itself: __getitem__ sleeps SAMPLE_S per sample (the load),
 # the step sleeps STEP_S; it prints the load time of every batch after the first and the steps.

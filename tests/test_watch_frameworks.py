@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 from support.jobs import HUGGING_FACE_TINY, LIGHTNING_TINY
+from support.paths import LOADERDOC_PATH
 
 from loaderdoc.watching.report import STARVED_RULE
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 SAMPLE_S = 0.005  # the load of one sample; a batch of 4 takes 20 ms against a step of a few ms
 BATCH, TRAIN_BATCHES, EPOCHS = 4, 16, 2
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.paths import LOADERDOC_PATH
 
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.text.watch import render_summary
@@ -24,7 +25,7 @@ from loaderdoc.watching import hook
 from loaderdoc.watching.records import RecordsReader
 from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, watch_report
 
-SRC = str(Path(__file__).resolve().parent.parent / "src")
+SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 HOST = socket.gethostname()
 
 

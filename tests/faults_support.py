@@ -8,7 +8,9 @@ even one reparented to init.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,6 +91,39 @@ def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 12
         tag = env[TAG_VAR]
     cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
     return run_tagged(cmd, tag, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def loaderdoc_here(*args: str) -> subprocess.CompletedProcess:
+    """``loaderdoc ARGS`` run by the CLI's own ``main`` in this process: its exit code, standard
+    output and standard error, as ``loaderdoc()`` gives them, for commands that only read files and
+    print or refuse them (they start no process and run no user code). A command started as a
+    process costs about 0.1 CPU-s to start Python and loaderdoc again; the tests of the readers'
+    limits run some hundred of them. What only a process shows (a signal, a closed stream, what it
+    leaves behind, its environment) stays with ``loaderdoc()``.
+
+    As ``loaderdoc()`` runs it: output to a pipe (80 columns), no colour; the signal handlers the
+    command installs are put back after."""
+    from loaderdoc.cli import main
+    from loaderdoc.errors import STOP_SIGNALS
+
+    handlers = {signum: signal.getsignal(signum)
+                for signum in (getattr(signal, name, None) for name in STOP_SIGNALS) if signum is not None}
+    environ = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.pop("LINES", None)
+        os.environ.update(COLUMNS="80", NO_COLOR="1")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exit_:  # argparse's own exit (bad usage, --help), as the process's
+                code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return subprocess.CompletedProcess(["loaderdoc", *args], code, out.getvalue(), err.getvalue())
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int, *needles: str) -> str:

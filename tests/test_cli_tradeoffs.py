@@ -1,5 +1,9 @@
 """`loaderdoc tradeoffs`: the app's trade-off tables on the command line, per loader of a config,
-with a probe report's measurements marked, in 80 columns, and as documented JSON."""
+with a probe report's measurements marked, in 80 columns, and as documented JSON.
+
+The command only reads files: it runs through the CLI's ``main`` in the test's process
+(``faults_support.loaderdoc_here``: the exit code and output a process gives, at 80 columns); the
+real probe whose report is read back, and ``--help``, run as processes."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from faults_support import fault_env, loaderdoc, one_line_error
+from faults_support import loaderdoc, loaderdoc_here, one_line_error
 
 from loaderdoc.advice.tradeoffs import KNOB_ORDER
 from loaderdoc.commands.tradeoffs import TRADEOFFS_SCHEMA, build_report
@@ -38,11 +42,6 @@ TWO_LOADERS = textwrap.dedent("""\
         sampler=dict(type='DefaultSampler', shuffle=False),
         dataset=dict(type=dataset_type, data_root='data/coco/', test_mode=True))
 """)
-
-
-def columns_env(width: int = 80) -> dict:
-    env, _ = fault_env({"COLUMNS": str(width)})
-    return env
 
 
 def fits(text: str, width: int = 80) -> list[str]:
@@ -75,7 +74,7 @@ def test_a_config_path_filling_the_title_line_still_fits(tmp_path):
         pytest.skip(f"the temporary directory's path ({len(str(tmp_path))} characters) is too long for this case")
     path = tmp_path / ("x" * k + ".py")
     path.write_text(TWO_LOADERS)
-    proc = loaderdoc("tradeoffs", "--config", str(path), "--machine", "k8s-4cpu-quota", env=columns_env())
+    proc = loaderdoc_here("tradeoffs", "--config", str(path), "--machine", "k8s-4cpu-quota")
     assert proc.returncode == EXIT_OK, proc.stderr
     lines = fits(proc.stdout)
     assert f"{path})" in lines
@@ -111,8 +110,7 @@ def table_rows(block: list[str], first: str) -> list[str]:
 
 
 def test_no_config_judges_the_recommended_settings_with_nothing_measured():
-    proc = loaderdoc("tradeoffs", "--machine", "ci-2core", "--batch-size", "64", "--sample-shape", "3x32x32",
-                     env=columns_env())
+    proc = loaderdoc_here("tradeoffs", "--machine", "ci-2core", "--batch-size", "64", "--sample-shape", "3x32x32")
     assert proc.returncode == EXIT_OK and not proc.stderr, proc.stderr
     lines = fits(proc.stdout)
     assert any(line.startswith("== recommended from machine facts ") for line in lines)
@@ -127,8 +125,8 @@ def test_no_config_judges_the_recommended_settings_with_nothing_measured():
 
 
 def test_a_config_with_two_loaders_gets_a_table_set_each(two_loaders):
-    proc = loaderdoc("tradeoffs", "--config", str(two_loaders), "--machine", "k8s-4cpu-quota", "--sample-shape",
-                     "3x224x224", env=columns_env())
+    proc = loaderdoc_here("tradeoffs", "--config", str(two_loaders), "--machine", "k8s-4cpu-quota", "--sample-shape",
+                          "3x224x224")
     assert proc.returncode == EXIT_OK, proc.stderr
     lines = fits(proc.stdout)
     titles = [line for line in lines if line.startswith("== loader")]
@@ -143,8 +141,8 @@ def test_a_config_with_two_loaders_gets_a_table_set_each(two_loaders):
     current = [row for row in table_rows(val["batch_size"], "batch_size") if row[2] == ">"]
     assert current and current[0][4:].split()[:3] == ["16", "2.3", "MiB"]  # 16 x 3x224x224 bytes
 
-    doc = json.loads(loaderdoc("tradeoffs", "--config", str(two_loaders), "--machine", "k8s-4cpu-quota",
-                               "--sample-shape", "3x224x224", "--json").stdout)
+    doc = json.loads(loaderdoc_here("tradeoffs", "--config", str(two_loaders), "--machine", "k8s-4cpu-quota",
+                                    "--sample-shape", "3x224x224", "--json").stdout)
     assert [(e["name"], e["layout"], e["settings_from"]) for e in doc["loaders"]] == [
         ("train", "mmengine", "config"), ("val", "mmengine", "config")]
     assert [e["settings"]["num_workers"] for e in doc["loaders"]] == [4, 2]
@@ -155,7 +153,7 @@ def test_a_config_with_two_loaders_gets_a_table_set_each(two_loaders):
 def test_a_setting_the_config_computes_is_said_not_hidden(tmp_path):
     cfg = tmp_path / "cfg.py"
     cfg.write_text("import os\ntrain_dataloader = dict(batch_size=8, num_workers=os.cpu_count())\n")
-    proc = loaderdoc("tradeoffs", "--config", str(cfg), "--machine", "ci-2core", env=columns_env())
+    proc = loaderdoc_here("tradeoffs", "--config", str(cfg), "--machine", "ci-2core")
     assert proc.returncode == EXIT_OK, proc.stderr
     text = " ".join(fits(proc.stdout))
     assert "num_workers is computed when the config runs" in text and "os.cpu_count()" in text
@@ -163,7 +161,7 @@ def test_a_setting_the_config_computes_is_said_not_hidden(tmp_path):
 
 def test_a_probe_report_marks_the_measured_rows(report_file, two_loaders):
     probe = json.loads(report_file.read_text())
-    proc = loaderdoc("tradeoffs", "--probe-report", str(report_file), "--machine", "ci-2core", env=columns_env())
+    proc = loaderdoc_here("tradeoffs", "--probe-report", str(report_file), "--machine", "ci-2core")
     assert proc.returncode == EXIT_OK, proc.stderr
     lines = fits(proc.stdout)
     assert f"measured:{report_file}:spiky,batch_size32," in re.sub(r"\s+", "", proc.stdout)  # the report, named
@@ -180,8 +178,8 @@ def test_a_probe_report_marks_the_measured_rows(report_file, two_loaders):
         assert bps in {f"{x:.1f}" for x in speeds[int(n)]}, row
 
     # a loader of the config at a worker count the probe never ran: computed, not marked measured
-    doc = json.loads(loaderdoc("tradeoffs", "--probe-report", str(report_file), "--config", str(two_loaders),
-                               "--machine", "ci-2core", "--json").stdout)
+    doc = json.loads(loaderdoc_here("tradeoffs", "--probe-report", str(report_file), "--config", str(two_loaders),
+                                    "--machine", "ci-2core", "--json").stdout)
     assert doc["probe_report"]["path"] == str(report_file)
     assert doc["probe_report"]["configurations"] == len(probe["results"])
     nw = doc["loaders"][0]["knobs"][0]
@@ -198,19 +196,19 @@ def test_a_real_probe_report_reads_back(tmp_path):
     path = tmp_path / "report.json"
     path.write_text(probe.stdout)
     written = json.loads(probe.stdout)
-    doc = json.loads(loaderdoc("tradeoffs", "--probe-report", str(path), "--json").stdout)
+    doc = json.loads(loaderdoc_here("tradeoffs", "--probe-report", str(path), "--json").stdout)
     assert doc["probe_report"]["configurations"] == len(written["results"])
     assert doc["probe_report"]["workload"] == "tensor"
     assert any(r["measured"] for k in doc["loaders"][0]["knobs"] for r in k["rows"])
-    text = loaderdoc("tradeoffs", "--probe-report", str(path), env=columns_env())
+    text = loaderdoc_here("tradeoffs", "--probe-report", str(path))
     assert text.returncode == EXIT_OK, text.stderr
     fits(text.stdout)
     assert "(measured)" in text.stdout
 
 
 def test_json_is_the_documented_structure(report_file, two_loaders):
-    proc = loaderdoc("tradeoffs", "--json", "--machine", "h100x8-node", "--config", str(two_loaders),
-                     "--probe-report", str(report_file), "--sample-shape", "3x224x224")
+    proc = loaderdoc_here("tradeoffs", "--json", "--machine", "h100x8-node", "--config", str(two_loaders),
+                          "--probe-report", str(report_file), "--sample-shape", "3x224x224")
     assert proc.returncode == EXIT_OK, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["schema"] == TRADEOFFS_SCHEMA == "loaderdoc.tradeoffs/1"
@@ -227,7 +225,7 @@ def test_json_is_the_documented_structure(report_file, two_loaders):
             for row in knob["rows"]:
                 assert set(row) == {"value", "cells", "data", "current", "measured", "fits"}
                 assert set(row["cells"]) <= set(knob["columns"])  # a row the probe did not measure lacks those
-    bare = json.loads(loaderdoc("tradeoffs", "--json", "--machine", "ci-2core").stdout)
+    bare = json.loads(loaderdoc_here("tradeoffs", "--json", "--machine", "ci-2core").stdout)
     assert bare["probe_report"] is None and bare["config"] is None
     assert bare["loaders"][0]["settings_from"] == "recommended from machine facts"
 
@@ -256,25 +254,25 @@ def test_every_line_fits_the_width_and_no_number_is_cut(machine, width, report_f
 
 def test_bad_inputs_are_one_line_exit_3(tmp_path, report_file):
     missing = tmp_path / "nope.json"
-    one_line_error(loaderdoc("tradeoffs", "--probe-report", str(missing)), EXIT_USAGE, str(missing), "no such file")
+    one_line_error(loaderdoc_here("tradeoffs", "--probe-report", str(missing)), EXIT_USAGE, str(missing), "no such file")
     facts = tmp_path / "facts.json"
-    facts.write_text(loaderdoc("facts", "--json", "--machine", "ci-2core").stdout)
-    one_line_error(loaderdoc("tradeoffs", "--probe-report", str(facts)), EXIT_USAGE, str(facts),
+    facts.write_text(loaderdoc_here("facts", "--json", "--machine", "ci-2core").stdout)
+    one_line_error(loaderdoc_here("tradeoffs", "--probe-report", str(facts)), EXIT_USAGE, str(facts),
                    "not a probe report", "--machine")
     check = tmp_path / "check.json"
-    check.write_text(loaderdoc("check", "--json", "--machine", "ci-2core").stdout)
-    one_line_error(loaderdoc("tradeoffs", "--probe-report", str(check)), EXIT_USAGE, "loaderdoc.check/1")
+    check.write_text(loaderdoc_here("check", "--json", "--machine", "ci-2core").stdout)
+    one_line_error(loaderdoc_here("tradeoffs", "--probe-report", str(check)), EXIT_USAGE, "loaderdoc.check/1")
     broken = tmp_path / "broken.json"
     data = json.loads(report_file.read_text())
     data["results"][0]["batches_per_s"] = "4.4"
     broken.write_text(json.dumps(data))
-    one_line_error(loaderdoc("tradeoffs", "--probe-report", str(broken)), EXIT_USAGE, str(broken),
+    one_line_error(loaderdoc_here("tradeoffs", "--probe-report", str(broken)), EXIT_USAGE, str(broken),
                    "results[0].batches_per_s")
-    one_line_error(loaderdoc("tradeoffs", "--config", str(tmp_path / "none.toml")), EXIT_USAGE, "none.toml")
+    one_line_error(loaderdoc_here("tradeoffs", "--config", str(tmp_path / "none.toml")), EXIT_USAGE, "none.toml")
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[dataloader]\nnum_workers = -1\n")
-    one_line_error(loaderdoc("tradeoffs", "--config", str(cfg)), EXIT_USAGE, "bad.toml", "num_workers")
-    one_line_error(loaderdoc("tradeoffs", "--machine", "no-such-box"), EXIT_USAGE, "no-such-box")
+    one_line_error(loaderdoc_here("tradeoffs", "--config", str(cfg)), EXIT_USAGE, "bad.toml", "num_workers")
+    one_line_error(loaderdoc_here("tradeoffs", "--machine", "no-such-box"), EXIT_USAGE, "no-such-box")
     assert not list(tmp_path.glob("*.tmp"))
 
 

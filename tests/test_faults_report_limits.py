@@ -9,6 +9,11 @@
 - ``watch --merge`` given one report twice (the same path, a symlink, a hard link, a copy)
   refuses: its batches would count twice. Two runs still merge.
 - ``watch --merge FIFO`` with no writer ends at once.
+
+The commands here only read files and refuse or print them: most run through the CLI's ``main`` in
+the test's own process (``loaderdoc_here``: the same exit code and output, without starting Python
+again for each of some hundred files). One refusal of each reader (an unknown schema, a negative
+worker count) and the commands that start or wait on something run as a user starts them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from faults_support import TESTS, loaderdoc, one_line_error
+from faults_support import TESTS, loaderdoc, loaderdoc_here, one_line_error
 
 from loaderdoc.errors import EXIT_OK, EXIT_USAGE
 
@@ -55,7 +60,7 @@ BEYOND = [(where, key, value)
 @pytest.mark.parametrize("where, key, value", BEYOND)
 def test_a_count_no_probe_can_have_measured_is_refused(tmp_path, where, key, value):
     path = spoiled(tmp_path, setting(where, key, value))
-    proc = loaderdoc("tradeoffs", "--probe-report", str(path))
+    proc = loaderdoc_here("tradeoffs", "--probe-report", str(path))
     place = "workload" if where == "workload" else ("recommended" if where == "recommended" else
                                                     f"results[{where}].settings")
     one_line_error(proc, EXIT_USAGE, f"{place}.{key}:", "is beyond any measured run", "not a measurement")
@@ -65,7 +70,7 @@ def test_a_count_no_probe_can_have_measured_is_refused(tmp_path, where, key, val
 @pytest.mark.parametrize("where, key, value", [("workload", "batch_size", 1_000_000), ("0", "num_workers", 4096),
                                                ("recommended", "prefetch_factor", 1024)])
 def test_counts_at_the_bound_are_still_read(tmp_path, where, key, value):
-    proc = loaderdoc("tradeoffs", "--probe-report", str(spoiled(tmp_path, setting(where, key, value))))
+    proc = loaderdoc_here("tradeoffs", "--probe-report", str(spoiled(tmp_path, setting(where, key, value))))
     assert proc.returncode == EXIT_OK, proc.stderr
 
 
@@ -82,7 +87,7 @@ def test_the_schemas_it_knows_are_read(tmp_path, schema):
             del doc["schema"]
         else:
             doc["schema"] = schema
-    proc = loaderdoc("tradeoffs", "--probe-report", str(spoiled(tmp_path, change)))
+    proc = loaderdoc_here("tradeoffs", "--probe-report", str(spoiled(tmp_path, change)))
     assert proc.returncode == EXIT_OK, proc.stderr
 
 
@@ -94,12 +99,12 @@ def test_a_number_of_thousands_of_digits_is_one_line(tmp_path, where):
     at = text.index(f'"{key}": ') + len(f'"{key}": ')
     end = min(i for i in (text.find(",", at), text.find("}", at)) if i > 0)
     path.write_text(text[:at] + "9" * 5000 + text[end:])
-    proc = loaderdoc("tradeoffs", "--probe-report", str(path))
+    proc = loaderdoc_here("tradeoffs", "--probe-report", str(path))
     one_line_error(proc, EXIT_USAGE, "holds a number of thousands of digits; not a probe report")
 
 
 def test_a_probe_report_opened_in_the_app_is_refused_as_what_it_is(tmp_path):
-    proc = loaderdoc("--report", str(spoiled(tmp_path, lambda d: d.update(schema="loaderdoc.probe/99"))))
+    proc = loaderdoc_here("--report", str(spoiled(tmp_path, lambda d: d.update(schema="loaderdoc.probe/99"))))
     one_line_error(proc, EXIT_USAGE, "a probe report, which 'loaderdoc tradeoffs --probe-report' reads")
 
 
@@ -174,11 +179,11 @@ def watch_spoiled(tmp_path: Path, change, key, value) -> Path:
 def test_a_watch_report_no_run_can_have_measured_is_refused(tmp_path, where, change, key, value, words):
     path = watch_spoiled(tmp_path, change, key, value)
     at = f"{path}: {where}.{key}: " if where else f"{path}: {key}: "
-    proc = loaderdoc("--report", str(path))  # stdout piped: the summary would print, no app starts
+    proc = loaderdoc_here("--report", str(path))  # stdout piped: the summary would print, no app starts
     one_line_error(proc, EXIT_USAGE, at, words)
     assert proc.stdout == ""
     merged = tmp_path / "merged.json"
-    proc = loaderdoc("watch", "--merge", str(WATCH / "starved-timeline.json"), str(path), "--report", str(merged))
+    proc = loaderdoc_here("watch", "--merge", str(WATCH / "starved-timeline.json"), str(path), "--report", str(merged))
     one_line_error(proc, EXIT_USAGE, at, words)
     assert not merged.exists()
 
@@ -196,10 +201,10 @@ def test_a_watch_report_at_the_bounds_is_still_read(tmp_path):
     doc["loaders"][0]["settings"].update(num_workers=4096, batch_size=1_000_000, prefetch_factor=1024)
     path = tmp_path / "run.json"
     path.write_text(json.dumps(doc))
-    proc = loaderdoc("--report", str(path))
+    proc = loaderdoc_here("--report", str(path))
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "num_workers=4096" in proc.stdout
-    proc = loaderdoc("watch", "--merge", str(WATCH / "starved-timeline.json"), str(path), "--json")
+    proc = loaderdoc_here("watch", "--merge", str(WATCH / "starved-timeline.json"), str(path), "--json")
     assert proc.returncode == EXIT_OK, proc.stderr
 
 
@@ -251,14 +256,14 @@ def twice(kind: str, report: Path, folder: Path) -> tuple[str, str, str]:
 @pytest.mark.parametrize("kind", ["same path", "symlink", "hard link", "copy", "copy written again"])
 def test_one_run_merged_twice_is_refused_not_counted_twice(tmp_path, two_runs, kind):
     first, second, words = twice(kind, two_runs[0], tmp_path)
-    proc = loaderdoc("watch", "--merge", first, second, "--report", str(tmp_path / "merged.json"))
+    proc = loaderdoc_here("watch", "--merge", first, second, "--report", str(tmp_path / "merged.json"))
     one_line_error(proc, EXIT_USAGE, "watch --merge:", "are the same run", words, "give each node's report once")
     assert not (tmp_path / "merged.json").exists()
 
 
 @TWO_RUNS
 def test_two_runs_still_merge(tmp_path, two_runs):
-    proc = loaderdoc("watch", "--merge", *map(str, two_runs), "--json")
+    proc = loaderdoc_here("watch", "--merge", *map(str, two_runs), "--json")
     assert proc.returncode == EXIT_OK, proc.stderr
     merged = json.loads(proc.stdout)
     assert merged["merged_from"] == [str(p) for p in two_runs]

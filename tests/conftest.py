@@ -31,9 +31,10 @@ gc.set_threshold(10_000, 10, 10)
 # the suite's processes a bytecode directory of their own (PYTHONPYCACHEPREFIX) so that loaderdoc's
 # modules were compiled once: but Python then reads bytecode from there alone, so the standard
 # library, torch, textual and the frameworks were compiled again too, by each of the four workers
-# at once as they started. That cost more than it saved: 497-548 CPU-s for the suite against 465
-# with bytecode allowed. The processes the tests start import the loaderdoc this suite imports
-# (support.paths), which after `pip install` has the bytecode pip compiled.
+# at once as they started. That cost more than it saved: on a fresh clone beside a busy core, 476
+# CPU-s for the suite against 453 without it, and the first test 11.6 s after the start against 4.5.
+# The processes the tests start import the loaderdoc this suite imports (support.paths), which
+# after `pip install` has the bytecode pip compiled.
 
 # ---- tests that time the machine run alone ------------------------------------------------------
 # The suite runs on several pytest-xdist workers. A test marked ``alone`` compares what it measured

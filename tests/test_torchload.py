@@ -12,8 +12,6 @@ import sys
 import pytest
 from support.paths import LOADERDOC_PATH
 
-SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
-
 FAKE_TORCH = "OBJECTS = [[i] for i in range(20_000)]\n"
 
 PROBE = """\
@@ -39,7 +37,7 @@ print(json.dumps({"frozen": gc.get_freeze_count(), "enabled": gc.isenabled(), "i
 def test_only_the_programs_main_thread_freezes_torch(tmp_path, caller, thread, frozen):
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), SRC]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), LOADERDOC_PATH]))
     proc = subprocess.run([sys.executable, "-c", PROBE, caller, thread], capture_output=True, text=True, env=env,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support.paths import LOADERDOC_PATH
+from support.paths import pythonpath
 
 from loaderdoc._compat import tomllib
 
-SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 QUICK = ("--steps", "10")
 
 # A training loop that runs until tune stops it; what a test needs comes before or after TRAIN.
@@ -68,7 +67,7 @@ def note(name, loader):
 
 def env_with_src(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = pythonpath()
     env.pop("LOADERDOC_TUNE_TRIAL", None)
     env.update(extra)
     return env

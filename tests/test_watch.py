@@ -16,14 +16,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from support.paths import LOADERDOC_PATH
+from support.paths import pythonpath
 
 from loaderdoc.errors import EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.watching import hook
 from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report
-
-SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 
 # A loop whose truth the script times itself: __getitem__ sleeps SAMPLE_S per sample (the load),
 # the step sleeps STEP_S; it prints the load time of every batch after the first and the steps.
@@ -69,7 +67,7 @@ def loop_script(tmp_path: Path, *, workers=0, epochs=1, batches=40, sample_s=0.0
 
 def env_with_src(extra: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (extra, SRC, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = pythonpath(extra)
     return env
 
 

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 from support.jobs import HUGGING_FACE_TINY, LIGHTNING_TINY
-from support.paths import LOADERDOC_PATH
+from support.paths import pythonpath
 
 from loaderdoc.watching.report import STARVED_RULE
 
-SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 SAMPLE_S = 0.005  # the load of one sample; a batch of 4 takes 20 ms against a step of a few ms
 BATCH, TRAIN_BATCHES, EPOCHS = 4, 16, 2
 
@@ -86,7 +85,7 @@ def watch_script(tmp_path: Path, source: str, *watch_args: str) -> tuple[dict, d
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(source), encoding="utf-8")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = pythonpath()
     # no network here: nothing may be fetched from a hub, and nothing cached outside tmp_path
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"),
                TOKENIZERS_PARALLELISM="false")

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.paths import LOADERDOC_PATH
+from support.paths import pythonpath
 
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.text.watch import render_summary
@@ -25,7 +25,6 @@ from loaderdoc.watching import hook
 from loaderdoc.watching.records import RecordsReader
 from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, watch_report
 
-SRC = LOADERDOC_PATH  # the folder of the loaderdoc under test (support.paths)
 HOST = socket.gethostname()
 
 
@@ -288,7 +287,7 @@ def test_sigusr1_reports_findings_so_far_and_the_child_runs_on(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(records=starved), encoding="utf-8")
     target = tmp_path / "run.json"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p))
+    env = dict(os.environ, PYTHONPATH=pythonpath())
     proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "watch", "--report", str(target), "--",
                              sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)

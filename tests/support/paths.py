@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import loaderdoc
@@ -12,3 +13,9 @@ import loaderdoc
 # PYTHONDONTWRITEBYTECODE forbids bytecode files, every process would compile src/ again, while
 # an installed copy has the bytecode pip compiled.
 LOADERDOC_PATH = str(Path(loaderdoc.__file__).resolve().parent.parent)
+
+
+def pythonpath(*first: str | None) -> str:
+    """PYTHONPATH for a process a test starts: ``first`` (those given), the loaderdoc under test, then
+    the suite's own PYTHONPATH."""
+    return os.pathsep.join(p for p in (*first, LOADERDOC_PATH, os.environ.get("PYTHONPATH")) if p)

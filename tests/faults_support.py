@@ -34,11 +34,15 @@ def fault_env(extra: dict[str, str] | None = None, pythonpath: list[str] | None 
 
 
 def tagged(tag: str) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose environment carries ``tag``."""
+    """Live (non-zombie) processes whose environment carries ``tag`` (this process and the warm
+    interpreter, which carry theirs all along, aside)."""
+    from support.warm import warm_pids
+
+    aside = {os.getpid(), *warm_pids()}
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+            if proc.pid in aside or proc.status() == psutil.STATUS_ZOMBIE:
                 continue
             if proc.environ().get(TAG_VAR) == tag:
                 found.append(proc)
@@ -84,13 +88,32 @@ def run_tagged(cmd: list[str], tag: str, **kwargs) -> subprocess.CompletedProces
 
 def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 120,
               prefix: list[str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m loaderdoc ARGS`` to completion; asserts that no process it started survives."""
+    """``python -m loaderdoc ARGS`` to completion; asserts that no process it started survives.
+    A command that imports torch runs as a fork of this worker's warm interpreter
+    (``support.warm``), unless given a ``prefix`` to run under."""
+    from support.warm import warm
+
     if env is None:
         env, tag = fault_env()
     else:
         tag = env[TAG_VAR]
-    cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
-    return run_tagged(cmd, tag, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    server = warm() if prefix is None and imports_torch(args) else None
+    if server is None or not server.fits(env, cwd):
+        cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
+        return run_tagged(cmd, tag, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    # what the command forked carries the warm interpreter's tag, what it executed the command's
+    proc = server.run(list(args), env=env, cwd=cwd, timeout=timeout,
+                      on_timeout=lambda: _kill(tagged(tag) + tagged(server.tag)))
+    assert_nothing_left(tag)
+    assert_nothing_left(server.tag)
+    return proc
+
+
+def imports_torch(args) -> bool:
+    """Whether ``loaderdoc ARGS`` gets as far as importing torch (a probe, a user's dataset): the
+    commands a warm interpreter saves a second of CPU. Not ``check --distributed``: it sets
+    TORCH_CPP_LOG_LEVEL before its import of torch, which the C++ logger reads as torch loads."""
+    return bool(args) and (args[0] == "probe" or "--dataset" in args) and "--distributed" not in args
 
 
 def loaderdoc_here(*args: str) -> subprocess.CompletedProcess:

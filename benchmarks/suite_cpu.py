@@ -6,7 +6,7 @@
 Runs ``pytest`` (the suite's own options: four xdist workers) with a small plugin that records,
 for each test, its wall time, the CPU its worker spent on it and the CPU of the processes it
 started and waited for (the loaderdoc commands, training scripts and torchrun jobs a real-run test
-starts). Prints the totals, the wall time of the ``alone`` tests (the other workers idle
+starts, and the commands the worker's warm interpreter forked for it: tests/support/warm.py). Prints the totals, the wall time of the ``alone`` tests (the other workers idle
 meanwhile), and the files and tests that cost the most CPU. On 2 cores with a busy core the suite
 gets at most 2 x 4/5 of a CPU (four workers beside the burner): CPU is what has to shrink.
 ``--durations-out tests/durations.json`` writes each slow test's wall time, from which
@@ -28,19 +28,27 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 PLUGIN = '''
-import json, os, resource, time
+import json, os, resource, sys, time
 import pytest
 
 def _cpu(who):
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
 
+def _warm():
+    """CPU of the commands this worker's warm interpreter ran for it (tests/support/warm.py): not
+    its children, so not in its RUSAGE_CHILDREN."""
+    warm = sys.modules.get("support.warm")
+    return warm.CPU_S[0] if warm else 0.0
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    t, w, s, c = time.time(), time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+    t, w, s, c, m = time.time(), time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), _warm()
     yield
+    warm = _warm() - m
     row = {"id": item.nodeid, "start": t, "wall": time.monotonic() - w, "self": _cpu(resource.RUSAGE_SELF) - s,
-           "children": _cpu(resource.RUSAGE_CHILDREN) - c, "alone": item.get_closest_marker("alone") is not None}
+           "children": _cpu(resource.RUSAGE_CHILDREN) - c + warm, "warm": warm,
+           "alone": item.get_closest_marker("alone") is not None}
     with open(os.path.join(os.environ["LOADERDOC_SUITE_CPU_DIR"], f"{os.getpid()}.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\\n")
 '''
@@ -70,7 +78,10 @@ def main() -> int:
                 for line in path.read_text().splitlines()]
     if args.rows_out:
         args.rows_out.write_text("".join(json.dumps(dict(r, start=r["start"] - started_at)) + "\n" for r in rows))
-    suite_cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    # pytest's own processes and what they waited for, and the commands run warm (counted in the rows);
+    # not the warm interpreters' own start, about 1 CPU-s a worker
+    warm = sum(r.get("warm", 0.0) for r in rows)
+    suite_cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system) + warm
     in_tests = sum(r["self"] + r["children"] for r in rows)
     print(f"\npytest exit {code}; wall {wall:.0f} s; the whole suite's CPU {suite_cpu:.0f} s "
           f"({in_tests:.0f} s inside tests: {sum(r['self'] for r in rows):.0f} in the workers, "

@@ -41,6 +41,9 @@ FRESH_VAR = "LOADERDOC_TESTS_FRESH"  # set (to anything but empty) to start ever
 # what a command's environment may change and still meet the warm interpreter's torch as it would
 # its own: what loaderdoc reads as it runs (and the tag), not what Python or torch read as they start
 _RUNTIME_ONLY = {"NO_COLOR", "COLUMNS", "LINES", "PYTEST_CURRENT_TEST"}
+# The CPU seconds of this worker's commands run warm, with what they started and waited for: not
+# children of the worker, so not in its RUSAGE_CHILDREN (benchmarks/suite_cpu.py adds them)
+CPU_S = [0.0]
 
 _SERVER = r'''
 import gc, json, os, selectors, signal, socket, struct, sys
@@ -102,8 +105,8 @@ def wait_for_command(conn):
     for fd in fds:
         os.close(fd)
     conn.sendall(struct.pack("!i", pid))
-    _, status = os.waitpid(pid, 0)
-    conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+    _, status, usage = os.wait4(pid, 0)  # its CPU with that of what it started and waited for
+    conn.sendall(struct.pack("!id", os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime))
     os._exit(0)
 
 request = serve(sys.argv[1], int(sys.argv[2]))
@@ -190,7 +193,7 @@ class Warm:
             os.close(err_w)
         deadline = time.monotonic() + timeout
         chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-        answer = b""  # the command's pid, then its exit code
+        answer = b""  # the command's pid, then its exit code and CPU seconds
         try:
             with selectors.DefaultSelector() as selector:
                 for fileobj in (out_r, err_r, conn):
@@ -204,7 +207,7 @@ class Warm:
                         raise subprocess.TimeoutExpired(cmd, timeout, b"".join(chunks[out_r]),
                                                         b"".join(chunks[err_r]))
                     for key, _ in selector.select(left):
-                        data = conn.recv(8) if key.fileobj is conn else os.read(key.fd, 65536)
+                        data = conn.recv(16) if key.fileobj is conn else os.read(key.fd, 65536)
                         if not data:
                             selector.unregister(key.fileobj)
                         elif key.fileobj is conn:
@@ -215,9 +218,11 @@ class Warm:
             os.close(out_r)
             os.close(err_r)
             conn.close()
-        if len(answer) != 8:
+        if len(answer) != 16:
             raise RuntimeError("the warm interpreter's fork-waiter ended without the command's exit code")
-        return subprocess.CompletedProcess(cmd, struct.unpack("!i", answer[4:])[0], _text(b"".join(chunks[out_r])),
+        code, cpu = struct.unpack("!id", answer[4:])
+        CPU_S[0] += cpu
+        return subprocess.CompletedProcess(cmd, code, _text(b"".join(chunks[out_r])),
                                            _text(b"".join(chunks[err_r])))
 
 
@@ -231,9 +236,14 @@ def _text(data: bytes) -> str:
 _warm: list[Warm] = []
 
 
+def available() -> bool:
+    """Whether commands run warm here: fork and fd passing (Linux, macOS), and not asked otherwise."""
+    return not os.environ.get(FRESH_VAR) and hasattr(socket, "send_fds") and hasattr(os, "fork")
+
+
 def warm() -> Warm | None:
     """This worker's warm interpreter; None where every command starts fresh."""
-    if os.environ.get(FRESH_VAR) or not hasattr(socket, "send_fds") or not hasattr(os, "fork"):
+    if not available():
         return None
     if not _warm or not _warm[0].alive():
         _warm[:] = [Warm()]

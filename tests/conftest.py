@@ -30,7 +30,7 @@ gc.set_threshold(10_000, 10, 10)
 # set on the machines this suite was developed on), the suite leaves it so. An earlier version gave
 # the suite's processes a bytecode directory of their own (PYTHONPYCACHEPREFIX) so that loaderdoc's
 # modules were compiled once: but Python then reads bytecode from there alone, so the standard
-# library, torch, textual and the frameworks were compiled again too, by each of the four workers
+# library, torch, textual and the frameworks were compiled again too, by each of the workers
 # at once as they started. That cost more than it saved: on a fresh clone beside a busy core, 476
 # CPU-s for the suite against 453 without it, and the first test 11.6 s after the start against 4.5.
 # The processes the tests start import the loaderdoc this suite imports (support.paths), which

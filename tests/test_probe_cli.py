@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import tomllib
+from support.warm import run_loaderdoc
 
 from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
 
@@ -24,8 +25,9 @@ def env() -> dict[str, str]:
 
 
 def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loaderdoc", "probe", *args], capture_output=True, text=True,
-                          env=env(), cwd=cwd, timeout=120)
+    """``python -m loaderdoc probe ARGS``, forked from the worker's warm interpreter where it fits
+    (support/warm.py: as fresh but for the import of torch; the Ctrl+C test starts its own fresh)."""
+    return run_loaderdoc(["probe", *args], env=env(), cwd=cwd, timeout=120)
 
 
 # one probe of the tensor preset, its JSON on stdout and its recommendation exported: a test reads each

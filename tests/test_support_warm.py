@@ -29,7 +29,7 @@ def make():
 @pytest.mark.parametrize("args", [
     ["probe", "--dataset", "probe_userdata:returns_none", "--budget", "2"],
     ["probe", "--dataset", "no_such_module_xyz:make", "--budget", "2"],
-    ["--dataset", "probe_userdata:make_typo", "--budget", "2"],
+    ["probe", "--dataset", "probe_userdata:make_typo", "--budget", "2"],
 ])
 def test_a_command_run_warm_answers_as_one_run_fresh(monkeypatch, args):
     before = warm.CPU_S[0]

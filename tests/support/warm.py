@@ -252,3 +252,15 @@ def warm() -> Warm | None:
 
 def warm_pids() -> set[int]:
     return {w.pid for w in _warm}
+
+
+def run_loaderdoc(args: list[str], *, env: dict, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m loaderdoc ARGS`` to completion with its output captured as text: warm where the
+    command imports torch and ``env`` fits, else a fresh process (``subprocess.run``)."""
+    from faults_support import imports_torch
+
+    server = warm() if imports_torch(args) else None
+    if server is None or not server.fits(env, cwd):
+        return subprocess.run([sys.executable, "-m", "loaderdoc", *args], capture_output=True, text=True, env=env,
+                              cwd=cwd, timeout=timeout)
+    return server.run(list(args), env=env, cwd=cwd, timeout=timeout, on_timeout=lambda: None)

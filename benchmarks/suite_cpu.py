@@ -6,9 +6,10 @@
 Runs ``pytest`` (the suite's own options: eight xdist workers) with a small plugin that records,
 for each test, its wall time, the CPU its worker spent on it and the CPU of the processes it
 started and waited for (the loaderdoc commands, training scripts and torchrun jobs a real-run test
-starts, and the commands the worker's warm interpreter forked for it: tests/support/warm.py). Prints the totals, the wall time of the ``alone`` tests (the other workers idle
-meanwhile), and the files and tests that cost the most CPU. On 2 cores with a busy core the suite
-gets at most 2 x 8/9 of a CPU (eight workers beside the burner): CPU is what has to shrink.
+starts, and the commands the worker's warm interpreter forked for it: tests/support/warm.py).
+Prints the totals, the wall time of the ``alone`` tests (the other workers idle meanwhile), and the
+files and tests that cost the most CPU. On 2 cores with a busy core the suite gets at most 2 x 8/9
+of a CPU (eight workers beside the burner): CPU is what has to shrink.
 ``--durations-out tests/durations.json`` writes each slow test's wall time, from which
 ``tests/conftest.py`` starts the slowest tests first.
 """

@@ -91,14 +91,14 @@ def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 12
     """``python -m loaderdoc ARGS`` to completion; asserts that no process it started survives.
     A command that imports torch runs as a fork of this worker's warm interpreter
     (``support.warm``), unless given a ``prefix`` to run under."""
-    from support.warm import warm
+    from support.warm import server_for
 
     if env is None:
         env, tag = fault_env()
     else:
         tag = env[TAG_VAR]
-    server = warm() if prefix is None and imports_torch(args) else None
-    if server is None or not server.fits(env, cwd):
+    server = server_for(args, env, cwd) if prefix is None else None
+    if server is None:
         cmd = (prefix or []) + [sys.executable, "-m", "loaderdoc", *args]
         return run_tagged(cmd, tag, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     # what the command forked carries the warm interpreter's tag, what it executed the command's
@@ -107,13 +107,6 @@ def loaderdoc(*args: str, env: dict | None = None, cwd=None, timeout: float = 12
     assert_nothing_left(tag)
     assert_nothing_left(server.tag)
     return proc
-
-
-def imports_torch(args) -> bool:
-    """Whether ``loaderdoc ARGS`` gets as far as importing torch (a probe, a user's dataset): the
-    commands a warm interpreter saves a second of CPU. Not ``check --distributed``: it sets
-    TORCH_CPP_LOG_LEVEL before its import of torch, which the C++ logger reads as torch loads."""
-    return bool(args) and (args[0] == "probe" or "--dataset" in args) and "--distributed" not in args
 
 
 def loaderdoc_here(*args: str) -> subprocess.CompletedProcess:

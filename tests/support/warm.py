@@ -1,8 +1,8 @@
 """A warm interpreter for the loaderdoc commands a test starts that import torch.
 
 ``import torch`` costs about 1 CPU-s a process (1.0-1.4 measured here); the fault tests start some
-fifty commands that import it (a probe, a ``--dataset``, a rank of ``check --distributed``), a
-sixth of what the suite spends on 2 cores. Each pytest worker keeps one process that has imported
+fifty commands that import it (a probe, a ``--dataset``), a sixth of what the suite spends on 2
+cores. Each pytest worker keeps one process that has imported
 torch as the ``loaderdoc`` program does (the collector paused meanwhile, the result frozen: see
 ``loaderdoc.torchload``) and nothing of loaderdoc; a command is a fork of it that then runs as
 ``python -m loaderdoc ARGS`` runs after its first ``import torch``: its own process with its own
@@ -11,12 +11,13 @@ dispositions a Python process starts with, ``runpy``'s ``-m`` entry, and the int
 (atexit, flushed streams, the exit code, or death by a signal).
 
 What only a fresh interpreter shows stays with real processes (the tests that start
-``python -m loaderdoc`` themselves, and every command given a prefix or ``LOADERDOC_TESTS_FRESH=1``):
-the import of torch and of loaderdoc before it, the time to first output, ``--help`` without torch.
+``python -m loaderdoc`` themselves, a command given a prefix, one :func:`server_for` turns away, and
+every command under ``LOADERDOC_TESTS_FRESH=1``): the import of torch and of loaderdoc before it, the
+time to first output, ``--help`` without torch.
 
 A fork carries the warm process's own environment in ``/proc/PID/environ`` (what the tests' leak
 check reads) and the command's in ``os.environ`` (what it passes on to a program it executes): the
-warm process has a tag of its own (``TAG``), and ``faults_support`` looks for both after a command.
+warm process has a tag of its own (``Warm.tag``), and ``faults_support`` looks for both after a command.
 One fork-waiter per command (itself a fork of the warm process) forks the command, sends its pid and
 then its exit code, so commands of one test may run at once.
 """
@@ -171,9 +172,10 @@ class Warm:
         if self._lifeline is not None:
             os.close(self._lifeline)  # the warm interpreter ends
             self._lifeline = None
-        for name in (self.path, self.folder):
-            with contextlib.suppress(OSError):
-                (os.unlink if name == self.path else os.rmdir)(name)
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.folder)
 
     def run(self, args: list[str], *, env: dict, cwd, timeout: float, on_timeout) -> subprocess.CompletedProcess:
         """``python -m loaderdoc ARGS`` as ``subprocess.run(capture_output=True, text=True)`` runs it,
@@ -254,13 +256,27 @@ def warm_pids() -> set[int]:
     return {w.pid for w in _warm}
 
 
-def run_loaderdoc(args: list[str], *, env: dict, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m loaderdoc ARGS`` to completion with its output captured as text: warm where the
-    command imports torch and ``env`` fits, else a fresh process (``subprocess.run``)."""
-    from faults_support import imports_torch
+def imports_torch(args) -> bool:
+    """Whether ``loaderdoc ARGS`` gets as far as importing torch (a probe, a user's dataset): the
+    commands a warm interpreter saves a second of CPU. Not ``check --distributed``: it sets
+    TORCH_CPP_LOG_LEVEL before its import of torch, which the C++ logger reads as torch loads."""
+    return bool(args) and (args[0] == "probe" or "--dataset" in args) and "--distributed" not in args
 
-    server = warm() if imports_torch(args) else None
-    if server is None or not server.fits(env, cwd):
+
+def server_for(args, env: dict, cwd) -> Warm | None:
+    """The warm interpreter to run ``loaderdoc ARGS`` (in ``env`` and ``cwd``) from; None where the
+    command starts fresh: it does not import torch, its environment does not fit, or none runs warm."""
+    if not imports_torch(args):
+        return None
+    server = warm()
+    return server if server is not None and server.fits(env, cwd) else None
+
+
+def run_loaderdoc(args: list[str], *, env: dict, cwd=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m loaderdoc ARGS`` to completion with its output captured as text: warm where
+    :func:`server_for` allows, else a fresh process (``subprocess.run``)."""
+    server = server_for(args, env, cwd)
+    if server is None:
         return subprocess.run([sys.executable, "-m", "loaderdoc", *args], capture_output=True, text=True, env=env,
                               cwd=cwd, timeout=timeout)
     return server.run(list(args), env=env, cwd=cwd, timeout=timeout, on_timeout=lambda: None)

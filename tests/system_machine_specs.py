@@ -42,7 +42,7 @@ from support.fake_nvml import FakeGpu, FakeNvml
 
 from loaderdoc.system._files import Tree
 from loaderdoc.system.detect import detect
-from loaderdoc.system.facts import MachineFacts, MiB
+from loaderdoc.system.facts import MachineFacts, MiB, TorchFacts
 from loaderdoc.system.fixtures import MACHINES_DIR
 from loaderdoc.system.host import TreeHost
 
@@ -370,7 +370,11 @@ def build(name: str, root: str | os.PathLike[str] | None = None) -> MachineFacts
             return build(name, tmp)
     write_tree(root, spec.files)
     host = TreeHost(Tree(root), overrides=spec.host)
-    return detect(root, env=spec.env, nvml=spec.nvml(), host=host, label=spec.label)
+    facts = detect(root, env=spec.env, nvml=spec.nvml(), host=host, label=spec.label)
+    # the shipped recordings predate torch's intra-op thread count: kept as recorded (their specs hold
+    # no OMP_NUM_THREADS, and the torchrun scenarios built on them would need torchrun's 1 per rank)
+    facts.torch.intra_op_threads = TorchFacts().intra_op_threads
+    return facts
 
 
 CI_LABEL = "CI box: 2 vCPU, CPU-only (no NVIDIA driver), Docker on cgroup v1 (recorded live)"

@@ -182,7 +182,8 @@ def test_oversubscription_is_per_rank_under_torchrun():
 
 def test_quota_hidden_from_cpu_count_is_a_machine_level_warning():
     f = one(evaluate(load_machine("k8s-4cpu-quota")), "cpu-quota-hidden")
-    assert "OMP_NUM_THREADS=4" in f.fix
+    # the recording has no thread count: the fix sizes the pool beside its 3 workers (3 + 1 = 4 CPUs)
+    assert "num_workers <= 3" in f.fix and "OMP_NUM_THREADS=1" in f.fix
     assert "cpu-quota-hidden" not in ids(evaluate(load_machine("laptop-rtx3050")))
     # with a config, cpu-oversubscribed judges num_workers against the quota instead
     assert "cpu-quota-hidden" not in ids(evaluate(load_machine("k8s-4cpu-quota"), LoaderSettings(num_workers=3)))
@@ -693,3 +694,91 @@ def test_ram_pressure_calls_a_still_rising_reading_a_floor():
     r.worker_memory_growth = None
     (f,) = [f for f in evaluate(facts, s, probe=probe) if f.rule_id == "ram-pressure"]
     assert not any("still rising" in e for e in f.evidence)
+
+
+# ---- threads-oversubscribed -------------------------------------------------------------------
+def _with_threads(machine, threads, **distributed):
+    facts = load_machine(machine)
+    facts.torch.intra_op_threads = Reading.of(threads, "test")
+    for name, value in distributed.items():
+        setattr(facts.distributed, name, Reading.of(value, "test"))
+    return facts
+
+
+def test_torch_default_pool_on_a_quota_fires_and_owns_the_thread_advice():
+    facts = load_machine("k8s-4cpu-quota")  # affinity 64, quota 4
+    facts.cpu.cgroup_quota = Reading.of(8.0, "cpu.max")
+    facts.cpu.physical = Reading.of(64, "topology")
+    from loaderdoc.system.threads import read_intra_op_threads
+    facts.torch.intra_op_threads = read_intra_op_threads({}, facts.cpu.affinity, facts.cpu.physical)
+    found = evaluate(facts)
+    f = one(found, "threads-oversubscribed")
+    assert f.severity == WARNING and f.symptom == "torch's intra-op pool runs 64 threads on 8 CPUs"
+    assert "intra-op threads: 64 (torch's default: one per CPU of the affinity set, 64)" in f.evidence
+    assert "DataLoader workers: 7 (the count recommended for this machine)" in f.evidence
+    assert "64 threads + 7 workers = 71 wanting a CPU during a CPU step, on 8 CPUs" in f.evidence
+    assert "throttles" in f.cause and "OMP_NUM_THREADS=1" in f.fix and "loaderdoc tune" in f.fix
+    assert f.settings_change == {"torch_threads": 1} and f.expected_gain is None
+    # cpu-quota-hidden keeps the workers and leaves the pool to this rule: one value, said once
+    hidden = one(found, "cpu-quota-hidden")
+    assert "num_workers <= 7" in hidden.fix and "OMP_NUM_THREADS" not in hidden.fix
+    assert "threads-oversubscribed" in hidden.fix
+
+
+def test_config_workers_set_the_thread_target_and_zero_workers_get_the_whole_budget():
+    facts = _with_threads("k8s-4cpu-quota", 32)
+    f = one(evaluate(facts, LoaderSettings(num_workers=2)), "threads-oversubscribed")
+    assert "DataLoader workers: 2 (the config's num_workers)" in f.evidence
+    assert f.settings_change == {"torch_threads": 2} and "2 threads + 2 workers fill the 4 CPUs" in f.fix
+    f = one(evaluate(facts, LoaderSettings(num_workers=0)), "threads-oversubscribed")
+    assert f.settings_change == {"torch_threads": 4} and "whole 4 CPUs" in f.fix
+    # workers past the budget: the least pool, and cpu-oversubscribed says how many workers
+    found = evaluate(facts, LoaderSettings(num_workers=6))
+    assert one(found, "threads-oversubscribed").settings_change == {"torch_threads": 1}
+    assert "cpu-oversubscribed" in ids(found)
+
+
+def test_one_thread_per_rank_is_silent_and_a_pool_that_fits_is_left_to_tune():
+    torchrun_4 = {"launcher": "torchrun", "world_size": 4, "local_world_size": 4}
+    assert "threads-oversubscribed" not in ids(evaluate(_with_threads("h100x8-node", 1, **torchrun_4),
+                                                        LoaderSettings(num_workers=8)))
+    # 4 ranks without OMP_NUM_THREADS (srun): 112 threads per rank on 56 CPUs per rank
+    f = one(evaluate(_with_threads("h100x8-node", 112, **torchrun_4), LoaderSettings(num_workers=8)),
+            "threads-oversubscribed")
+    assert "4 ranks x (112 threads + 8 workers) = 480 on this node's 224 CPUs" in f.evidence
+    assert f.settings_change == {"torch_threads": 48} and "in every rank" in f.fix
+    # the pool sized to the budget (torch's default on an unrestricted machine): no finding
+    assert "threads-oversubscribed" not in ids(evaluate(_with_threads("ci-2core", 2), LoaderSettings(num_workers=1)))
+    assert "threads-oversubscribed" in ids(evaluate(_with_threads("ci-2core", 3), LoaderSettings(num_workers=1)))
+
+
+def test_unknown_thread_count_and_mkl_source():
+    assert "threads-oversubscribed" not in ids(evaluate(load_machine("k8s-4cpu-quota")))
+    facts = load_machine("ci-2core")
+    facts.torch.intra_op_threads = Reading.of(8, "MKL_NUM_THREADS=8 (torch follows it over OMP_NUM_THREADS=1)")
+    f = one(evaluate(facts), "threads-oversubscribed")
+    assert "MKL_NUM_THREADS=1" in f.fix
+
+
+def _check_json(env_extra):
+    import json
+    import os
+
+    drop = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_DYNAMIC", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS")
+    env = {k: v for k, v in os.environ.items() if k not in drop} | env_extra
+    proc = subprocess.run([sys.executable, "-m", "loaderdoc", "check", "--json"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    report = json.loads(proc.stdout)
+    return proc.returncode, report, [f["rule_id"] for f in report["findings"]]
+
+
+def test_check_finds_an_oversized_pool_from_the_environment():
+    from loaderdoc.errors import EXIT_WARNING
+
+    # MKL_DYNAMIC=FALSE: torch then really runs 4096 threads (MKL would cap them at the cores)
+    rc, report, fired = _check_json({"OMP_NUM_THREADS": "4096", "MKL_DYNAMIC": "FALSE"})
+    assert "threads-oversubscribed" in fired
+    assert report["status"] == "warning" and rc == report["exit_code"] == EXIT_WARNING
+    rc, report, fired = _check_json({"OMP_NUM_THREADS": "1"})
+    assert "threads-oversubscribed" not in fired and rc == report["exit_code"]

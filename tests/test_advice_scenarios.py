@@ -31,7 +31,10 @@ def test_every_finding_is_complete_and_its_settings_change_is_valid(scenario):
         assert any(ch.isdigit() for ch in " ".join(f.evidence)) or f.rule_id in (
             "shuffle-with-sampler", "set-epoch-missing", "cudnn-benchmark"), f.rule_id
         base = scenario.settings or LoaderSettings()
-        changed = base.replace(**f.settings_change)
+        # torch_threads is the training process's own knob (OMP_NUM_THREADS), not a DataLoader argument
+        process = {k: v for k, v in f.settings_change.items() if k == "torch_threads"}
+        assert all(isinstance(v, int) and v >= 1 for v in process.values()), (f.rule_id, process)
+        changed = base.replace(**{k: v for k, v in f.settings_change.items() if k not in process})
         # the change must leave settings torch accepts (the rejected-settings fix repairs them)
         assert changed.problems() == [], (f.rule_id, f.settings_change)
 

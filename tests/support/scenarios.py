@@ -327,6 +327,31 @@ def _scenarios() -> list[Scenario]:
         expect=frozenset({"cpu-quota-hidden", "shm-too-small"}),
     ))
     s.append(Scenario(
+        "pod-torch-default-threads",
+        "the 4-CPU pod, machine-level: torch's default pool is one thread per physical core, 32, on a quota of 4",
+        "k8s-4cpu-quota",
+        machine_overrides={"torch.intra_op_threads": 32},
+        expect=frozenset({"cpu-quota-hidden", "threads-oversubscribed", "shm-too-small"}),
+    ))
+    s.append(Scenario(
+        "torchrun-8-ranks-one-thread-each",
+        "H100 node, 8 ranks with OMP_NUM_THREADS=1 (torchrun's own default): 8 workers + 1 thread per rank fit 28 CPUs",
+        "h100x8-node",
+        LoaderSettings(batch_size=256, num_workers=8, pin_memory=True, persistent_workers=True),
+        batch_bytes=H100_BATCH,
+        machine_overrides={**TORCHRUN_8, "torch.intra_op_threads": 1},
+    ))
+    s.append(Scenario(
+        "srun-8-ranks-default-threads",
+        "H100 node, 8 Slurm tasks started by srun (which leaves OMP_NUM_THREADS unset): 112 threads per rank on 28 CPUs",
+        "h100x8-node",
+        LoaderSettings(batch_size=256, num_workers=8, pin_memory=True, persistent_workers=True),
+        batch_bytes=H100_BATCH,
+        machine_overrides={"distributed.launcher": "slurm", "distributed.world_size": 8,
+                           "distributed.local_world_size": 8, "torch.intra_op_threads": 112},
+        expect=frozenset({"threads-oversubscribed"}),
+    ))
+    s.append(Scenario(
         "docker-shm-456m-in-64m",
         "6 workers x prefetch 4 x 19 MiB batches in Docker's 64 MiB /dev/shm",
         "docker-64m-shm",

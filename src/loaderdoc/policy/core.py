@@ -174,6 +174,19 @@ def worker_target(per_rank: float) -> int:
     return 1 if per_rank >= 1 else 0
 
 
+def threads_oversubscribed(threads: int, per_rank: float | None) -> bool:
+    """The training process's intra-op pool alone wants more CPUs than the rank has (torch sizes
+    it from the affinity set, blind to a quota and to the ranks that share the CPUs); a pool that
+    fits leaves the split between it and the workers to a measurement (``loaderdoc tune``)."""
+    return per_rank is not None and threads > 1 and threads > per_rank
+
+
+def thread_target(per_rank: float, workers: int) -> int:
+    """Intra-op threads for the training process: the rank's whole CPUs its workers leave (the
+    calling thread is one of them), at least 1; with 0 workers, the whole budget."""
+    return max(1, math.floor(per_rank) - max(0, workers))
+
+
 def workers_for_cpus(facts: MachineFacts) -> tuple[int, str]:
     """Workers from the facts alone, and why: one CPU for the training process, real cores only
     (hyper-threads add little to CPU-bound decoding), at most :data:`UNMEASURED_WORKER_CAP`."""

@@ -12,7 +12,7 @@ Seams, so tests run on recorded machines:
   ``os.sched_getaffinity``, ``os.statvfs``, ``resource.getrlimit``, ``os.uname``, the torch
   install) are answered by a :class:`~loaderdoc.system.host.TreeHost` from the tree's files and
   ``<root>/loaderdoc-host.json`` instead; pass ``host=`` to fake them directly.
-* ``env``: the environment (``CUDA_VISIBLE_DEVICES``, ``WORLD_SIZE``, ``SLURM_*``, ...);
+* ``env``: the environment (``CUDA_VISIBLE_DEVICES``, ``WORLD_SIZE``, ``SLURM_*``, ``OMP_NUM_THREADS``, ...);
   defaults to ``os.environ``.
 * ``nvml``: the NVML module (default: ``import pynvml`` lazily); a fake object with pynvml's
   functions in tests.
@@ -50,6 +50,7 @@ from loaderdoc.system.limits import read_limits
 from loaderdoc.system.memory import read_memory
 from loaderdoc.system.osinfo import read_platform
 from loaderdoc.system.shm import read_shm
+from loaderdoc.system.threads import read_intra_op_threads
 
 T = TypeVar("T")
 
@@ -73,6 +74,14 @@ def _guard(section: str, fn: Callable[[], T], empty: Callable[[], T]) -> T:
             if isinstance(value, Reading):
                 setattr(out, name, Reading.missing(reason, section))
         return out
+
+
+def _guard_reading(what: str, fn: Callable[[], Reading]) -> Reading:
+    """One reading's reader behind the same guard as a section's."""
+    try:
+        return fn()
+    except Exception as exc:  # pragma: no cover - readers are written not to raise
+        return Reading.missing(f"internal error reading {what}: {type(exc).__name__}: {exc}", what)
 
 
 def detect(
@@ -99,6 +108,8 @@ def detect(
     facts.limits = _guard("limits", lambda: read_limits(host, platform.system), LimitsFacts)
     facts.gpu = _guard("gpu", lambda: read_gpus(env, nvml), GpuFacts)
     facts.torch = _guard("torch", host.torch, TorchFacts)
+    facts.torch.intra_op_threads = _guard_reading(
+        "intra-op threads", lambda: read_intra_op_threads(env, facts.cpu.affinity, facts.cpu.physical))
     facts.distributed = _guard("distributed", lambda: read_distributed(env), DistributedFacts)
     return facts
 

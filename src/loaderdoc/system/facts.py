@@ -19,6 +19,8 @@ from loaderdoc.units import MiB  # noqa: F401  (re-exported: tests import it fro
 SCHEMA_VERSION = 1
 GiB = 1024**3
 DOCKER_DEFAULT_SHM = 64 * MiB
+NOT_RECORDED = "not recorded (the machine was recorded before loaderdoc read it)"
+NOT_RECORDED_SOURCE = "torch.intra_op_threads in the machine file"
 
 
 @dataclass
@@ -171,6 +173,9 @@ class TorchFacts:
     version: Reading = field(default_factory=Reading)  # "2.13.0+cpu"
     cuda_build: Reading = field(default_factory=Reading)  # "12.8", None for a CPU build
     cudnn: Reading = field(default_factory=Reading)  # cuDNN wheel version, None if none
+    # the training process's intra-op threads as torch will size them (system/threads.py); a
+    # machine recorded before this reading existed says nothing about them
+    intra_op_threads: Reading = field(default_factory=lambda: Reading.missing(NOT_RECORDED, NOT_RECORDED_SOURCE))
 
 
 @dataclass
@@ -221,6 +226,14 @@ class MachineFacts(Recorded):
     gpu: GpuFacts = field(default_factory=GpuFacts)
     torch: TorchFacts = field(default_factory=TorchFacts)
     distributed: DistributedFacts = field(default_factory=DistributedFacts)
+
+    def to_dict(self) -> dict:
+        """The recorded form; a reading the machine was recorded without is left out again, so an
+        older recording reads back and writes out unchanged."""
+        data = super().to_dict()
+        if self.torch.intra_op_threads.unknown == NOT_RECORDED:
+            data["torch"].pop("intra_op_threads", None)
+        return data
 
     @property
     def cpus_per_rank(self) -> float:

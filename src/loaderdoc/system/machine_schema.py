@@ -70,7 +70,8 @@ READINGS: dict[str, dict[str, Any]] = {
     "limits": {"nofile_soft": COUNT, "nofile_hard": COUNT, "sharing_strategy": _text},
     "gpu": {"nvml": _flag, "driver_version": _text, "cuda_driver_version": _text, "visible_devices": _text,
             "total_count": COUNT},
-    "torch": {"installed": _flag, "version": _text, "cuda_build": _text, "cudnn": _text},
+    "torch": {"installed": _flag, "version": _text, "cuda_build": _text, "cudnn": _text,
+              "intra_op_threads": POSITIVE},
     "distributed": {"launcher": _text, "world_size": POSITIVE, "local_world_size": POSITIVE, "rank": COUNT,
                     "local_rank": COUNT, "cpus_per_task": POSITIVE},
 }

@@ -11,6 +11,7 @@ from loaderdoc.advice.context import TrainingContext
 # registration: the import order is the catalogue's order
 from loaderdoc.advice.rules import rejected  # noqa: F401
 from loaderdoc.advice.rules import cpu  # noqa: F401
+from loaderdoc.advice.rules import threads  # noqa: F401
 from loaderdoc.advice.rules import shm  # noqa: F401
 from loaderdoc.advice.rules import gpu  # noqa: F401
 from loaderdoc.advice.rules import throughput  # noqa: F401

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from loaderdoc import policy
 from loaderdoc.advice.findings import WARNING, Finding
 from loaderdoc.advice.rules.registry import (
@@ -21,7 +19,7 @@ from loaderdoc.policy import (
 from loaderdoc.units import cpus_text, fmt_bytes
 
 
-def _cpu_evidence(i: Inputs) -> list[str]:
+def cpu_evidence(i: Inputs) -> list[str]:
     cpu = i.facts.cpu
     out = [f"effective CPU budget: {cpus_text(cpu.budget)} (limited by {cpu.budget_source})"]
     if cpu.logical.get() is not None:
@@ -54,7 +52,7 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     if i.cpu_use is not None:  # a measured run: its CPU time, not the count, says whether workers contend
         return _watched_oversubscribed(i, i.cpu_use, n, per_rank)
     target = worker_target(per_rank)
-    evidence = [f"num_workers = {n}"] + _cpu_evidence(i)
+    evidence = [f"num_workers = {n}"] + cpu_evidence(i)
     if i.ranks > 1:
         evidence.append(f"{n} workers x {i.ranks} ranks = {n * i.ranks} worker processes on this node")
     if i.probe is not None:
@@ -103,7 +101,7 @@ def _watched_oversubscribed(i: Inputs, use, n: int, per_rank: float) -> Finding 
         # workers that mostly wait (I/O) do not contend for CPUs, and where others' processes fill the
         # CPUs a run cannot tell CPU-bound workers that kept up from waiting ones: more are fine
         return None
-    evidence = [f"num_workers = {n}"] + _cpu_evidence(i) + cpu_lines(use)
+    evidence = [f"num_workers = {n}"] + cpu_evidence(i) + cpu_lines(use)
     peaks = [e.workers_pss_max_bytes for e in i.watch.epochs if e.workers_pss_max_bytes]
     pss = max(peaks) if peaks else None
     saving = f"; {n - cap} fewer worker processes" + (
@@ -136,14 +134,20 @@ def _cpu_quota_hidden(i: Inputs) -> Finding | None:
     q = float(quota)
     per_rank = i.facts.cpus_per_rank
     target = worker_target(per_rank)
-    threads = max(1, int(math.floor(per_rank)))
+    threads = i.facts.torch.intra_op_threads.get()
+    if threads is None:  # the pool's size was not read: say what it should be, beside these workers
+        k = policy.thread_target(per_rank, target)
+        pool = f", and set OMP_NUM_THREADS={k} (or torch.set_num_threads({k})) for the training process."
+    elif policy.threads_oversubscribed(threads, per_rank):
+        pool = "; the training process's own threads: see threads-oversubscribed."
+    else:
+        pool = "."
     return found(
         WARNING,
         f"This container may use {cpus_text(q)} but os.cpu_count() says {logical}",
-        _cpu_evidence(i),
+        cpu_evidence(i),
         "The CPU quota (CFS bandwidth limit) is invisible to os.cpu_count() and os.sched_getaffinity(): "
         f"code that sizes workers or thread pools from them starts ~{logical} of each and is throttled.",
-        f"Size from the quota: num_workers <= {target} per rank, and set OMP_NUM_THREADS={threads} "
-        "(or torch.set_num_threads) for the training process.",
+        f"Size from the quota: num_workers <= {target} per rank{pool}",
         {},
     )

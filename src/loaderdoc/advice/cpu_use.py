@@ -22,6 +22,21 @@ runnable threads (workers busy loading, the step's threads) outnumber the ``A`` 
 the serial step plus hand-over, and ``n`` workers' loading. It ignores what no run showed yet
 (a multi-threaded step that slows down more than its share when workers take its CPUs: the rules
 say so where the step runs on several threads). No torch, no textual; plain numbers in.
+
+**Work, not spinning.** The training process's CPU time counts every thread, and torch's intra-op
+pool (OpenMP) spins while it waits for the next op: CPU time, not work. Where the hook read the
+loop's own thread apart (``time.thread_time``), loading without workers and the hand-over are that
+thread's CPU time only; what the other threads burnt while the loop waited is :attr:`CpuUse.spin_s`
+(the pool spinning beside a loop that loads; with ``pin_memory`` and workers, the pin thread's copy too,
+so it is not counted as spin there). Saturation is judged on the work; the spin is shown as such.
+
+**Threads.** :meth:`CpuUse.predict` takes the intra-op thread count too. The step's CPU time over
+its wall time at the run's threads gives its parallel share (Amdahl); a step of ``k`` threads runs
+in ``S ((1-p) + p/k)``. Where its ``k`` threads and the workers busy loading want more CPUs than the
+budget, an OpenMP region waits at its barrier for the thread that lost its CPU: the parallel part then
+runs as if each of its threads shared a CPU (twice as long, or by the threads per CPU past that). ``S``
+is the step's CPU time at the run's threads, spin between ops included: a bound from above, so a
+prediction for fewer threads is on the low side.
 """
 
 from __future__ import annotations
@@ -58,6 +73,39 @@ class CpuUse:
     others_cpus: float | None  # CPUs other processes took from this process's CPUs meanwhile
     torch_threads: int | None = None
     on_gpu: bool = False  # the run timed its waits on a GPU: the step is GPU work (a spinning sync is no CPU model)
+    # the loop thread's own CPU time per wait and per step (None: recorded before the hook read it apart)
+    wait_loop_cpu_s: float | None = None
+    step_loop_cpu_s: float | None = None
+    pin_memory: bool = False  # the pin-memory thread copies each batch: its CPU time is work, not spin
+
+    # ---- threads: work and spin ------------------------------------------------------------------
+    @property
+    def others_wait_cpu_s(self) -> float | None:
+        """Per batch, the CPU time the training process's other threads (the intra-op pool, the
+        pin-memory thread) took while the loop waited (None: not read apart)."""
+        if self.wait_loop_cpu_s is None:
+            return None
+        return max(0.0, self.wait_cpu_s - self.wait_loop_cpu_s)
+
+    @property
+    def spin_s(self) -> float:
+        """Per batch, CPU time the intra-op pool burnt spinning while the loop waited: its other
+        threads' CPU then (their work waits for the loop's ops), where torch runs more than one
+        thread; with workers and pin_memory the pin thread's copy is in it too, so none is claimed."""
+        others = self.others_wait_cpu_s
+        if others is None or not self.torch_threads or self.torch_threads < 2 or (self.workers and self.pin_memory):
+            return 0.0
+        return others
+
+    @property
+    def spin_cpus(self) -> float:
+        """CPUs the spinning kept busy on average (CPU time, no work)."""
+        return self.spin_s * self.rate
+
+    @property
+    def work_cpus(self) -> float | None:
+        """CPUs this process and its workers kept busy with work: what they used less the spin."""
+        return None if self.used_cpus is None else max(0.0, self.used_cpus - self.spin_cpus)
 
     # ---- what was measured -------------------------------------------------------------------
     @property
@@ -69,7 +117,10 @@ class CpuUse:
     def handover_cpu_s(self) -> float:
         """With workers: the loop's own work to take a ready batch (unpickling it out of shared
         memory), which no worker count removes; 0 without workers (the wait is the loading)."""
-        return min(self.wait_cpu_s, self.wait_wall_s) if self.workers else 0.0
+        if not self.workers:
+            return 0.0
+        loop = self.wait_loop_cpu_s if self.wait_loop_cpu_s is not None else self.wait_cpu_s
+        return min(loop, self.wait_wall_s)
 
     @property
     def idle_wait_s(self) -> float:
@@ -92,8 +143,8 @@ class CpuUse:
 
     @property
     def saturated_by_itself(self) -> bool:
-        """This process and its workers alone kept >= 90 % of the rank's CPUs busy."""
-        return self.used_cpus is not None and self.used_cpus >= SATURATED_SHARE * self.budget
+        """This process and its workers alone kept >= 90 % of the rank's CPUs busy with work."""
+        return self.work_cpus is not None and self.work_cpus >= SATURATED_SHARE * self.budget
 
     @property
     def step_is_cpu(self) -> bool:
@@ -137,9 +188,11 @@ class CpuUse:
 
     @property
     def saturated(self) -> bool:
-        if self.used_cpus is None:
+        """Work (this tree's, less the pool's spin, and other processes') filled >= 90 % of the CPUs:
+        a spinning pool gives its CPU up to nothing, but a thread that would work in its place does."""
+        if self.work_cpus is None:
             return False
-        return self.used_cpus + (self.others_cpus or 0.0) >= SATURATED_SHARE * self.budget
+        return self.work_cpus + (self.others_cpus or 0.0) >= SATURATED_SHARE * self.budget
 
     @property
     def ceiling(self) -> float:
@@ -155,20 +208,83 @@ class CpuUse:
         return cpu_limit(self.budget) if self.load_is_cpu else None
 
     # ---- the model -----------------------------------------------------------------------------
-    def _runnable(self, n: int) -> float:
-        """Threads wanting a CPU: the step's (the loop's one, without workers), and n workers, each
-        all the time where loading is CPU work, else for its CPU share of a batch's loading."""
-        step = self.step_threads if self.step_is_cpu else 1.0
+    @property
+    def threads_known(self) -> bool:
+        """The run says how its step scales with intra-op threads: torch's thread count was read, the
+        loop's own CPU time apart from the other threads', a CPU step on more than one thread that ran
+        without workers competing for its CPUs (a contended step hides its parallel share)."""
+        busy = min(float(self.workers), self.load_cpu_s * self.rate) if self.workers else 0.0
+        return (bool(self.torch_threads) and self.torch_threads > 1 and self.wait_loop_cpu_s is not None
+                and self.step_is_cpu and self._contention(self.torch_threads, busy) <= 1.0
+                and self.step_cpu_s > self.step_wall_s > 0)
+
+    def _workers_runnable(self, n: int) -> float:
+        """CPUs n workers want: each all the time where loading is CPU work, else its CPU share of a
+        batch's loading."""
         if n == 0:
-            return step
+            return 0.0
         wall = self.load_wall_s
         if self.load_is_cpu:
-            workers = float(n)
-        elif wall:  # each worker on a CPU for its batch's CPU share of the load time
-            workers = n * min(1.0, self.load_cpu_s / wall)
-        else:  # workers that kept up: together they used what the batches took
-            workers = min(float(n), self.load_cpu_s * self.rate)
-        return workers + (step if self.step_is_cpu else 0.0)
+            return float(n)
+        if wall:  # each worker on a CPU for its batch's CPU share of the load time
+            return n * min(1.0, self.load_cpu_s / wall)
+        return min(float(n), self.load_cpu_s * self.rate)  # workers that kept up: what the batches took
+
+    def _step_threads_at(self, k: int | None) -> float:
+        """CPUs a CPU step keeps busy on ``k`` intra-op threads (None: as the run measured)."""
+        if k is None:
+            return self.step_threads
+        return max(1.0, min(float(k), self.budget, self.step_cpu_s / max(self._step_wall_alone(k), TINY)))
+
+    def _runnable(self, n: int, k: int | None = None) -> float:
+        """Threads wanting a CPU: the step's (the loop's one, without workers), and n workers, each
+        all the time where loading is CPU work, else for its CPU share of a batch's loading."""
+        step = self._step_threads_at(k) if self.step_is_cpu else 1.0
+        if n == 0:
+            return step
+        return self._workers_runnable(n) + (step if self.step_is_cpu else 0.0)
+
+    @property
+    def parallel_share(self) -> float | None:
+        """The share of the step's work that runs on the intra-op threads (Amdahl: the step's CPU time
+        ``S`` over its wall time ``w`` at ``T`` threads, ``w = S ((1-p) + p/T)``); None where the run
+        cannot say (:attr:`threads_known`)."""
+        if not self.threads_known:
+            return None
+        t = min(float(self.torch_threads), self.budget)
+        if t <= 1.0:
+            return None
+        return max(0.0, min(1.0, (1.0 - self.step_wall_s / self.step_cpu_s) / (1.0 - 1.0 / t)))
+
+    def _step_wall_alone(self, k: int) -> float:
+        """The step's wall time on ``k`` intra-op threads with no worker taking its CPUs."""
+        p = self.parallel_share
+        if p is None:
+            return self.step_wall_s
+        return self.step_cpu_s * ((1.0 - p) + p / min(float(k), max(1.0, self.budget)))
+
+    def _contention(self, k: int, busy: float) -> float:
+        """How much longer the parallel part of a step on ``k`` intra-op threads takes beside workers
+        that keep ``busy`` CPUs loading: 1 while both fit the CPUs; past that each OpenMP region waits
+        at its barrier for a thread that lost its CPU to a worker, ``1 + e`` for ``e`` CPUs of demand
+        past the budget (fitted on this project's 2-CPU grid of workers x threads: a 2-thread step beside
+        workers wanting 0.5 CPU took 1.5x; see benchmarks/thread_grid.py)."""
+        excess = k + busy - self.budget
+        if k <= 1 or excess <= 0.05:
+            return 1.0
+        return 1.0 + excess
+
+    def _step_wall(self, n: int, k: int, rate: float) -> float:
+        """The step's wall time on ``k`` threads beside ``n`` workers loading at ``rate`` batches per
+        second: the serial part shares a CPU with the workers past the budget; the parallel part waits
+        for its slowest thread."""
+        p = self.parallel_share or 0.0
+        alone = self._step_wall_alone(k)
+        serial = self.step_cpu_s * (1.0 - p) if self.parallel_share is not None else alone
+        parallel = alone - serial
+        busy = min(float(n), self.load_cpu_s * rate) if n else 0.0  # CPUs the workers want at this rate
+        serial_slow = max(1.0, (1.0 + busy) / max(self.budget, TINY))
+        return serial * serial_slow + parallel * self._contention(k, busy)
 
     @property
     def others_runnable(self) -> float:
@@ -183,57 +299,117 @@ class CpuUse:
             m = max(m, k * (self.budget / self.used_cpus - 1.0))
         return m
 
-    def _cpus(self, n: int) -> float:
+    def _cpus(self, n: int, k: int | None = None) -> float:
         """The CPUs the process tree can get with n workers: the budget, or, beside others' busy
         processes, the kernel's share of it."""
-        k = max(1.0, self._runnable(n))
+        runnable = max(1.0, self._runnable(n, k))
         m = self.others_runnable
-        share = self.budget * k / (k + m) if m > 0.05 else self.budget
-        return max(0.1, min(k, self.budget, share))
+        share = self.budget * runnable / (runnable + m) if m > 0.05 else self.budget
+        return max(0.1, min(runnable, self.budget, share))
 
-    def _slow(self, n: int) -> float:
+    def _slow(self, n: int, k: int | None = None) -> float:
         """How much longer CPU work takes with n workers: runnable threads over the CPUs they get."""
-        return max(1.0, self._runnable(n) / self._cpus(n))
+        return max(1.0, self._runnable(n, k) / self._cpus(n, k))
 
-    def predict(self, n: int) -> float | None:
-        """Steady batches per second with ``n`` workers (None where the run cannot say how long
-        loading takes: workers kept up, and fewer would be a guess)."""
-        if n == self.workers:
+    def _loop_wait_stretch(self, k: int | None) -> float:
+        """Without workers, how much longer the loop's loading took than its CPU time because the
+        intra-op pool's spinning threads shared its CPUs (more threads than CPUs); with ``k`` threads
+        the same where ``k`` still exceeds the CPUs, else none."""
+        if self.workers or self.wait_loop_cpu_s is None or not self.torch_threads:
+            return 1.0
+        t = k if k is not None else self.torch_threads
+        return max(1.0, t / max(self.budget, TINY)) if t > self.budget + 0.05 else 1.0
+
+    def predict(self, n: int, threads: int | None = None) -> float | None:
+        """Steady batches per second with ``n`` workers and ``threads`` intra-op threads in the
+        training process (None: as the run had them); None where the run cannot say how long loading
+        takes (workers kept up, and fewer would be a guess), or how the step scales with threads."""
+        if threads is not None and threads != self.torch_threads and not self.threads_known:
+            return None
+        if n == self.workers and threads in (None, self.torch_threads):
             return self.rate
         wall = self.load_wall_s
         if wall is None:
             return None
+        # where the run says how its step scales, the step's threads are part of the model at any
+        # worker count (beside workers they contend); else the step keeps its measured wall time
+        k = (threads or self.torch_threads) if self.threads_known else None
         load_cpu = min(self.load_cpu_s, wall)
-        io = max(0.0, wall - load_cpu * self._slow(self.workers))  # the part of loading no CPU speeds up
+        # the part of loading no CPU speeds up: the wall less the CPU time, stretched by what shared its CPUs
+        io = max(0.0, wall - load_cpu * max(self._slow(self.workers), self._loop_wait_stretch(None)))
         hand = self.handover_cpu_s if n else 0.0
-        ceiling = self._cpus(n) / max(self.load_cpu_s + self.step_cpu_s + hand, TINY)
+        ceiling = self._cpus(n, k) / max(self.load_cpu_s + self.step_cpu_s + hand, TINY)
         if n == 0:
-            return min(ceiling, 1.0 / max(io + load_cpu + self.step_wall_s, TINY))
-        serial = 1.0 / max(self.step_wall_s + hand, TINY)
-        return min(ceiling, serial, n / max(io + load_cpu * self._slow(n), TINY))
+            stretch = self._loop_wait_stretch(threads)
+            step_wall = self.step_wall_s if k is None else self._step_wall_alone(k)
+            return min(ceiling, 1.0 / max(io + load_cpu * stretch + step_wall, TINY))
+        loading = n / max(io + load_cpu * self._slow(n, k), TINY)
+        if k is None:
+            return min(ceiling, 1.0 / max(self.step_wall_s + hand, TINY), loading)
+        # the workers' demand depends on the rate, and the step's contention on that demand: iterate
+        rate = min(ceiling, loading, 1.0 / max(self._step_wall_alone(k) + hand, TINY))
+        for _ in range(8):
+            rate = min(ceiling, loading, 1.0 / max(self._step_wall(n, k, rate) + hand, TINY))
+        return rate
+
+    def best_threads(self, n: int) -> tuple[int, float] | None:
+        """With ``n`` workers, the intra-op thread count (fewer than the run's) whose predicted rate is
+        the best, the fewest within 1 % of it, and that rate; None where the run cannot predict threads."""
+        if not self.threads_known:
+            return None
+        known = {k: r for k in range(1, min(self.torch_threads, MAX_WORKERS) + 1)
+                 if (r := self.predict(n, k)) is not None}
+        if not known:
+            return None
+        best = max(known.values())
+        pick = min(k for k, r in known.items() if r >= NEAR_BEST * best)
+        return pick, known[pick]
 
     @property
     def ceiling_matters(self) -> bool:
         """The CPUs could be what limits this loop: its ceiling is within reach of its rate."""
         return self.ceiling <= CEILING_SHOWN * self.rate
 
-    def best_workers(self, needed: int | None = None) -> tuple[int, float] | None:
-        """The fewest workers above this run's whose predicted rate is within 1 % of the best
-        (looked for up to what keeping up needs, the CPU cap for CPU-bound loading), and that
-        rate; None where the run cannot predict."""
+    def _worker_range(self, needed: int | None) -> range:
+        """Worker counts above this run's worth predicting: up to what keeping up needs and one past
+        the CPUs, never past the CPU cap for CPU-bound loading."""
         cap = self.worker_cap
         top = max(self.workers + 1, needed or 0, math.ceil(self.budget) + 1)
         if cap is not None:
             top = min(top, cap)
-        top = min(top, MAX_WORKERS)
-        if top <= self.workers:
-            return None
-        known = {n: r for n in range(self.workers + 1, top + 1) if (r := self.predict(n)) is not None}
+        return range(self.workers + 1, min(top, MAX_WORKERS) + 1)
+
+    def best_workers(self, needed: int | None = None) -> tuple[int, float] | None:
+        """The fewest workers above this run's whose predicted rate is within 1 % of the best
+        (looked for up to what keeping up needs, the CPU cap for CPU-bound loading), and that
+        rate; None where the run cannot predict."""
+        known = {n: r for n in self._worker_range(needed) if (r := self.predict(n)) is not None}
         if not known:
             return None
         best = max(known.values())
         pick = min(n for n, r in known.items() if r >= NEAR_BEST * best)
         return pick, known[pick]
+
+    def best_setting(self, needed: int | None = None) -> tuple[int, int | None, float] | None:
+        """What the model expects to be fastest: (workers, intra-op threads or None for the run's
+        own, rate). Fewer threads are chosen only where they are expected to gain >= 5 % over the
+        best worker count at the run's threads (a change of the training process needs a clear
+        reason); among those, the fewest workers, then the most threads, within 1 % of the best.
+        None where nothing above this run is predicted."""
+        at_own = self.best_workers(needed)
+        base = max(self.rate, at_own[1] if at_own else 0.0)
+        fewer = {}
+        if self.threads_known:
+            for n in (self.workers, *self._worker_range(needed)):
+                for k in range(1, self.torch_threads):
+                    rate = self.predict(n, k)
+                    if rate is not None:
+                        fewer[n, k] = rate
+        if fewer and max(fewer.values()) >= GAIN_WORTH * base:
+            best = max(fewer.values())
+            n, k = min((nk for nk, r in fewer.items() if r >= NEAR_BEST * best), key=lambda nk: (nk[0], -nk[1]))
+            return n, k, fewer[n, k]
+        return (at_own[0], None, at_own[1]) if at_own else None
 
 
 def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps_timed: int, wait_s: float,
@@ -241,10 +417,13 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
             cpu_step_wall_s: float, workers_cpu_s: float | None,
             workers_runq_s: float | None,
             tree_cpu_s: float | None, others_cpu_s: float | None, cpu_wall_s: float | None,
-            torch_threads: int | None = None, ranks: int = 1, on_gpu: bool = False) -> CpuUse | None:
+            torch_threads: int | None = None, ranks: int = 1, on_gpu: bool = False,
+            cpu_wait_loop_s: float | None = None, cpu_step_loop_s: float | None = None,
+            pin_memory: bool = False) -> CpuUse | None:
     """The accounting from a loader's sums, None where the run did not record CPU time (an older
     records file) or too little ran to divide by. ``ranks``: the ranks on this node, whose CPU
-    time the other processes' includes (each rank's budget is its share of the node already)."""
+    time the other processes' includes (each rank's budget is its share of the node already).
+    ``cpu_wait_loop_s``/``cpu_step_loop_s``: the loop thread's own share of the CPU-timed sums."""
     if not budget or not waits or not steps_timed or cpu_wait_s is None or cpu_step_s is None:
         return None
     if cpu_step_wall_s <= 0 or cpu_wait_wall_s <= 0:
@@ -254,7 +433,13 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
     wait_cpu = cpu_wait_s / cpu_wait_wall_s * wait_s / waits
     if workers and workers_cpu_s is None:
         return None
-    load_cpu = (workers_cpu_s or 0.0) / waits if workers else wait_cpu
+    wait_loop = step_loop = None
+    if cpu_wait_loop_s is not None and cpu_step_loop_s is not None:
+        # a thread's clock never runs ahead of the process's (a loop handed between threads would)
+        wait_loop = min(max(0.0, cpu_wait_loop_s), cpu_wait_s) / cpu_wait_wall_s * wait_s / waits
+        step_loop = min(max(0.0, cpu_step_loop_s), cpu_step_s) / cpu_step_wall_s * step_s / steps_timed
+    # without workers the loop's own thread loads: the other threads' CPU meanwhile is not loading
+    load_cpu = (workers_cpu_s or 0.0) / waits if workers else (wait_cpu if wait_loop is None else wait_loop)
     used = others = None
     if cpu_wall_s and tree_cpu_s is not None:
         used = tree_cpu_s / cpu_wall_s
@@ -265,4 +450,5 @@ def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps
                   step_cpu_s=step_cpu, wait_wall_s=wait_s / waits, wait_cpu_s=wait_cpu,
                   load_cpu_s=load_cpu, load_queued_s=(workers_runq_s / waits
                                                       if workers and workers_runq_s is not None else None),
-                  used_cpus=used, others_cpus=others, torch_threads=torch_threads, on_gpu=on_gpu)
+                  used_cpus=used, others_cpus=others, torch_threads=torch_threads, on_gpu=on_gpu,
+                  wait_loop_cpu_s=wait_loop, step_loop_cpu_s=step_loop, pin_memory=bool(pin_memory))

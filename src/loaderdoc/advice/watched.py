@@ -57,6 +57,8 @@ class WatchedEpoch:
     cpu_step_s: float | None = None
     cpu_wait_wall_s: float | None = None  # the wall time of the waits and steps CPU-timed (a sample)
     cpu_step_wall_s: float | None = None
+    cpu_wait_loop_s: float | None = None  # ... the loop thread's own CPU time in them (None: recorded before it)
+    cpu_step_loop_s: float | None = None
     proc_cpu_s: float | None = None
     workers_cpu_s: float | None = None
     workers_runq_s: float | None = None  # the workers' time runnable, waiting for a CPU
@@ -96,8 +98,9 @@ def _wall(epoch: dict[str, Any]) -> float | None:
 
 
 # the CPU accounting's fields, named as the hook's records name them
-CPU_FIELDS = ("cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s", "cpu_step_wall_s", "proc_cpu_s", "workers_cpu_s",
-              "workers_runq_s", "workers_cpu_first_s", "workers_runq_first_s", "others_cpu_s", "torch_threads")
+CPU_FIELDS = ("cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s", "cpu_step_wall_s", "cpu_wait_loop_s", "cpu_step_loop_s",
+              "proc_cpu_s", "workers_cpu_s", "workers_runq_s", "workers_cpu_first_s", "workers_runq_first_s",
+              "others_cpu_s", "torch_threads")
 IO_FIELDS = ("io_main", "io_workers", "io_first", "io_traced")  # the read accounting's, likewise
 
 
@@ -333,10 +336,13 @@ class LoaderReport:
         tree = sum(e.proc_cpu_s + (e.workers_cpu_s or 0.0) for e in ended) if ended else None
         others = [e.others_cpu_s for e in ended if e.others_cpu_s is not None]
         threads = [e.torch_threads for e in epochs if e.torch_threads]
+        loop = None not in [x for e in epochs for x in (e.cpu_wait_loop_s, e.cpu_step_loop_s)]
         return cpu_use(
             workers=self.workers, budget=budget, waits=self.waits, steps=sum(e.steps for e in epochs),
             steps_timed=sum(e.steps_timed for e in epochs), wait_s=self.wait_s, step_s=self.step_s,
             cpu_wait_s=sum(e.cpu_wait_s for e in epochs), cpu_step_s=sum(e.cpu_step_s for e in epochs),
+            cpu_wait_loop_s=sum(e.cpu_wait_loop_s for e in epochs) if loop else None,
+            cpu_step_loop_s=sum(e.cpu_step_loop_s for e in epochs) if loop else None,
             cpu_wait_wall_s=sum(e.wait_s if e.cpu_wait_wall_s is None else e.cpu_wait_wall_s for e in epochs),
             cpu_step_wall_s=sum(e.step_s if e.cpu_step_wall_s is None else e.cpu_step_wall_s for e in epochs),
             workers_cpu_s=_steady(epochs, "workers_cpu_s", "workers_cpu_first_s"),
@@ -344,7 +350,8 @@ class LoaderReport:
             tree_cpu_s=tree, others_cpu_s=sum(others) if len(others) == len(ended) else None,
             cpu_wall_s=sum(e.wall_s for e in ended) if ended else None,
             torch_threads=max(threads) if threads else None, ranks=ranks,
-            on_gpu=any(e.gpu_idle_s is not None for e in epochs))
+            on_gpu=any(e.gpu_idle_s is not None for e in epochs),
+            pin_memory=bool((self.settings or {}).get("pin_memory")))
 
 
 def _steady(epochs: list[WatchedEpoch], total: str, first: str) -> float | None:
@@ -366,6 +373,8 @@ def cpu_text(cpu: dict[str, Any] | None) -> str | None:
             f"{fmt_seconds(cpu['step_cpu_per_step_s'])} of CPU per {fmt_seconds(cpu['step_wall_per_step_s'])}")
     if cpu.get("used_cpus") is not None:
         text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
+        if (cpu.get("spin_cpus") or 0.0) >= 0.05:
+            text += f" ({cpu['spin_cpus']:.1f} of them torch's threads spinning)"
         if cpu.get("others_cpus"):
             text += f" (+{cpu['others_cpus']:.1f} other processes)"
     if cpu.get("ceiling_matters"):  # else the CPUs are far from the limit

@@ -53,6 +53,7 @@ def window_cpu_use(w: Window, workers: int, budget: float | None, ranks: int = 1
     return cpu_use(workers=workers, budget=budget, waits=w.waits, steps=w.steps, steps_timed=w.steps_timed,
                    wait_s=w.wait_s, step_s=w.step_s, cpu_wait_s=w.cpu_wait_s, cpu_step_s=w.cpu_step_s,
                    cpu_wait_wall_s=w.cpu_wait_wall_s, cpu_step_wall_s=w.cpu_step_wall_s,
+                   cpu_wait_loop_s=w.cpu_wait_loop_s, cpu_step_loop_s=w.cpu_step_loop_s,
                    workers_cpu_s=w.workers_cpu_s if workers else None, workers_runq_s=w.workers_runq_s,
                    tree_cpu_s=tree, others_cpu_s=w.others_cpu_s, cpu_wall_s=w.wall_s, ranks=ranks, on_gpu=on_gpu)
 

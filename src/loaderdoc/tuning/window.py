@@ -28,7 +28,7 @@ from loaderdoc.advice.watched import wait_share_of
 
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
-          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s")
+          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s", "cpu_wait_loop_s", "cpu_step_loop_s")
 WARM_BATCHES = 5  # batches past the start-up queue before the window opens
 MIN_WINDOW_S = 3.0  # a window shorter than this is mostly the sampler's tick (0.2 s)
 SETTLED_SPREAD = 0.10  # the window's two halves within 10 % of each other: settled
@@ -101,6 +101,8 @@ class Window:
     cpu_step_s: float
     cpu_wait_wall_s: float
     cpu_step_wall_s: float
+    cpu_wait_loop_s: float  # the loop thread's own CPU time in the CPU-timed waits and steps
+    cpu_step_loop_s: float
     workers_cpu_s: float
     workers_runq_s: float
     first_batch_s: float
@@ -177,6 +179,7 @@ def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window
         steps=int(values["steps"]), wait_s=values["wait_s"], step_s=values["step_s"], waits=int(values["waits"]),
         steps_timed=int(values["steps_timed"]), cpu_wait_s=values["cpu_wait_s"], cpu_step_s=values["cpu_step_s"],
         cpu_wait_wall_s=values["cpu_wait_wall_s"], cpu_step_wall_s=values["cpu_step_wall_s"],
+        cpu_wait_loop_s=values["cpu_wait_loop_s"], cpu_step_loop_s=values["cpu_step_loop_s"],
         workers_cpu_s=values["workers_cpu_s"], workers_runq_s=values["workers_runq_s"],
         first_batch_s=values["first_batch_s"], proc_cpu_s=cpu[1] - cpu[0] if None not in cpu else None,
         busy_s=busy[1] - busy[0] if None not in busy else None,

@@ -44,7 +44,6 @@ SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
 _MARK = "_loaderdoc_watch"
 
 clock = time.perf_counter
-cpu_clock = time.process_time  # this process's CPU time, every thread (torch's intra-op pool included)
 # the wait and step of an epoch's first CPU_ALL batches are CPU-timed, then every CPU_EVERY-th:
 # a long fast loop pays 3 clock reads per 16 batches, a short one is timed throughout
 CPU_ALL, CPU_EVERY = 64, 16
@@ -66,106 +65,32 @@ def _sibling(name: str):
 
 
 if __package__:  # imported as loaderdoc.watching.hook
-    from loaderdoc.watching import apply, cpuacct, gpuidle, importpatch, ioacct, procinfo, sampler, trace
+    from loaderdoc.watching import (
+        apply,
+        cpuacct,
+        epochs,
+        gpuidle,
+        importpatch,
+        ioacct,
+        procinfo,
+        sampler,
+        trace,
+    )
+    EpochRecord = epochs.EpochRecord
+    cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 else:  # loaded by path under ``loaderdoc watch``
-    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace"  # sampler first: cpuacct reads with it
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace = map(_sibling, _NAMES.split())
-
-
-class EpochRecord:
-    """One ``iter(loader)``: counters updated in place by the iterator, read at write time."""
-
-    __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
-                 "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
-                 "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
-                 "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
-                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
-                 "io_main_start", "io_main", "io_workers", "io_first", "io_traced")
-
-    def __init__(self, index: int, started: float) -> None:
-        self.index = index
-        self.started = started  # perf_counter at iter(loader)
-        self.last = started  # the latest moment this epoch was seen doing something
-        self.steps = 0  # batches returned
-        self.waited = 0  # batches after the first (their wait is in wait_s)
-        self.wait_s = 0.0
-        self.step_s = 0.0
-        self.first_batch_s: float | None = None
-        self.finished = False  # StopIteration seen (False: abandoned, interrupted or still running)
-        # a later epoch of the same loader began before this one's StopIteration: it is over, ended
-        # at its last batch (Lightning stops at len(loader) and never asks for StopIteration)
-        self.closed = False
-        self.samples: list[float] = []
-        self.stride = 1
-        self.workers_pss_max: int | None = None  # set by the sampler thread only
-        self.workers_heap_grown: int | None = None  # ... with the malloc heap they had grown then
-        self.gpu_idle_s: float | None = None  # None: this epoch's waits were not GPU-timed
-        self.gpu_waits_timed = 0
-        self.gpu_pending = 0  # GPU-timed waits whose events had not completed yet
-        # CPU accounting (cpuacct): this process's CPU time in the waits, the steps, the whole epoch;
-        # its workers'; every process's busy time on its CPUs (what others took)
-        self.cpu_wait_s = 0.0  # in the CPU-timed waits and steps (CPU_ALL, then CPU_EVERY) ...
-        self.cpu_step_s = 0.0
-        self.cpu_wait_wall_s = 0.0  # ... whose wall time is this
-        self.cpu_step_wall_s = 0.0
-        self.cpu_start = cpu_clock()
-        self.proc_cpu_s: float | None = None  # set when the epoch ends
-        self.workers_cpu_s: float | None = None  # None: no worker processes (or none read)
-        self.workers_cpu_at_end: float | None = None
-        self.workers_runq_s: float | None = None  # the workers' time runnable but waiting for a CPU
-        self.workers_cpu_first: float | None = None  # ... both by the first batch: their start-up
-        self.workers_runq_first: float | None = None
-        self.busy_start: float | None = None
-        self.busy_s: float | None = None
-        self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
-        # reads (ioacct: rchar, read calls, bytes from a device; None: not read)
-        self.io_main_start = self.io_main = self.io_workers = self.io_first = self.io_traced = None
-
-    def to_dict(self, t0: float) -> dict:
-        waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
-        return {
-            "epoch": self.index,
-            "steps": self.steps,
-            "waits": self.waited,  # batches after the first: wait_s sums their waits
-            "wait_s": self.wait_s,
-            "steps_timed": self.waited + (1 if self.finished and self.steps else 0),  # in step_s
-            "step_s": self.step_s,
-            "first_batch_s": self.first_batch_s,
-            "wall_s": self.last - self.started,
-            "finished": self.finished,
-            "wait_p50_s": _quantile(waits, 0.50),
-            "wait_p95_s": _quantile(waits, 0.95),
-            "wait_sampled": len(waits),
-            "start_s": self.started - t0,
-            "end_s": self.last - t0 if self.finished or self.closed else None,
-            "workers_pss_max_bytes": self.workers_pss_max,
-            "workers_heap_grown_bytes": self.workers_heap_grown,
-            "gpu_idle_s": self.gpu_idle_s,
-            "gpu_waits_timed": self.gpu_waits_timed,
-            "gpu_waits_unresolved": self.gpu_pending,
-            "cpu_wait_s": self.cpu_wait_s,
-            "cpu_step_s": self.cpu_step_s,
-            "cpu_wait_wall_s": self.cpu_wait_wall_s,
-            "cpu_step_wall_s": self.cpu_step_wall_s,
-            "proc_cpu_s": self.proc_cpu_s,
-            "workers_cpu_s": self.workers_cpu_s,
-            "workers_runq_s": self.workers_runq_s,
-            "workers_cpu_first_s": self.workers_cpu_first,
-            "workers_runq_first_s": self.workers_runq_first,
-            "others_cpu_s": cpuacct.others_cpu_s(self),
-            "torch_threads": self.torch_threads,
-            **ioacct.fields(self),
-        }
-
-
-def _quantile(ordered: list[float], q: float) -> float | None:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+    # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses
+    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs"
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs = map(_sibling, _NAMES.split())
+EpochRecord = epochs.EpochRecord
+cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 
 
 class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
-    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_on_end", "_on_first", "_trace")
+    __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_returned_loop", "_on_end", "_on_first",
+                 "_trace")
 
     def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None, trace=None) -> None:
         self._it = iterator
@@ -173,6 +98,7 @@ class WatchedIterator:
         self._epoch = epoch
         self._returned: float | None = None  # when the previous batch was handed to the loop
         self._returned_cpu: float | None = None  # this process's CPU time then, where read
+        self._returned_loop: float | None = None  # ... and the loop thread's
         self._on_end = on_end
         self._on_first = on_first  # once an epoch, at its first batch: the workers' start-up is over
         self._trace = trace  # under --trace, called at the top of each next(): may start or stop the profiler
@@ -186,10 +112,11 @@ class WatchedIterator:
         t0 = clock()
         before = self._returned_cpu
         c0 = cpu_clock() if before is not None else None
+        l0 = loop_clock() if before is not None else None
         try:
             batch = self._next()
         except StopIteration:
-            self._end(t0, c0, before)
+            self._end(t0, c0, before, l0)
             raise
         t1 = clock()
         e = self._epoch
@@ -205,6 +132,8 @@ class WatchedIterator:
             if c0 is not None:
                 e.cpu_step_s += c0 - before
                 e.cpu_wait_s += cpu_clock() - c0
+                e.cpu_step_loop_s += l0 - self._returned_loop
+                e.cpu_wait_loop_s += loop_clock() - l0
                 e.cpu_step_wall_s += t0 - returned
                 e.cpu_wait_wall_s += wait
             e.waited += 1
@@ -218,10 +147,14 @@ class WatchedIterator:
         e.last = t1
         self._returned = t1
         # the next batch is CPU-timed: read the CPU clock where its step starts
-        self._returned_cpu = cpu_clock() if e.steps < CPU_ALL or e.steps % CPU_EVERY == 0 else None
+        if e.steps < CPU_ALL or e.steps % CPU_EVERY == 0:
+            self._returned_loop = loop_clock()
+            self._returned_cpu = cpu_clock()
+        else:
+            self._returned_cpu = None
         return batch
 
-    def _end(self, t0: float, c0: float | None, before: float | None) -> None:
+    def _end(self, t0: float, c0: float | None, before: float | None, l0: float | None = None) -> None:
         e = self._epoch
         if e.finished:
             return
@@ -229,6 +162,7 @@ class WatchedIterator:
             e.step_s += t0 - self._returned
             if c0 is not None:
                 e.cpu_step_s += c0 - before
+                e.cpu_step_loop_s += l0 - self._returned_loop
                 e.cpu_step_wall_s += t0 - self._returned
         e.last = t0
         e.finished = True

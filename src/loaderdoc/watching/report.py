@@ -193,7 +193,11 @@ def cpu_entry(use) -> dict[str, Any] | None:
             "handover_per_batch_s": use.handover_cpu_s, "idle_wait_share": use.idle_share,
             "cpu_per_batch_s": use.cpu_per_batch_s, "used_cpus": use.used_cpus, "others_cpus": use.others_cpus,
             "saturated": use.saturated, "rate_per_s": use.rate, "ceiling_per_s": use.ceiling,
-            "ceiling_matters": use.ceiling_matters}
+            "ceiling_matters": use.ceiling_matters,
+            # the loop's own thread apart from the process's others (None: recorded before it)
+            "loop_wait_cpu_per_batch_s": use.wait_loop_cpu_s, "loop_step_cpu_per_step_s": use.step_loop_cpu_s,
+            "others_wait_cpu_per_batch_s": use.others_wait_cpu_s, "spin_per_batch_s": use.spin_s,
+            "spin_cpus": use.spin_cpus, "work_cpus": use.work_cpus, "parallel_share": use.parallel_share}
 
 
 def io_entry(reads, use, watch: LoaderReport) -> dict[str, Any] | None:

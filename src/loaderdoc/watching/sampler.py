@@ -269,12 +269,12 @@ class Sampler:
 # give a window's figures (loaderdoc tune measures its steady windows from them); the first three
 # are the timeline's
 CUMULATIVE = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
-              "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s")
+              "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s", "cpu_wait_loop_s", "cpu_step_loop_s")
 
 
 def cumulative(epochs: list) -> list:
     """The :data:`CUMULATIVE` sums over ``epochs`` (hook EpochRecords) as they stand now."""
-    steps = wait = step = cw = cs = cww = csw = wcpu = wq = first = 0.0
+    steps = wait = step = cw = cs = cww = csw = wcpu = wq = first = cwl = csl = 0.0
     waits = timed = 0
     for e in epochs:
         steps += e.steps
@@ -289,7 +289,9 @@ def cumulative(epochs: list) -> list:
         wcpu += e.workers_cpu_s or 0.0
         wq += e.workers_runq_s or 0.0
         first += e.first_batch_s or 0.0
-    return [int(steps), wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first]
+        cwl += e.cpu_wait_loop_s
+        csl += e.cpu_step_loop_s
+    return [int(steps), wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first, cwl, csl]
 
 
 def _attribute(epochs: list, workers_pss: int, since: float, heap_grown: int | None = None) -> None:

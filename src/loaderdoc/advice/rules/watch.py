@@ -82,8 +82,12 @@ def cpu_lines(use: CpuUse) -> list[str]:
     else:
         step += " (the step waits, e.g. for a GPU: little CPU)"
     lines = [load, step]
+    if use.spin_s > 0.0:
+        lines.append(spin_line(use))
     if use.used_cpus is not None:
         busy = f"this process and its workers kept {use.used_cpus:.2f} of the {cpus_text(use.budget)} busy"
+        if use.spin_cpus >= 0.05:
+            busy += f" ({use.work_cpus:.2f} of it work, {use.spin_cpus:.2f} torch's threads spinning)"
         if use.others_cpus:
             busy += f", other processes {use.others_cpus:.2f}"
         lines.append(busy + (": the CPUs were saturated" if use.saturated else ""))
@@ -91,6 +95,20 @@ def cpu_lines(use: CpuUse) -> list[str]:
         lines.append(f"ceiling: one trained batch needs {fmt_seconds(use.cpu_per_batch_s)} of CPU, so at most about "
                      f"{use.ceiling:.1f} steps/s on {cpus_text(use.budget)} (the run reached {use.rate:.1f})")
     return lines
+
+
+def threads_fix(use: CpuUse, threads: int) -> str:
+    """The words of a change to the training process's intra-op threads."""
+    return (f"cap the training process's intra-op threads from {use.torch_threads} to {threads} "
+            f"(OMP_NUM_THREADS={threads} in the job's environment, or torch.set_num_threads({threads}))")
+
+
+def spin_line(use: CpuUse) -> str:
+    """What the training process's other threads burnt while the loop waited: spinning, not work."""
+    doing = "loaded the batch itself" if not use.workers else "waited for a batch"
+    return (f"torch's intra-op pool ({use.torch_threads} threads): {fmt_seconds(use.spin_s)} of CPU per batch "
+            f"while the loop {doing} ({fmt_seconds(use.wait_loop_cpu_s or 0.0)} in the loop's own thread): "
+            "its threads spin waiting for the next op, CPU time that is not work")
 
 
 def io_line(reads: IoUse, verdict: str) -> str:
@@ -155,20 +173,25 @@ def _watch_starved(i: Inputs) -> Finding | None:
         return found(severity, symptom, evidence, cause, fix + "; size it on this machine with 'loaderdoc probe'",
                      policy.fewer_workers(suggested))
     evidence += cpu_lines(use)
-    best = use.best_workers(needed)
-    if best is not None and best[1] >= GAIN_WORTH * use.rate:
-        n, rate = best
+    best = use.best_setting(needed)
+    if best is not None and best[2] >= GAIN_WORTH * use.rate:
+        n, threads, rate = best
         gain = rate / use.rate
-        fix = (f"raise num_workers from {w.workers} to {n}: expected about {rate:.1f} steps/s, {gain:.2f}x the "
-               f"{use.rate:.1f} measured (the CPU accounting's estimate")
+        change = policy.fewer_workers(n) if n != w.workers else {}
+        fix = f"raise num_workers from {w.workers} to {n}" if n != w.workers else f"keep num_workers={n}"
+        if threads is not None:
+            fix += f" and {threads_fix(use, threads)}"
+            change = {**change, "torch_threads": threads}
+        fix += (f": expected about {rate:.1f} steps/s, {gain:.2f}x the {use.rate:.1f} measured (the CPU "
+                "accounting's estimate")
         if use.worker_cap is not None and n == use.worker_cap:
             fix += f"; loading is CPU work, so no more workers than the {cpus_text(use.budget)}"
         fix += ")"
-        if use.step_is_cpu and use.step_threads > 1.2:
+        if use.step_is_cpu and use.step_threads > 1.2 and not use.threads_known:
             fix += (f"; the step runs on {use.step_threads:.1f} CPUs and will share them with the workers, so expect "
                     "less than that")
         fix += "; check it with 'loaderdoc watch --apply'"
-        return found(severity, symptom, evidence, cause, fix, policy.fewer_workers(n), expected_gain=gain)
+        return found(severity, symptom, evidence, cause, fix, change, expected_gain=gain)
     # no worker count is expected to help: say what limits the loop instead of proposing one
     if use.load_is_cpu:
         fix = (f"no worker count is expected to help: loading is CPU work and the CPUs allow at most about "

@@ -1,0 +1,118 @@
+"""One epoch of a watched DataLoader, as the hook counts it: :class:`EpochRecord`, updated in place
+by the wrapped iterator (``hook.WatchedIterator``) and read when the records are written.
+
+Standard library only: under ``loaderdoc watch`` it is loaded by path beside ``hook.py``, after
+``cpuacct.py`` and ``ioacct.py``, whose fields it writes out.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+if __package__:  # imported as loaderdoc.watching.epochs
+    from loaderdoc.watching import cpuacct, ioacct
+else:  # loaded by path beside hook.py, which loads cpuacct.py and ioacct.py first
+    cpuacct = sys.modules["_loaderdoc_watch_cpuacct"]
+    ioacct = sys.modules["_loaderdoc_watch_ioacct"]
+
+cpu_clock = time.process_time  # this process's CPU time, every thread (torch's intra-op pool included)
+# the loop's own thread: its CPU time is work (the loading without workers, the hand-over, the step's
+# share of each op); the rest of the process's is its other threads': torch's intra-op pool, which
+# spins while it waits for the next op, and the pin-memory thread
+loop_clock = time.thread_time
+
+
+class EpochRecord:
+    """One ``iter(loader)``: counters updated in place by the iterator, read at write time."""
+
+    __slots__ = ("index", "started", "last", "steps", "waited", "wait_s", "step_s", "first_batch_s",
+                 "finished", "closed", "samples", "stride", "workers_pss_max", "workers_heap_grown", "gpu_idle_s",
+                 "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
+                 "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
+                 "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
+                 "cpu_wait_loop_s", "cpu_step_loop_s",
+                 "io_main_start", "io_main", "io_workers", "io_first", "io_traced")
+
+    def __init__(self, index: int, started: float) -> None:
+        self.index = index
+        self.started = started  # perf_counter at iter(loader)
+        self.last = started  # the latest moment this epoch was seen doing something
+        self.steps = 0  # batches returned
+        self.waited = 0  # batches after the first (their wait is in wait_s)
+        self.wait_s = 0.0
+        self.step_s = 0.0
+        self.first_batch_s: float | None = None
+        self.finished = False  # StopIteration seen (False: abandoned, interrupted or still running)
+        # a later epoch of the same loader began before this one's StopIteration: it is over, ended
+        # at its last batch (Lightning stops at len(loader) and never asks for StopIteration)
+        self.closed = False
+        self.samples: list[float] = []
+        self.stride = 1
+        self.workers_pss_max: int | None = None  # set by the sampler thread only
+        self.workers_heap_grown: int | None = None  # ... with the malloc heap they had grown then
+        self.gpu_idle_s: float | None = None  # None: this epoch's waits were not GPU-timed
+        self.gpu_waits_timed = 0
+        self.gpu_pending = 0  # GPU-timed waits whose events had not completed yet
+        # CPU accounting (cpuacct): this process's CPU time in the waits, the steps, the whole epoch;
+        # its workers'; every process's busy time on its CPUs (what others took)
+        self.cpu_wait_s = 0.0  # in the CPU-timed waits and steps (CPU_ALL, then CPU_EVERY) ...
+        self.cpu_step_s = 0.0
+        self.cpu_wait_wall_s = 0.0  # ... whose wall time is this
+        self.cpu_step_wall_s = 0.0
+        self.cpu_wait_loop_s = 0.0  # ... and the loop's own thread's CPU time in them
+        self.cpu_step_loop_s = 0.0
+        self.cpu_start = cpu_clock()
+        self.proc_cpu_s: float | None = None  # set when the epoch ends
+        self.workers_cpu_s: float | None = None  # None: no worker processes (or none read)
+        self.workers_cpu_at_end: float | None = None
+        self.workers_runq_s: float | None = None  # the workers' time runnable but waiting for a CPU
+        self.workers_cpu_first: float | None = None  # ... both by the first batch: their start-up
+        self.workers_runq_first: float | None = None
+        self.busy_start: float | None = None
+        self.busy_s: float | None = None
+        self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
+        # reads (ioacct: rchar, read calls, bytes from a device; None: not read)
+        self.io_main_start = self.io_main = self.io_workers = self.io_first = self.io_traced = None
+
+    def to_dict(self, t0: float) -> dict:
+        waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends
+        return {
+            "epoch": self.index,
+            "steps": self.steps,
+            "waits": self.waited,  # batches after the first: wait_s sums their waits
+            "wait_s": self.wait_s,
+            "steps_timed": self.waited + (1 if self.finished and self.steps else 0),  # in step_s
+            "step_s": self.step_s,
+            "first_batch_s": self.first_batch_s,
+            "wall_s": self.last - self.started,
+            "finished": self.finished,
+            "wait_p50_s": _quantile(waits, 0.50),
+            "wait_p95_s": _quantile(waits, 0.95),
+            "wait_sampled": len(waits),
+            "start_s": self.started - t0,
+            "end_s": self.last - t0 if self.finished or self.closed else None,
+            "workers_pss_max_bytes": self.workers_pss_max,
+            "workers_heap_grown_bytes": self.workers_heap_grown,
+            "gpu_idle_s": self.gpu_idle_s,
+            "gpu_waits_timed": self.gpu_waits_timed,
+            "gpu_waits_unresolved": self.gpu_pending,
+            "cpu_wait_s": self.cpu_wait_s,
+            "cpu_step_s": self.cpu_step_s,
+            "cpu_wait_wall_s": self.cpu_wait_wall_s,
+            "cpu_step_wall_s": self.cpu_step_wall_s,
+            "cpu_wait_loop_s": self.cpu_wait_loop_s,
+            "cpu_step_loop_s": self.cpu_step_loop_s,
+            "proc_cpu_s": self.proc_cpu_s,
+            "workers_cpu_s": self.workers_cpu_s,
+            "workers_runq_s": self.workers_runq_s,
+            "workers_cpu_first_s": self.workers_cpu_first,
+            "workers_runq_first_s": self.workers_runq_first,
+            "others_cpu_s": cpuacct.others_cpu_s(self),
+            "torch_threads": self.torch_threads,
+            **ioacct.fields(self),
+        }
+
+
+def _quantile(ordered: list[float], q: float) -> float | None:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None

@@ -19,7 +19,7 @@ from loaderdoc._version import __version__
 from loaderdoc.advice.findings import Finding
 from loaderdoc.errors import ExportError
 from loaderdoc.safe_write import write_text
-from loaderdoc.settings import LoaderSettings
+from loaderdoc.settings import PROCESS_TABLE, LoaderSettings, coerce_torch_threads
 from loaderdoc.summary import machine_line
 from loaderdoc.system.facts import MachineFacts
 
@@ -58,21 +58,39 @@ def format_for(path: str, fmt: str | None) -> str:
     return _SUFFIXES[suffix]
 
 
-def to_toml(settings: LoaderSettings, header: list[str] | None = None) -> str:
-    """A ``[dataloader]`` table, with the header as comments."""
+def _threads_meaning(k: int) -> str:
+    """What ``[process] torch_threads = k`` means, on one comment line."""
+    return (f"the training process's intra-op threads: OMP_NUM_THREADS={k} in the job's environment or "
+            f"torch.set_num_threads({k})")
+
+
+def to_toml(settings: LoaderSettings, header: list[str] | None = None, torch_threads: int | None = None) -> str:
+    """A ``[dataloader]`` table (then ``[process]``, with ``torch_threads``), with the header as comments."""
     import tomli_w  # small; only the export path needs it
 
     # TOML has no null: an unset batch_size (automatic batching off) is written as "none"
     table = {k: ("none" if v is None else v) for k, v in settings.as_kwargs().items()}
-    return _comment_block(header) + tomli_w.dumps({"dataloader": table})
+    text = _comment_block(header) + tomli_w.dumps({"dataloader": table})
+    if torch_threads is None:
+        return text
+    process = tomli_w.dumps({PROCESS_TABLE: {"torch_threads": torch_threads}})
+    return text + f"\n# {_threads_meaning(torch_threads)}\n" + process
 
 
-def to_python(settings: LoaderSettings, header: list[str] | None = None) -> str:
-    """A runnable ``make_loader(dataset, **overrides)`` with the settings."""
+def to_python(settings: LoaderSettings, header: list[str] | None = None, torch_threads: int | None = None) -> str:
+    """A runnable ``make_loader(dataset, **overrides)`` with the settings (and, with ``torch_threads``,
+    the process's intra-op threads set when the snippet runs)."""
     args = "".join(f"        {k}={v!r},\n" for k, v in settings.as_kwargs().items())
+    threads = "" if torch_threads is None else (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n\n"
+        "# the training process's intra-op threads; OMP_NUM_THREADS="
+        f"{torch_threads} in the job's environment before it starts\n"
+        "# does the same and also sizes OpenMP's pool from the start\n"
+        f"torch.set_num_threads({torch_threads})\n\n\n")
     return (
         _comment_block(header)
-        + "from torch.utils.data import DataLoader\n\n\n"
+        + (threads or "from torch.utils.data import DataLoader\n\n\n")
         + "def make_loader(dataset, **overrides):\n"
         + '    """Build the DataLoader with the settings loaderdoc chose for this machine."""\n'
         + "    kwargs = dict(\n"
@@ -94,7 +112,10 @@ def _yaml_document(settings: LoaderSettings, fmt: str) -> dict:
     return {field: kwargs[key] for key, field in hf_fields().items() if key in kwargs}
 
 
-def _paste_note(fmt: str, settings: LoaderSettings) -> list[str]:
+def _paste_note(fmt: str, settings: LoaderSettings, torch_threads: int | None = None) -> list[str]:
+    threads = [] if torch_threads is None else [
+        "not written (this fragment has no place for it): the training process's intra-op threads,",
+        f"OMP_NUM_THREADS={torch_threads} (torch.set_num_threads({torch_threads})); set it in the job's environment"]
     return {
         "lightning": ["paste under your LightningCLI config's data: init_args (your DataModule must take these",
                       "arguments and pass them to its DataLoaders)"],
@@ -102,7 +123,7 @@ def _paste_note(fmt: str, settings: LoaderSettings) -> list[str]:
         "hf": ["Hugging Face TrainingArguments fields (YAML for HfArgumentParser.parse_yaml_file, or the same",
                "names as --flags); shuffle and timeout have no TrainingArguments field: the Trainer shuffles"]
         + _hf_unwritten(settings),
-    }.get(fmt, [])
+    }.get(fmt, []) + threads
 
 
 def _hf_unwritten(settings: LoaderSettings) -> list[str]:
@@ -136,17 +157,28 @@ def _comment_block(lines: list[str] | None) -> str:
     return "".join(f"# {_LINE_BREAKERS.sub(' ', line)}".rstrip() + "\n" for line in lines) + "\n"
 
 
-def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = ()) -> str:
+def render(settings: LoaderSettings, fmt: str, header: Iterable[str] = (), torch_threads: int | None = None) -> str:
+    """``settings`` in ``fmt``; ``torch_threads``: the training process's intra-op threads too (a
+    ``[process]`` table in loaderdoc's own layout, a call in the snippet, a named line elsewhere)."""
     header = list(header)
+    if torch_threads is not None:
+        torch_threads = coerce_torch_threads(torch_threads)
+    process = {PROCESS_TABLE: {"torch_threads": torch_threads}} if torch_threads is not None else {}
     if fmt == "toml":
-        return to_toml(settings, header)
+        return to_toml(settings, header, torch_threads)
     if fmt == "py":
-        return to_python(settings, header)
+        return to_python(settings, header, torch_threads)
     if fmt == "json":
-        doc = {"generated_by": f"loaderdoc {__version__}", "notes": header, "dataloader": settings.as_kwargs()}
+        notes = header + ([f"process.torch_threads: {_threads_meaning(torch_threads)}"] if process else [])
+        doc = {"generated_by": f"loaderdoc {__version__}", "notes": notes, "dataloader": settings.as_kwargs(),
+               **process}
         return json.dumps(doc, indent=2) + "\n"
     if fmt in ("yaml", "lightning", "hydra", "hf"):
-        return _comment_block(header + _paste_note(fmt, settings)) + _yaml(_yaml_document(settings, fmt))
+        note = _paste_note(fmt, settings, torch_threads if fmt != "yaml" else None)
+        text = _comment_block(header + note) + _yaml(_yaml_document(settings, fmt))
+        if fmt == "yaml" and process:
+            text += f"# {_threads_meaning(torch_threads)}\n" + _yaml(process)
+        return text
     raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
@@ -157,11 +189,13 @@ def write_export(
     fmt: str | None = None,
     force: bool = False,
     header: Iterable[str] = (),
+    torch_threads: int | None = None,
 ) -> Path | None:
-    """Write ``settings`` to ``path`` ('-' = stdout). Returns the path written (None for stdout)."""
+    """Write ``settings`` (and ``torch_threads``, the process's intra-op threads) to ``path`` ('-' =
+    stdout). Returns the path written (None for stdout)."""
     path_str = os.fspath(path)
     fmt = format_for(path_str, fmt)
-    text = render(settings, fmt, header)
+    text = render(settings, fmt, header, torch_threads)
     if path_str == "-":
         sys.stdout.write(text)
         sys.stdout.flush()

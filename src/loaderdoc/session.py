@@ -26,7 +26,7 @@ from loaderdoc.export import export_header
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.reports import TuneRun
-from loaderdoc.settings import LoaderSettings
+from loaderdoc.settings import LoaderSettings, coerce_torch_threads, split_process
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.visible import visible
@@ -119,11 +119,12 @@ def parse_workload_field(key: str, text: str) -> tuple[Any, str | None]:
 
 
 def apply_change(settings: LoaderSettings, change: dict[str, Any]) -> LoaderSettings:
-    """``settings`` with a finding's settings change applied.
+    """``settings`` with a finding's settings change applied (its DataLoader keys: the process's own
+    ``torch_threads`` is never a DataLoader argument; :meth:`Session.apply_fix` keeps it apart).
 
     Raises :class:`SettingsError` when the result is something torch would reject."""
     merged = dataclasses.asdict(settings)
-    merged.update(change)
+    merged.update(split_process(change)[0])
     return LoaderSettings.from_mapping(merged, where="fix")
 
 
@@ -170,6 +171,7 @@ class Session:
         self.settings = settings or LoaderSettings(batch_size=self.workload.batch_size)
         self.settings_origin = "torch defaults: machine facts not read yet" if settings is None else "given"
         self.user_touched = settings is not None  # the user chose settings: recommendations only suggest
+        self.torch_threads: int | None = None  # the training process's threads a fix chose: exported beside
         self.recommendation: Recommendation | None = None
         self.recommend_error: str | None = None
         self.watch_run = watch_run  # a watched run's report (`loaderdoc --report FILE`): its findings lead
@@ -369,9 +371,14 @@ class Session:
             return False, "This finding has no settings change to apply; its fix is outside the DataLoader."
         try:
             new = apply_change(self.settings, finding.settings_change)
+            process = {k: coerce_torch_threads(v, "fix: ") for k, v in split_process(finding.settings_change)[1].items()}
         except SettingsError as exc:
             return False, f"Not applied: {exc}"
         diff = settings_diff(self.settings, new)
+        if "torch_threads" in process:  # per process, not a DataLoader argument: the export carries it
+            said = f"torch_threads: {self.torch_threads!r} -> {process['torch_threads']!r}"
+            diff = said if new == self.settings else f"{diff}; {said}"
+            self.torch_threads = process["torch_threads"]
         self.set_settings(new, f"fix applied: {finding.rule_id}")
         return True, diff
 

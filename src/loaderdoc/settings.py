@@ -243,3 +243,26 @@ def location(where: str, line: int | None) -> str:
     if not where:
         return ""
     return f"{where}:{line}: " if line else f"{where}: "
+
+
+# ---- the training process's own knob: not a DataLoader argument, never in LoaderSettings ----------
+# loaderdoc's own layout holds it in a [process] table (what `--export` writes, `watch --apply` reads:
+# OMP_NUM_THREADS=k in the command's environment and torch.set_num_threads(k) in each process)
+PROCESS_TABLE = "process"
+PROCESS_KEYS = ("torch_threads",)
+
+
+def coerce_torch_threads(raw: Any, loc: str = "") -> int:
+    """The training process's intra-op threads (torch.set_num_threads): a whole number >= 1."""
+    value = coerce_count("torch_threads", raw, loc)
+    if value < 1:
+        raise SettingsError(f"{loc}torch_threads must be >= 1 (the training process's intra-op threads), got {value}")
+    if value > 1_000_000:
+        raise SettingsError(f"{loc}torch_threads = {value} is absurd; use a value below 1,000,000")
+    return value
+
+
+def split_process(change: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finding's change as (DataLoader keyword arguments, the process's own knobs: torch_threads)."""
+    return ({k: v for k, v in change.items() if k not in PROCESS_KEYS},
+            {k: v for k, v in change.items() if k in PROCESS_KEYS})

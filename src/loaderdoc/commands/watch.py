@@ -42,8 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  built for that role (Lightning's train_dataloader()..., the HF Trainer's get_train_dataloader()...), an\n"
         "  unnamed one ([dataloader], data.init_args) to every loader. Only num_workers, prefetch_factor,\n"
         "  persistent_workers, pin_memory, in_order, timeout and multiprocessing_context are applied; batch_size,\n"
-        "  shuffle and drop_last change the training itself and are never applied (one line says so). The\n"
-        "  report shows per loader what the script asked and what ran.\n"
+        "  shuffle and drop_last change the training itself and are never applied (one line says so). A\n"
+        "  [process] table's torch_threads (loaderdoc's own layout) sets OMP_NUM_THREADS in the command's\n"
+        "  environment and torch.set_num_threads in each process. The report shows per loader what the script\n"
+        "  asked and what ran.\n"
         "\nexamples:\n"
         "  loaderdoc watch -- python train.py --lr 3e-4\n"
         "  loaderdoc watch --report run.json -- python -m mypkg.train  (the report as JSON in run.json)\n"
@@ -62,8 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apply", metavar="FILE",
                         help="build the command's DataLoaders with FILE's settings (num_workers, prefetch_factor, "
                              "persistent_workers, pin_memory, in_order, timeout, multiprocessing_context; never "
-                             "batch_size, shuffle or drop_last), per loader where FILE names train/val/test; "
-                             "no code change")
+                             "batch_size, shuffle or drop_last), per loader where FILE names train/val/test, and "
+                             "[process] torch_threads (OMP_NUM_THREADS, torch.set_num_threads); no code change")
     parser.add_argument("--fixes", metavar="FILE",
                         help="write the settings to try next as a file --apply reads (TOML, per loader: what --apply "
                              "set plus the changes the findings propose); not written when nothing is to change")
@@ -193,6 +195,7 @@ class Watch:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
     import shutil
     import tempfile
     from pathlib import Path
@@ -222,8 +225,9 @@ def run(args: argparse.Namespace) -> int:
         from loaderdoc.watching.apply_file import plan_from_file
 
         plan = plan_from_file(args.apply)
-        if plan.not_applied_line():
-            print(f"loaderdoc watch: {plan.not_applied_line()}", file=sys.stderr)
+        for line in (plan.not_applied_line(), plan.process_line(os.environ)):
+            if line:
+                print(f"loaderdoc watch: {line}", file=sys.stderr)
     trace = _trace_request(args)  # last: it may create the folder, and nothing after it refuses the run
     # held from before the records folder exists until the report is out: a supervisor's signal
     # reaches the command, and the launcher still writes the report and removes the folder
@@ -233,6 +237,7 @@ def run(args: argparse.Namespace) -> int:
         with on_sigusr1(watch.so_far):
             try:
                 env = child_env(tmpdir, apply=plan.env_value() if plan else None, trace=trace)
+                env.update(plan.environment() if plan else {})  # [process] torch_threads: OMP_NUM_THREADS
                 code = run_child(command, env, forwarder)
                 watch.ended = True
                 report = watch.report(code)

@@ -20,6 +20,7 @@ from loaderdoc.config.layouts import (
     check_native,
     is_loaderdoc_shaped,
     native_owners,
+    process_settings,
     refine,
 )
 from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader, collect_hits, group
@@ -44,6 +45,12 @@ class ConfigFile:
     missing: list[str] = field(default_factory=list)  # bases named but not read
     unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
     references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
+    process: dict[str, int] = field(default_factory=dict)  # loaderdoc's [process] table, checked: torch_threads
+
+    @property
+    def torch_threads(self) -> int | None:
+        """``[process] torch_threads``: the training process's intra-op threads, or None (not set)."""
+        return self.process.get("torch_threads")
 
     @property
     def loaderdoc_shaped(self) -> bool:
@@ -149,6 +156,7 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     config = ConfigFile(path=path, document=loaded.tree, loaders=[], files=loaded.files, texts=loaded.texts,
                         notes=loaded.notes, missing=loaded.missing, references=loaded.references)
     check_native(loaded.tree, config.line_of_origin)
+    config.process = process_settings(loaded.tree, config.line_of_origin)
     opaque: list[str] = []
     try:
         hits = collect_hits(loaded.tree, opaque)

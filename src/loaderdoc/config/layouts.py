@@ -18,7 +18,7 @@ from typing import Any
 from loaderdoc.config.meaning import OTHER_LOADER_KEYS, FoundLoader
 from loaderdoc.config.tree import Origin, Table, Unread
 from loaderdoc.errors import SettingsError
-from loaderdoc.settings import SETTING_NAMES, location
+from loaderdoc.settings import PROCESS_KEYS, PROCESS_TABLE, SETTING_NAMES, coerce_torch_threads, location
 
 TABLE_NAMES = ("dataloader", "data_loader", "loader")
 HF_LAYOUT = "Hugging Face TrainingArguments"
@@ -175,13 +175,14 @@ def native_owners(tree: Table) -> set[tuple[str, ...]]:
 
 
 def is_loaderdoc_shaped(tree: Table) -> bool:
-    """Nothing but loaderdoc's own tables and keys: [dataloader] (or top-level settings) and [training]."""
-    return all(key in ("training", *TABLE_NAMES) or key in SETTING_NAMES or _near_miss(key) for key in tree)
+    """Nothing but loaderdoc's own tables and keys: [dataloader] (or top-level settings), [training], [process]."""
+    return all(key in ("training", PROCESS_TABLE, *TABLE_NAMES) or key in SETTING_NAMES or _near_miss(key)
+               for key in tree)
 
 
 def _all_native(tree: Table) -> bool:
-    """A file of nothing but DataLoader keys (and a [training] table): loaderdoc's own top-level layout."""
-    keys = [k for k in tree if k != "training"]
+    """A file of nothing but DataLoader keys (and [training], [process]): loaderdoc's own top-level layout."""
+    keys = [k for k in tree if k not in ("training", PROCESS_TABLE)]
     return bool(keys) and all(k in SETTING_NAMES or _near_miss(k) for k in keys) \
         and any(k in SETTING_NAMES for k in keys)
 
@@ -216,6 +217,32 @@ def _refuse_typos(table: Table, path: tuple[str, ...], line_of: Callable[[Origin
         loc = location(origin.file, line_of(origin)) if origin else ""
         raise SettingsError(f"{loc}{shown + ': ' if path else ''}unknown setting {key!r} (did you mean {hint[0]!r}?); "
                             f"known: {', '.join(sorted(SETTING_NAMES))}")
+
+
+def process_settings(tree: Table, line_of: Callable[[Origin | None], int | None]) -> dict[str, int]:
+    """loaderdoc's ``[process]`` table (``torch_threads``: the training process's intra-op threads),
+    every key and value checked with its line. Read where the file is loaderdoc's own layout or the
+    table names torch_threads; a project's own ``process:`` section beside other layouts is not it ({})."""
+    table = tree.get(PROCESS_TABLE)
+    if table is None:
+        return {}
+    named = isinstance(table, Table) and any(key in PROCESS_KEYS for key in table)
+    if not (named or native_table(tree) or _all_native(tree) or is_loaderdoc_shaped(tree)):
+        return {}
+    if not isinstance(table, Table):
+        loc = location(_where(tree), line_of(tree.origins.get(PROCESS_TABLE)))
+        raise SettingsError(f"{loc}[{PROCESS_TABLE}] must be a table (torch_threads = N), got {table!r}")
+    out: dict[str, int] = {}
+    for key, raw in table.items():
+        origin = table.origins.get(key)
+        loc = location(origin.file, line_of(origin)) if origin else location(_where(tree), None)
+        if key not in PROCESS_KEYS:
+            hint = difflib.get_close_matches(str(key), PROCESS_KEYS, n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise SettingsError(f"{loc}{PROCESS_TABLE}.{key}: unknown setting {key!r}{suggestion}; known: "
+                                f"{', '.join(PROCESS_KEYS)}")
+        out[key] = coerce_torch_threads(raw, f"{loc}{PROCESS_TABLE}.{key}: ")
+    return out
 
 
 def _near_miss(key: Any) -> bool:

@@ -118,11 +118,25 @@ def _apply_lines(report: WatchReport) -> list[str]:
     if not isinstance(plan, dict) or report.exit_code is None:
         return []
     out = []
+    process = plan.get("process")
+    if isinstance(process, dict) and process.get("torch_threads") is not None:
+        out += _wrap(f"--apply {plan.get('file')}: {_threads_ran(process)}", "  ", "    ")
     for key in plan.get("unmatched") or []:
         what = f"[{key}] settings were not applied: the command iterated no {key} loader" if key else \
             "settings were not applied: the command iterated no DataLoader"
         out += _wrap(f"--apply {plan.get('file')}: its {what}", "  ", "    ")
     return out
+
+
+def _threads_ran(process: dict) -> str:
+    """``torch_threads=1 applied; the epochs ran with 1``, or what else they ran with."""
+    k, ran = process["torch_threads"], process.get("torch_threads_ran") or []
+    said = f"torch_threads={k} applied (OMP_NUM_THREADS, torch.set_num_threads)"
+    if not ran:
+        return f"{said}; no epoch recorded torch's thread count"
+    if ran == [k]:
+        return f"{said}; the epochs ran with {k}"
+    return f"{said}; the epochs ran with {' and '.join(map(str, ran))} (the script or its framework set its own)"
 
 
 def _shm_lines(report: WatchReport) -> list[str]:

@@ -370,7 +370,8 @@ class LoaderDocApp(App[int]):
             if path is not None:
                 self.notify(f"Wrote {path}", title="Exported")
 
-        self.push_screen(ExportScreen(self.session.settings, self.session.export_header(), self.export_dir), done)
+        self.push_screen(ExportScreen(self.session.settings, self.session.export_header(), self.export_dir,
+                                      torch_threads=self.session.torch_threads), done)
 
     def action_toggle_theme(self) -> None:
         self.theme = LIGHT if self.theme == DARK else DARK

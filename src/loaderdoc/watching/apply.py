@@ -12,7 +12,9 @@ The role: the nearest caller that is a framework's loader hook (Lightning's ``tr
 inherits the role and what the script asked from that one.
 
 ``--apply``: the launcher passes per-role tables in ``LOADERDOC_WATCH_APPLY`` (JSON: ``{"file": ...,
-"tables": {"": {...}, "train": {...}}}``; "" is every loader, a role's table wins over it). Only
+"tables": {"": {...}, "train": {...}}, "process": {"torch_threads": k}}``; "" is every loader, a
+role's table wins over it; ``process`` only where the file has a ``[process]`` table: the hook calls
+``torch.set_num_threads(k)`` as it patches torch, beside the launcher's ``OMP_NUM_THREADS=k``). Only
 settings that leave the training unchanged are in them (:data:`APPLIED`). The merged arguments are
 made consistent (no worker-only setting without workers); if torch still refuses them, one line
 says so and the loader is built with the script's own arguments. Nothing here raises into the
@@ -140,6 +142,21 @@ class Applier:
             if isinstance(tables, dict) else None)
         self.file = plan.get("file") or "the --apply file"
         self._said: set[str] = set()
+        process = plan.get("process")
+        threads = process.get("torch_threads") if isinstance(process, dict) else None
+        self.torch_threads = threads if type(threads) is int and threads >= 1 else None
+
+    def set_torch_threads(self) -> None:
+        """``[process] torch_threads``: torch.set_num_threads(k) once torch is imported (the hook calls it
+        as it patches torch's dataloader module), so a script whose environment its own launcher
+        replaced (OMP_NUM_THREADS lost) still runs with k. Never raises."""
+        torch = sys.modules.get("torch")
+        if self.torch_threads is None or torch is None:
+            return
+        try:
+            torch.set_num_threads(self.torch_threads)
+        except Exception as exc:
+            self.say(f"torch_threads={self.torch_threads} not applied: torch.set_num_threads failed ({exc})")
 
     @classmethod
     def from_env(cls) -> Applier:
@@ -173,7 +190,9 @@ class Applier:
 
 
 def wrap_init(cls, applier: Applier) -> bool:
-    """Wrap ``cls.__init__`` once; True when it is (now) wrapped."""
+    """Wrap ``cls.__init__`` once; True when it is (now) wrapped. The hook's ``patch()`` calls it as
+    torch's dataloader module is imported: torch is there, so --apply's ``torch_threads`` is set first."""
+    applier.set_torch_threads()
     original = cls.__dict__.get("__init__")
     if original is None:
         return False

@@ -7,13 +7,16 @@ LightningCLI, Hydra or Hugging Face config...). A loader the file names ("train"
 "test", "predict") becomes that role's table; a loader without a name ("") applies to every loader,
 and a role's own table wins over it. Only the settings that change how batches are made are applied
 (:data:`~loaderdoc.watching.apply.APPLIED`); batch_size, shuffle and drop_last change the training
-itself and are said, never applied. No torch, no textual.
+itself and are said, never applied. A ``[process]`` table's ``torch_threads`` (loaderdoc's own layout)
+is per process: ``OMP_NUM_THREADS`` in the command's environment and ``torch.set_num_threads`` in
+each process the hook runs in. No torch, no textual.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +27,8 @@ from loaderdoc.watching.apply import APPLIED, ENV_APPLY, table_key
 if TYPE_CHECKING:
     from loaderdoc.advice.watched import LoaderReport
 
-__all__ = ["ENV_APPLY", "ApplyPlan", "plan_from_file", "role_of_name"]
+__all__ = ["ENV_APPLY", "OMP_ENV", "ApplyPlan", "plan_from_file", "role_of_name"]
+OMP_ENV = "OMP_NUM_THREADS"  # [process] torch_threads, in the command's environment
 
 # a config's loader name -> the role its table is for; a name none of these words is in: every loader
 ROLE_WORDS = {
@@ -54,10 +58,27 @@ class ApplyPlan:
     file: str
     tables: dict[str, dict[str, Any]]
     not_applied: list[str] = field(default_factory=list)  # "batch_size=64", "[val] shuffle=False"
+    process: dict[str, int] = field(default_factory=dict)  # [process]: {"torch_threads": k}, per process
 
     def env_value(self) -> str:
-        """``LOADERDOC_WATCH_APPLY`` for the child."""
-        return json.dumps({"file": self.file, "tables": self.tables})
+        """``LOADERDOC_WATCH_APPLY`` for the child (``process`` only where the file has a [process] table)."""
+        return json.dumps({"file": self.file, "tables": self.tables, **({"process": self.process} if self.process else {})})
+
+    def environment(self) -> dict[str, str]:
+        """What the command's environment gets beside the hook's: ``OMP_NUM_THREADS=k`` for
+        ``torch_threads`` (replacing an inherited one; torch sizes its pool from it at import)."""
+        threads = self.process.get("torch_threads")
+        return {OMP_ENV: str(threads)} if threads is not None else {}
+
+    def process_line(self, environ: Mapping[str, str]) -> str | None:
+        """What --apply does with [process], said before the command runs (``environ``: the launcher's)."""
+        threads = self.process.get("torch_threads")
+        if threads is None:
+            return None
+        inherited = environ.get(OMP_ENV)
+        replacing = f" (replacing the inherited {OMP_ENV}={inherited})" if inherited not in (None, str(threads)) else ""
+        return (f"--apply {self.file}: torch_threads={threads}: {OMP_ENV}={threads} in the command's environment"
+                f"{replacing}, and torch.set_num_threads({threads}) in each of its processes as it imports torch")
 
     def not_applied_line(self) -> str | None:
         if not self.not_applied:
@@ -70,8 +91,12 @@ class ApplyPlan:
         a role no iterated loader had (``unmatched``)."""
         roles = {table_key(e.role) for e in loaders}
         unmatched = [key for key in self.tables if (key not in roles if key else not loaders)]
-        return {"file": self.file, "tables": self.tables, "not_applied": list(self.not_applied),
-                "loaders_matched": sum(1 for e in loaders if e.applied.get("apply_tables")), "unmatched": unmatched}
+        out = {"file": self.file, "tables": self.tables, "not_applied": list(self.not_applied),
+               "loaders_matched": sum(1 for e in loaders if e.applied.get("apply_tables")), "unmatched": unmatched}
+        if self.process:  # what was applied, and the torch_threads the epochs began with (what ran)
+            ran = sorted({e.torch_threads for entry in loaders for e in entry.epochs if e.torch_threads is not None})
+            out["process"] = {**self.process, "torch_threads_ran": ran}
+        return out
 
 
 def plan_from_file(path: str) -> ApplyPlan:
@@ -102,8 +127,9 @@ def plan_from_file(path: str) -> ApplyPlan:
                 tables.setdefault("", {})[setting] = value
             else:
                 tables.setdefault(key, {})[setting] = value
-    if not tables:
+    if not tables and not config.process:
         says = (f"sets only {', '.join(left)}, which change the training itself" if left
                 else "names no DataLoader setting")
-        raise UserError(f"watch: --apply {path} {says}; nothing to try (--apply sets {', '.join(APPLIED)})")
-    return ApplyPlan(file=str(path), tables=tables, not_applied=left)
+        raise UserError(f"watch: --apply {path} {says}; nothing to try (--apply sets {', '.join(APPLIED)}, "
+                        "and [process] torch_threads)")
+    return ApplyPlan(file=str(path), tables=tables, not_applied=left, process=dict(config.process))

@@ -7,13 +7,16 @@ propose (``LoaderReport.proposed``). Loaders are tables by their role: ``[datalo
 (every loader) where the run's loaders have no role, ``[train_dataloader]``, ``[val_dataloader]``,
 ``[test_dataloader]`` (mmengine's names, which ``--apply`` reads) where a framework built them. Of
 several loaders of one role (the ranks of a job, or two unnamed loaders) the one with the most
-waited batches speaks: the training loop's. No torch, no textual.
+waited batches speaks: the training loop's. A change's ``torch_threads`` (the training process's
+intra-op threads) is per process: it goes to a ``[process]`` table, never a loader's, with what
+``--apply`` set there kept. No torch, no textual.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from loaderdoc.settings import PROCESS_KEYS, PROCESS_TABLE, split_process
 from loaderdoc.watching.apply import WORKER_ONLY, table_key
 
 if TYPE_CHECKING:
@@ -28,11 +31,19 @@ def fix_tables(report: WatchReport) -> tuple[dict[str, dict[str, Any]], list[str
     tables: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     proposed_any = False
+    # the process's own knobs (torch_threads): one [process] table, what --apply set kept, the
+    # proposal of the loader with the most waited batches (the training loop's) winning
+    process = dict(((report.apply or {}).get("process") or {}) if isinstance(report.apply, dict) else {})
+    process = {k: v for k, v in process.items() if k in PROCESS_KEYS}
+    process_proposed: dict[str, Any] = {}
     for entry in sorted(report.loaders, key=lambda e: -e.waits):
         role = table_key(entry.role) or ""
         name = TABLE_OF_ROLE.get(role)
-        change = (entry.proposed or {}).get("change") or {}
-        proposed_any = proposed_any or bool(change)
+        change, proposed_here = split_process((entry.proposed or {}).get("change") or {})
+        for key, value in proposed_here.items():
+            if value is not None:
+                process_proposed.setdefault(key, value)
+        proposed_any = proposed_any or bool(change) or bool(proposed_here)
         if name is None:
             if change:
                 notes.append(f"the {role} loader's change ({_kv(change)}) has no table --apply reads; set it in the code")
@@ -50,6 +61,9 @@ def fix_tables(report: WatchReport) -> tuple[dict[str, dict[str, Any]], list[str
     if "dataloader" in tables and len(tables) > 1:  # --apply reads either layout, never both in one file
         notes.append(f"the unnamed loaders' settings ({_kv(tables.pop('dataloader'))}) are left out beside "
                      "the named loaders' tables")
+    process.update(process_proposed)
+    if process:  # per process, not a loader's: after the loader tables, as --export writes it
+        tables[PROCESS_TABLE] = process
     if not proposed_any:
         notes.insert(0, "no finding proposes a change")
     return tables, notes
@@ -73,6 +87,10 @@ def fixes_toml(report: WatchReport, tables: dict[str, dict[str, Any]], notes: li
             head.append(f"{entry.role or 'loader ' + str(entry.number)}: {_kv(proposed['change'])} "
                         f"({', '.join(proposed['rules'])}"
                         + (f"; expected {gain:.2f}x the steps/s measured)" if gain is not None else ")"))
+    threads = tables.get(PROCESS_TABLE, {}).get("torch_threads")
+    if threads is not None:
+        head.append(f"[{PROCESS_TABLE}] torch_threads = {threads}: the training process's intra-op threads (--apply sets "
+                    f"OMP_NUM_THREADS={threads} and torch.set_num_threads({threads}))")
     head += notes
     return "".join(f"# {line}\n" for line in head) + "\n" + tomli_w.dumps(tables)
 

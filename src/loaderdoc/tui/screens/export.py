@@ -51,9 +51,11 @@ class ExportScreen(Dialog[Path | None]):
     ]
     ANSWER_KEYS = ANSWER_KEYS
 
-    def __init__(self, settings: LoaderSettings, header: list[str], directory: Path) -> None:
+    def __init__(self, settings: LoaderSettings, header: list[str], directory: Path,
+                 torch_threads: int | None = None) -> None:
         super().__init__()
         self.settings = settings
+        self.torch_threads = torch_threads  # the process's intra-op threads, where a fix chose them
         self.header = header
         self.directory = directory
 
@@ -91,7 +93,7 @@ class ExportScreen(Dialog[Path | None]):
 
     def _preview(self, fmt: str) -> str:
         try:
-            return render(self.settings, fmt, self.header)
+            return render(self.settings, fmt, self.header, self.torch_threads)
         except UserError as exc:
             return f"preview unavailable: {exc}"
 
@@ -151,7 +153,8 @@ class ExportScreen(Dialog[Path | None]):
 
     def _write(self, target: Path, *, force: bool) -> None:
         try:
-            written = write_export(target, self.settings, force=force, header=self.header)
+            written = write_export(target, self.settings, force=force, header=self.header,
+                                   torch_threads=self.torch_threads)
         except UserError as exc:
             self._error(str(exc))
             return

@@ -228,7 +228,8 @@ def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
         from loaderdoc.export import write_export
 
         written = write_export(args.export, report.pick_settings(), fmt=fmt, force=args.force,
-                               header=export_lines(report, tuner.facts))
+                               header=export_lines(report, tuner.facts),
+                               torch_threads=report.pick.settings.torch_threads)
         if written is not None:
             _say(f"wrote {written} ({fmt})")
     elif args.export is not None:

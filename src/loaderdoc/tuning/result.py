@@ -31,6 +31,8 @@ class TrialSettings:
     num_workers: int = 0
     prefetch_factor: int | None = None
     persistent_workers: bool | None = None
+    # the training process's intra-op threads (OMP_NUM_THREADS / torch.set_num_threads; None: the job's own)
+    torch_threads: int | None = None
 
     @property
     def prefetch_depth(self) -> int:
@@ -50,8 +52,10 @@ class TrialSettings:
         return bool(self.persistent_workers) and self.num_workers > 0
 
     def columns(self) -> tuple[str, str]:
-        """The trials table's workers ("4p": persistent_workers=True) and prefetch ("-": no workers)."""
-        return f"{self.num_workers}{'p' if self.persistent else ''}", str(self.prefetch_depth or "-")
+        """The trials table's workers ("4p": persistent_workers=True; "2 t1": one intra-op thread in the
+        training process) and prefetch ("-": no workers)."""
+        threads = f" t{self.torch_threads}" if self.torch_threads is not None else ""
+        return f"{self.num_workers}{'p' if self.persistent else ''}{threads}", str(self.prefetch_depth or "-")
 
     def text(self) -> str:
         parts = [f"num_workers={self.num_workers}"]
@@ -59,6 +63,8 @@ class TrialSettings:
             parts.append(f"prefetch_factor={self.prefetch_factor}")
         if self.persistent:
             parts.append("persistent_workers=True")
+        if self.torch_threads is not None:
+            parts.append(f"torch_threads={self.torch_threads}")
         return ", ".join(parts)
 
 
@@ -102,6 +108,7 @@ class Trial:
     first_batch_s: float | None = None  # from the command's start to the training loader's first batch
     duration_s: float = 0.0  # the whole trial, start-up and stop included
     applied: bool | None = None  # the settings reached the loader (the hook says so)
+    torch_threads: int | None = None  # the intra-op threads the training process ran with (the hook read them)
 
     @property
     def ok(self) -> bool:

@@ -55,7 +55,8 @@ def window_cpu_use(w: Window, workers: int, budget: float | None, ranks: int = 1
                    cpu_wait_wall_s=w.cpu_wait_wall_s, cpu_step_wall_s=w.cpu_step_wall_s,
                    cpu_wait_loop_s=w.cpu_wait_loop_s, cpu_step_loop_s=w.cpu_step_loop_s,
                    workers_cpu_s=w.workers_cpu_s if workers else None, workers_runq_s=w.workers_runq_s,
-                   tree_cpu_s=tree, others_cpu_s=w.others_cpu_s, cpu_wall_s=w.wall_s, ranks=ranks, on_gpu=on_gpu)
+                   tree_cpu_s=tree, others_cpu_s=w.others_cpu_s, cpu_wall_s=w.wall_s, ranks=ranks, on_gpu=on_gpu,
+                   torch_threads=w.torch_threads)
 
 
 def config_result(trial: Trial, use: CpuUse | None) -> ConfigResult:
@@ -128,8 +129,11 @@ class TuneSearch:
         return [config_result(t, self.uses.get(t.number)) for t in self.ok if not self._persistent_twin(t)]
 
     def _persistent_twin(self, trial: Trial) -> bool:
-        """A trial that turned persistent workers on where the script has them off."""
-        return trial.settings.persistent and not self.trials[0].settings.persistent
+        """A trial that turned persistent workers on where the script has them off, or changed the
+        training process's threads: compared with its twin only (the policy reads the workers and
+        prefetch depth alone, and would take them for repeats of one configuration)."""
+        return ((trial.settings.persistent and not self.trials[0].settings.persistent)
+                or trial.settings.torch_threads is not None)
 
     def tried(self) -> set[tuple[int, int]]:
         return {t.settings.key for t in self.trials}
@@ -162,7 +166,7 @@ class TuneSearch:
     def next_trial(self) -> tuple[TrialSettings, str, float | None] | None:
         # as many workers as CPUs first: a faster trial past them counts only against it
         return (self._at_cpu_limit() or self._predicted_best() or self._after_failure() or self._climb()
-                or self._repeat_beyond() or self._leaner() or self._persistent())
+                or self._repeat_beyond() or self._threads() or self._leaner() or self._persistent())
 
     def _after_failure(self):
         """A trial with more workers than any measured one failed (too many processes, memory, a
@@ -187,13 +191,46 @@ class TuneSearch:
         return settings, (f"trial {worst.number} ({worst.settings.text()}) failed: {policy.workers_text(m)}, half "
                           f"way from the {lo} measured"), predicted
 
+    def _threads(self):
+        """The pick's workers with fewer intra-op threads in the training process, once: where a
+        trial's window predicts a gain from fewer threads (its step's parallel share and the
+        contention beside the workers: ``CpuUse.best_threads``), or, where none can, where the
+        threads and the pick's workers want more CPUs than the rank has (``policy.thread_target``)."""
+        choice = self.choice()
+        if choice is None or self.per_rank is None:
+            return None
+        runs = self.runs_of(choice.key)
+        if not runs or any(t.settings.torch_threads is not None for t in self.trials):
+            return None
+        base = runs[0]
+        threads = base.torch_threads
+        if not threads or threads <= 1:
+            return None
+        n = base.settings.num_workers
+        models = [t for t in self.ok if t.number in self.uses and self.uses[t.number].threads_known]
+        k = predicted = why = None
+        if models:
+            best = self.uses[models[0].number].best_threads(n)
+            if best is not None and best[0] < threads and best[1] >= base.steps_per_s * (1 + policy.TOLERANCE):
+                k, predicted = best
+                why = f"trial {models[0].number}'s window predicts {predicted:.1f} steps/s with {k}"
+        elif threads + n > self.per_rank + 0.05:  # no window says how the step scales: the CPUs' count decides
+            k = policy.thread_target(self.per_rank, n)
+            why = (f"{threads} intra-op threads and {policy.workers_text(n)} want more than the "
+                   f"{self.per_rank:g} CPUs")
+        if k is None or k >= threads:
+            return None
+        settings = TrialSettings(base.settings.num_workers, base.settings.prefetch_factor,
+                                 base.settings.persistent_workers, torch_threads=k)
+        return settings, f"fewer threads: {why}", predicted
+
     def _persistent(self):
         choice = self.choice()
         if choice is None or choice.key[0] == 0:
             return None
         runs = self.runs_of(choice.key)
         shares = [t.restart_share for t in runs if t.restart_share is not None]
-        if not shares or max(shares) < RESTART_WORTH or any(self._persistent_twin(t) for t in self.trials
+        if not shares or max(shares) < RESTART_WORTH or any(t.settings.persistent for t in self.trials[1:]
                                                              if t.settings.key == choice.key):
             return None
         base = runs[0].settings
@@ -244,7 +281,7 @@ class TuneSearch:
             return None
         limit = policy.cpu_limit(self.per_rank)
         if use.load_is_cpu and n >= limit:
-            used = (use.used_cpus or 0.0) + (use.others_cpus or 0.0)
+            used = (use.work_cpus or 0.0) + (use.others_cpus or 0.0)
             if n > limit or used >= SATURATED * use.budget:
                 return None  # the CPUs are full, or one past them was measured already
             settings = self._settings(limit + 1)
@@ -330,7 +367,7 @@ class TuneSearch:
         if use.idle_share < STARVED_SHARE:
             return (f"at {policy.workers_text(n)} the loop waited {use.idle_share:.0%} of the time for a batch "
                     "not yet loaded: more loading capacity cannot make it faster")
-        busy = (use.used_cpus or 0.0) + (use.others_cpus or 0.0)
+        busy = (use.work_cpus or 0.0) + (use.others_cpus or 0.0)  # work: a spinning pool's CPU is not
         if busy >= SATURATED * use.budget:
             what = "loading and the step" if use.load_is_cpu and use.step_is_cpu else "loading" if use.load_is_cpu else "the step" if use.step_is_cpu else "this job and other processes"
             return (f"{what} kept the {use.budget:g} CPUs {min(1.0, busy / use.budget):.0%} busy at {policy.workers_text(n)}: "
@@ -361,8 +398,15 @@ class TuneSearch:
         twins = [t for t in self.ok if self._persistent_twin(t) and t.settings.key == choice.key]
         if twins and max(t.steps_per_s for t in twins) > rate * (1 + choice.tolerance):
             twin = max(twins, key=lambda t: t.steps_per_s)
-            reason += (f"; with persistent_workers=True {twin.steps_per_s:.1f} steps/s (trial {twin.number}): the "
-                       "workers no longer start again each epoch")
+            changed = twin.settings
+            if changed.torch_threads is not None:
+                reason += (f"; with torch_threads={changed.torch_threads} {twin.steps_per_s:.1f} steps/s (trial "
+                           f"{twin.number}): the training process's intra-op threads "
+                           f"{'from ' + str(trial.torch_threads) + ' ' if trial.torch_threads else ''}to "
+                           f"{changed.torch_threads} (OMP_NUM_THREADS={changed.torch_threads})")
+            else:
+                reason += (f"; with persistent_workers=True {twin.steps_per_s:.1f} steps/s (trial {twin.number}): the "
+                           "workers no longer start again each epoch")
             trial, rate = twin, twin.steps_per_s
         if choice.beyond_cpus is not None and self.per_rank is not None and policy.oversubscribed(trial.settings.num_workers, self.per_rank):
             reason += "; more workers than CPUs: " + choice.beyond_cpus.text(self.per_rank)

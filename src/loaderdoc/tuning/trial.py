@@ -80,14 +80,20 @@ def apply_tables(key: str | None, settings: TrialSettings | None) -> str | None:
         table["persistent_workers"] = settings.persistent_workers
     kind, _, name = key.partition(":")
     target = {"site": key, "role": name}.get(kind, "")
-    return json.dumps({"file": "loaderdoc tune", "tables": {target: table}})
+    plan: dict[str, Any] = {"file": "loaderdoc tune", "tables": {target: table}}
+    if settings.torch_threads is not None:  # the hook sets them too, should the script's launcher drop the env
+        plan["process"] = {"torch_threads": settings.torch_threads}
+    return json.dumps(plan)
 
 
-def _env(records_dir: str, number: int, apply: str | None) -> dict[str, str]:
+def _env(records_dir: str, number: int, apply: str | None, threads: int | None = None) -> dict[str, str]:
     from loaderdoc.watching.hook import ENV_INTERVAL, ENV_WRITE_S
     from loaderdoc.watching.records import child_env
 
     env = child_env(records_dir, apply=apply)
+    if threads is not None:  # torch sizes its intra-op pool from it at import (MKL's own variable would win)
+        env["OMP_NUM_THREADS"] = str(threads)
+        env.pop("MKL_NUM_THREADS", None)
     env[ENV_TRIAL] = str(number)
     env[ENV_INTERVAL] = SAMPLE_INTERVAL_S
     env[ENV_WRITE_S] = WRITE_S
@@ -124,7 +130,8 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
     try:
         with open(log_path, "wb") as log:
             try:
-                proc = subprocess.Popen(command, env=_env(str(records_dir), number, apply_tables(key, settings)),
+                proc = subprocess.Popen(command, env=_env(str(records_dir), number, apply_tables(key, settings),
+                                                         settings.torch_threads if settings else None),
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
             except OSError as exc:
@@ -286,3 +293,11 @@ def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | 
             trial.status = FAILED
             trial.reason = (f"the settings did not reach the training loader (it ran with num_workers={workers}); "
                             "see the trial's output")
+    threads = [w.torch_threads for w in windows if w.torch_threads is not None]
+    trial.torch_threads = max(threads) if threads else None
+    if settings is not None and settings.torch_threads is not None and threads and max(threads) != settings.torch_threads:
+        # the script sets its own thread count after the hook did (torch.set_num_threads in its code)
+        trial.applied = False
+        trial.status = FAILED
+        trial.reason = (f"torch_threads={settings.torch_threads} did not hold: the training process ran "
+                        f"{max(threads)} intra-op threads (the script sets its own?)")

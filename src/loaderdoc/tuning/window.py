@@ -112,6 +112,7 @@ class Window:
     shm_peak_bytes: int | None
     settled: bool
     spread: float | None  # the halves' rates, relative difference
+    torch_threads: int | None = None  # torch.get_num_threads() in the process, as its epochs began
 
     @property
     def rate(self) -> float:
@@ -185,7 +186,14 @@ def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window
         busy_s=busy[1] - busy[0] if None not in busy else None,
         workers_pss_bytes=max(pss) if pss else None,
         shm_peak_bytes=max(0, max(shm) - (base or 0)) if shm else None,
-        settled=settled, spread=spread)
+        settled=settled, spread=spread, torch_threads=_threads_of(rec, key))
+
+
+def _threads_of(rec: dict[str, Any], key: str) -> int | None:
+    """The intra-op threads the loader's process ran with (the most any of its epochs began with)."""
+    seen = [e.get("torch_threads") for raw in loaders_of(rec, key) for e in raw.get("epochs") or []]
+    seen = [t for t in seen if isinstance(t, int) and t > 0]
+    return max(seen) if seen else None
 
 
 def windows(records: list[dict[str, Any]], key: str, *, steps: int, warm: int) -> list[Window]:

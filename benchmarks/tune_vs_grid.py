@@ -362,9 +362,10 @@ def job_command(job: Job) -> list[str]:
     return [sys.executable, str(LOOPS_DIR / f"{job.script}.py"), *job.args]
 
 
-def tune_command(job: Job, steps: int, report: Path) -> list[str]:
-    return [sys.executable, "-m", "loaderdoc", "tune", "--report", str(report), "--steps", str(steps), "--",
-            *job_command(job)]
+def tune_command(job: Job, steps: int, report: Path, options: list[str] | None = None) -> list[str]:
+    """``options``: more of tune's options (``--trials 3``), before the ``--``."""
+    return [sys.executable, "-m", "loaderdoc", "tune", "--report", str(report), "--steps", str(steps),
+            *(options or []), "--", *job_command(job)]
 
 
 def probe_command(job: Job, step_ms: float) -> list[str]:
@@ -372,9 +373,9 @@ def probe_command(job: Job, step_ms: float) -> list[str]:
             str(job.batch_size), "--step-ms", f"{step_ms:.1f}", "--json", "--no-progress"]
 
 
-def run_tune(job: Job, steps: int, workdir: Path) -> dict[str, Any]:
+def run_tune(job: Job, steps: int, workdir: Path, options: list[str] | None = None) -> dict[str, Any]:
     report = workdir / f"{job.name}-tune.json"
-    cmd = tune_command(job, steps, report)
+    cmd = tune_command(job, steps, report, *([options] if options else []))
     print(f"  tune: {shlex.join(cmd)}", flush=True)
     started = time.monotonic()
     lines: list[str] = []

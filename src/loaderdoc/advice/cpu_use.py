@@ -32,7 +32,7 @@ so it is not counted as spin there). Saturation is judged on the work; the spin 
 
 **Threads.** :meth:`CpuUse.predict` takes the intra-op thread count too. The step's CPU time over
 its wall time at the run's threads gives its parallel share (Amdahl); a step of ``k`` threads runs
-in ``S ((1-p) + p/k)``. Where its ``k`` threads and the workers busy loading want more CPUs than the
+in ``S ((1-p) + p/k)``. Where its ``k`` threads and the CPUs the workers want at that rate exceed the
 budget, an OpenMP region waits at its barrier for the thread that lost its CPU: the parallel part then
 runs as if each of its threads shared a CPU (twice as long, or by the threads per CPU past that). ``S``
 is the step's CPU time at the run's threads, spin between ops included: a bound from above, so a
@@ -266,13 +266,13 @@ class CpuUse:
     def _contention(self, k: int, busy: float) -> float:
         """How much longer the parallel part of a step on ``k`` intra-op threads takes beside workers
         that keep ``busy`` CPUs loading: 1 while both fit the CPUs; past that each OpenMP region waits
-        at its barrier for a thread that lost its CPU to a worker, ``1 + e`` for ``e`` CPUs of demand
-        past the budget (fitted on this project's 2-CPU grid of workers x threads: a 2-thread step beside
-        workers wanting 0.5 CPU took 1.5x; see benchmarks/thread_grid.py)."""
-        excess = k + busy - self.budget
-        if k <= 1 or excess <= 0.05:
+        at its barrier for a thread that shares its CPU, so it runs as slowly as the most shared CPU:
+        twice as long, or the threads per CPU where more. On this project's 2-CPU VM a 2-thread CNN step
+        took 1.9-2.0x as long beside 1-3 workers that wanted 0.45 CPU in all (issue 47's grid)."""
+        want = k + busy
+        if k <= 1 or want <= self.budget + 0.05:
             return 1.0
-        return 1.0 + excess
+        return max(2.0, math.ceil(want / max(self.budget, TINY) - 1e-6))
 
     def _step_wall(self, n: int, k: int, rate: float) -> float:
         """The step's wall time on ``k`` threads beside ``n`` workers loading at ``rate`` batches per

@@ -43,7 +43,7 @@ def _wait_lines(w: LoaderReport, use: CpuUse | None) -> list[str]:
     return [_wait_line(w)] + ([_handover_line(use)] if use is not None and use.workers else [])
 
 
-def _workers_needed(w: LoaderReport) -> int | None:
+def workers_needed(w: LoaderReport) -> int | None:
     load, step = w.load_per_batch_s, w.step_per_batch_s
     if load is None or not step:
         return None
@@ -154,7 +154,7 @@ def _watch_starved(i: Inputs) -> Finding | None:
                         f"(epoch {w.percentile_epoch})")
     if i.io_use is not None:
         evidence.append(io_line(i.io_use, _verdict(i, w, i.io_use)))
-    needed = _workers_needed(w)
+    needed = workers_needed(w)
     if needed is not None:
         evidence.append(f"one batch takes about {fmt_seconds(w.load_per_batch_s)} to load with num_workers={w.workers}: "
                         f"about {policy.workers_text(needed)} would keep up with the {fmt_seconds(w.step_per_batch_s)} step"
@@ -193,7 +193,14 @@ def _watch_starved(i: Inputs) -> Finding | None:
         fix += "; check it with 'loaderdoc watch --apply'"
         return found(severity, symptom, evidence, cause, fix, change, expected_gain=gain)
     # no worker count is expected to help: say what limits the loop instead of proposing one
-    if use.load_is_cpu:
+    if use.threads_known and best is not None and use.load_is_cpu:
+        n, threads, rate = best
+        fix = (f"no worker count is expected to help: beside {policy.workers_text(n)} the step's "
+               f"{use.torch_threads} intra-op threads would share their CPUs with the loading (predicted "
+               f"{rate:.1f} steps/s against the {use.rate:.1f} measured; fewer threads, predicted no better, "
+               "lose the step's parallel speed-up); make loading cheaper (smaller or pre-resized images, a faster "
+               "decoder, caching decoded samples) or give the job more CPUs")
+    elif use.load_is_cpu:
         fix = (f"no worker count is expected to help: loading is CPU work and the CPUs allow at most about "
                f"{use.ceiling:.1f} steps/s here; make loading cheaper (smaller or pre-resized images, a faster "
                "decoder, caching decoded samples) or give the job more CPUs")

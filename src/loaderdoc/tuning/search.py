@@ -43,6 +43,11 @@ MAX_TRIALS = 6
 RESTART_WORTH = 2 * policy.TOLERANCE
 STARVED_SHARE = 0.05  # the loop waited >= 5 % beyond the hand-over: more loading capacity could help
 SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none left idle
+# fewer intra-op threads are measured where the model's floor for them is >= 90 % of the fastest trial:
+# the floor counts the pool's spin inside the step as work, which on the 2-CPU grid put one thread's step
+# 10-20 % slow (issue 47); below 90 % even that error would not make them the fastest
+THREAD_TRIAL_FLOOR = 0.9
+NEAR_BEST_FLOOR = 0.99  # the fewest workers (then the most threads) whose floor is within 1 % of the best floor
 
 RunTrial = Callable[[TrialSettings | None, str, float | None], Trial]
 
@@ -206,22 +211,43 @@ class TuneSearch:
         threads = base.torch_threads
         if not threads or threads <= 1:
             return None
+        if threads + base.settings.num_workers <= self.per_rank + 0.05:
+            # the pick's threads fit beside its workers; the fastest trial with workers that did not fit
+            # may be what fewer threads free (workers that lost to the step's threads)
+            crowded = [t for t in self.ok if not self._persistent_twin(t) and t.settings.num_workers
+                       and (t.torch_threads or threads) + t.settings.num_workers > self.per_rank + 0.05]
+            if crowded:
+                base = max(crowded, key=lambda t: t.steps_per_s)
+                threads = base.torch_threads or threads
         n = base.settings.num_workers
         models = [t for t in self.ok if t.number in self.uses and self.uses[t.number].threads_known]
         k = predicted = why = None
         if models:
-            best = self.uses[models[0].number].best_threads(n)
-            if best is not None and best[0] < threads and best[1] >= base.steps_per_s * (1 + policy.TOLERANCE):
-                k, predicted = best
-                why = f"trial {models[0].number}'s window predicts {predicted:.1f} steps/s with {k}"
+            # the model's rate for fewer threads is a floor (the step's CPU time counts the pool's spin
+            # between ops as work): a floor near the fastest trial is worth a measurement
+            use, fastest = self.uses[models[0].number], self._fastest()
+            floors = {(m, j): r for m in range(0, (use.worker_cap or policy.cpu_limit(self.per_rank)) + 1)
+                      for j in range(1, threads) if (r := use.predict(m, j)) is not None}
+            if floors and fastest is not None:
+                top = max(floors.values())
+                m, j = min((mj for mj, r in floors.items() if r >= NEAR_BEST_FLOOR * top),
+                           key=lambda mj: (mj[0], -mj[1]))
+                if floors[m, j] >= THREAD_TRIAL_FLOOR * fastest.steps_per_s:
+                    base, n, k, predicted = None, m, j, floors[m, j]
+                    why = (f"trial {models[0].number}'s window predicts at least {predicted:.1f} steps/s with "
+                           f"{policy.workers_text(m)} and {k} (a floor: the pool's spin counts as the step's work)")
         elif threads + n > self.per_rank + 0.05:  # no window says how the step scales: the CPUs' count decides
             k = policy.thread_target(self.per_rank, n)
             why = (f"{threads} intra-op threads and {policy.workers_text(n)} want more than the "
                    f"{self.per_rank:g} CPUs")
         if k is None or k >= threads:
             return None
-        settings = TrialSettings(base.settings.num_workers, base.settings.prefetch_factor,
-                                 base.settings.persistent_workers, torch_threads=k)
+        if base is None:  # a worker count of the model's choosing
+            settings = self._settings(n)
+            settings.torch_threads = k
+        else:
+            settings = TrialSettings(base.settings.num_workers, base.settings.prefetch_factor,
+                                     base.settings.persistent_workers, torch_threads=k)
         return settings, f"fewer threads: {why}", predicted
 
     def _persistent(self):
@@ -395,13 +421,16 @@ class TuneSearch:
         rate = choice.rate
         reason = (f"{trial.settings.text()}: {rate:.1f} steps/s measured, the fewest workers within "
                   f"{choice.tolerance:.0%} of the fastest trial ({best.settings.text()}, {choice.best_rate:.1f})")
-        twins = [t for t in self.ok if self._persistent_twin(t) and t.settings.key == choice.key]
+        # a persistent twin of the pick, or a thread trial at any worker count (fewer threads can free the
+        # CPUs another worker count needed): kept where it measured faster by more than the tolerance
+        twins = [t for t in self.ok if self._persistent_twin(t)
+                 and (t.settings.key == choice.key or t.settings.torch_threads is not None)]
         if twins and max(t.steps_per_s for t in twins) > rate * (1 + choice.tolerance):
             twin = max(twins, key=lambda t: t.steps_per_s)
             changed = twin.settings
             if changed.torch_threads is not None:
-                reason += (f"; with torch_threads={changed.torch_threads} {twin.steps_per_s:.1f} steps/s (trial "
-                           f"{twin.number}): the training process's intra-op threads "
+                reason += (f"; {changed.text()}: {twin.steps_per_s:.1f} steps/s (trial {twin.number}): the "
+                           "training process's intra-op threads "
                            f"{'from ' + str(trial.torch_threads) + ' ' if trial.torch_threads else ''}to "
                            f"{changed.torch_threads} (OMP_NUM_THREADS={changed.torch_threads})")
             else:

@@ -235,7 +235,8 @@ class TuneSearch:
                 if floors[m, j] >= THREAD_TRIAL_FLOOR * fastest.steps_per_s:
                     base, n, k, predicted = None, m, j, floors[m, j]
                     why = (f"trial {models[0].number}'s window predicts at least {predicted:.1f} steps/s with "
-                           f"{policy.workers_text(m)} and {k} (a floor: the pool's spin counts as the step's work)")
+                           f"{policy.workers_text(m)} and {k} intra-op thread{'s' if k > 1 else ''} (a floor: "
+                           "the pool's spin counts as the step's work)")
         elif threads + n > self.per_rank + 0.05:  # no window says how the step scales: the CPUs' count decides
             k = policy.thread_target(self.per_rank, n)
             why = (f"{threads} intra-op threads and {policy.workers_text(n)} want more than the "

@@ -237,7 +237,9 @@ class TuneSearch:
                     why = (f"trial {models[0].number}'s window predicts at least {predicted:.1f} steps/s with "
                            f"{policy.workers_text(m)} and {k} intra-op thread{'s' if k > 1 else ''} (a floor: "
                            "the pool's spin counts as the step's work)")
-        elif threads + n > self.per_rank + 0.05:  # no window says how the step scales: the CPUs' count decides
+        elif threads + n > self.per_rank + 0.05 and self._wants_cpu(base):
+            # no window says how the step scales: the CPUs' count decides, where the pool's threads would
+            # compete with CPU work (workers that sleep on I/O beside a GPU step leave them the CPUs)
             k = policy.thread_target(self.per_rank, n)
             why = (f"{threads} intra-op threads and {policy.workers_text(n)} want more than the "
                    f"{self.per_rank:g} CPUs")
@@ -250,6 +252,11 @@ class TuneSearch:
             settings = TrialSettings(base.settings.num_workers, base.settings.prefetch_factor,
                                      base.settings.persistent_workers, torch_threads=k)
         return settings, f"fewer threads: {why}", predicted
+
+    def _wants_cpu(self, trial: Trial) -> bool:
+        """The trial's loading or its step is CPU work (its window's accounting; unknown: assume so)."""
+        use = self.uses.get(trial.number)
+        return use is None or use.load_is_cpu or use.step_is_cpu
 
     def _persistent(self):
         choice = self.choice()

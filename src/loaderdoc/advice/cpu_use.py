@@ -213,9 +213,9 @@ class CpuUse:
         """The run says how its step scales with intra-op threads: torch's thread count was read, the
         loop's own CPU time apart from the other threads', a CPU step on more than one thread that ran
         without workers competing for its CPUs (a contended step hides its parallel share)."""
-        busy = min(float(self.workers), self.load_cpu_s * self.rate) if self.workers else 0.0
         return (bool(self.torch_threads) and self.torch_threads > 1 and self.wait_loop_cpu_s is not None
-                and self.step_is_cpu and self._contention(self.torch_threads, busy) <= 1.0
+                and self.step_is_cpu
+                and self._contention(self.torch_threads, self._workers_demand(self.workers, self.rate)) <= 1.0
                 and self.step_cpu_s > self.step_wall_s > 0)
 
     def _workers_runnable(self, n: int) -> float:
@@ -229,6 +229,10 @@ class CpuUse:
         if wall:  # each worker on a CPU for its batch's CPU share of the load time
             return n * min(1.0, self.load_cpu_s / wall)
         return min(float(n), self.load_cpu_s * self.rate)  # workers that kept up: what the batches took
+
+    def _workers_demand(self, n: int, rate: float) -> float:
+        """CPUs n workers want to load ``rate`` batches a second (at most one each)."""
+        return min(float(n), self.load_cpu_s * rate) if n else 0.0
 
     def _step_threads_at(self, k: int | None) -> float:
         """CPUs a CPU step keeps busy on ``k`` intra-op threads (None: as the run measured)."""
@@ -282,7 +286,7 @@ class CpuUse:
         alone = self._step_wall_alone(k)
         serial = self.step_cpu_s * (1.0 - p) if self.parallel_share is not None else alone
         parallel = alone - serial
-        busy = min(float(n), self.load_cpu_s * rate) if n else 0.0  # CPUs the workers want at this rate
+        busy = self._workers_demand(n, rate)
         serial_slow = max(1.0, (1.0 + busy) / max(self.budget, TINY))
         return serial * serial_slow + parallel * self._contention(k, busy)
 
@@ -352,18 +356,13 @@ class CpuUse:
             rate = min(ceiling, loading, 1.0 / max(self._step_wall(n, k, rate) + hand, TINY))
         return rate
 
-    def best_threads(self, n: int) -> tuple[int, float] | None:
-        """With ``n`` workers, the intra-op thread count (fewer than the run's) whose predicted rate is
-        the best, the fewest within 1 % of it, and that rate; None where the run cannot predict threads."""
+    def fewer_threads(self, worker_counts) -> dict[tuple[int, int], float]:
+        """(workers, intra-op threads) -> the predicted rate, for each count in ``worker_counts`` and
+        every thread count below the run's ({} where the run cannot predict threads)."""
         if not self.threads_known:
-            return None
-        known = {k: r for k in range(1, min(self.torch_threads, MAX_WORKERS) + 1)
-                 if (r := self.predict(n, k)) is not None}
-        if not known:
-            return None
-        best = max(known.values())
-        pick = min(k for k, r in known.items() if r >= NEAR_BEST * best)
-        return pick, known[pick]
+            return {}
+        return {(n, k): rate for n in worker_counts for k in range(1, self.torch_threads)
+                if (rate := self.predict(n, k)) is not None}
 
     @property
     def ceiling_matters(self) -> bool:
@@ -384,11 +383,7 @@ class CpuUse:
         (looked for up to what keeping up needs, the CPU cap for CPU-bound loading), and that
         rate; None where the run cannot predict."""
         known = {n: r for n in self._worker_range(needed) if (r := self.predict(n)) is not None}
-        if not known:
-            return None
-        best = max(known.values())
-        pick = min(n for n, r in known.items() if r >= NEAR_BEST * best)
-        return pick, known[pick]
+        return fewest_near_best(known) if known else None
 
     def best_setting(self, needed: int | None = None) -> tuple[int, int | None, float] | None:
         """What the model expects to be fastest: (workers, intra-op threads or None for the run's
@@ -398,18 +393,23 @@ class CpuUse:
         None where nothing above this run is predicted."""
         at_own = self.best_workers(needed)
         base = max(self.rate, at_own[1] if at_own else 0.0)
-        fewer = {}
-        if self.threads_known:
-            for n in (self.workers, *self._worker_range(needed)):
-                for k in range(1, self.torch_threads):
-                    rate = self.predict(n, k)
-                    if rate is not None:
-                        fewer[n, k] = rate
+        fewer = self.fewer_threads((self.workers, *self._worker_range(needed)))
         if fewer and max(fewer.values()) >= GAIN_WORTH * base:
-            best = max(fewer.values())
-            n, k = min((nk for nk, r in fewer.items() if r >= NEAR_BEST * best), key=lambda nk: (nk[0], -nk[1]))
-            return n, k, fewer[n, k]
+            (n, k), rate = fewest_near_best(fewer, order=fewest_workers_most_threads)
+            return n, k, rate
         return (at_own[0], None, at_own[1]) if at_own else None
+
+
+def fewest_workers_most_threads(nk: tuple[int, int]) -> tuple[int, int]:
+    """The order among (workers, threads) pairs as fast: fewer workers first, then more threads."""
+    return nk[0], -nk[1]
+
+
+def fewest_near_best(rates: dict, order=None):
+    """The least (by ``order``) of the choices whose rate is within 1 % of the best, and its rate."""
+    best = max(rates.values())
+    pick = min((c for c, r in rates.items() if r >= NEAR_BEST * best), key=order)
+    return pick, rates[pick]
 
 
 def cpu_use(*, workers: int, budget: float | None, waits: int, steps: int, steps_timed: int, wait_s: float,

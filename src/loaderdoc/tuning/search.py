@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loaderdoc import policy
-from loaderdoc.advice.cpu_use import CpuUse, cpu_use
+from loaderdoc.advice.cpu_use import CpuUse, cpu_use, fewest_near_best, fewest_workers_most_threads
 from loaderdoc.policy import Room
 from loaderdoc.probing.result import ConfigResult, WaitStats
 from loaderdoc.settings import LoaderSettings
@@ -47,7 +47,6 @@ SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none le
 # the floor counts the pool's spin inside the step as work, which on the 2-CPU grid put one thread's step
 # 10-20 % slow (issue 47); below 90 % even that error would not make them the fastest
 THREAD_TRIAL_FLOOR = 0.9
-NEAR_BEST_FLOOR = 0.99  # the fewest workers (then the most threads) whose floor is within 1 % of the best floor
 
 RunTrial = Callable[[TrialSettings | None, str, float | None], Trial]
 
@@ -131,12 +130,13 @@ class TuneSearch:
         return [t for t in self.trials if t.ok]
 
     def results(self) -> list[ConfigResult]:
-        return [config_result(t, self.uses.get(t.number)) for t in self.ok if not self._persistent_twin(t)]
+        return [config_result(t, self.uses.get(t.number)) for t in self.ok if not self._twin(t)]
 
-    def _persistent_twin(self, trial: Trial) -> bool:
+    def _twin(self, trial: Trial) -> bool:
         """A trial that turned persistent workers on where the script has them off, or changed the
-        training process's threads: compared with its twin only (the policy reads the workers and
-        prefetch depth alone, and would take them for repeats of one configuration)."""
+        training process's threads: kept out of the policy's pool (it reads the workers
+        and prefetch depth alone, and would take them for repeats of one configuration); :meth:`pick`
+        weighs it against the pick."""
         return ((trial.settings.persistent and not self.trials[0].settings.persistent)
                 or trial.settings.torch_threads is not None)
 
@@ -144,7 +144,7 @@ class TuneSearch:
         return {t.settings.key for t in self.trials}
 
     def runs_of(self, key: tuple[int, int]) -> list[Trial]:
-        return [t for t in self.ok if t.settings.key == key and not self._persistent_twin(t)]
+        return [t for t in self.ok if t.settings.key == key and not self._twin(t)]
 
     def choice(self) -> policy.Choice | None:
         return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
@@ -197,10 +197,11 @@ class TuneSearch:
                           f"way from the {lo} measured"), predicted
 
     def _threads(self):
-        """The pick's workers with fewer intra-op threads in the training process, once: where a
-        trial's window predicts a gain from fewer threads (its step's parallel share and the
-        contention beside the workers: ``CpuUse.best_threads``), or, where none can, where the
-        threads and the pick's workers want more CPUs than the rank has (``policy.thread_target``)."""
+        """Fewer intra-op threads in the training process, once: where a trial's window says how its
+        step scales, the (workers, threads) whose predicted floor (``CpuUse.fewer_threads``) comes within
+        10 % of the fastest trial; where none can, the pick's workers (or the fastest trial whose threads
+        and workers crowd the CPUs) with as many threads as its workers leave (``policy.thread_target``),
+        where its loading or its step is CPU work."""
         choice = self.choice()
         if choice is None or self.per_rank is None:
             return None
@@ -211,11 +212,11 @@ class TuneSearch:
         threads = base.torch_threads
         if not threads or threads <= 1:
             return None
-        if threads + base.settings.num_workers <= self.per_rank + 0.05:
+        if not self._crowded(threads, base.settings.num_workers):
             # the pick's threads fit beside its workers; the fastest trial with workers that did not fit
             # may be what fewer threads free (workers that lost to the step's threads)
-            crowded = [t for t in self.ok if not self._persistent_twin(t) and t.settings.num_workers
-                       and (t.torch_threads or threads) + t.settings.num_workers > self.per_rank + 0.05]
+            crowded = [t for t in self.ok if not self._twin(t) and t.settings.num_workers
+                       and self._crowded(t.torch_threads or threads, t.settings.num_workers)]
             if crowded:
                 base = max(crowded, key=lambda t: t.steps_per_s)
                 threads = base.torch_threads or threads
@@ -226,18 +227,15 @@ class TuneSearch:
             # the model's rate for fewer threads is a floor (the step's CPU time counts the pool's spin
             # between ops as work): a floor near the fastest trial is worth a measurement
             use, fastest = self.uses[models[0].number], self._fastest()
-            floors = {(m, j): r for m in range(0, (use.worker_cap or policy.cpu_limit(self.per_rank)) + 1)
-                      for j in range(1, threads) if (r := use.predict(m, j)) is not None}
+            floors = use.fewer_threads(range(0, (use.worker_cap or policy.cpu_limit(self.per_rank)) + 1))
             if floors and fastest is not None:
-                top = max(floors.values())
-                m, j = min((mj for mj, r in floors.items() if r >= NEAR_BEST_FLOOR * top),
-                           key=lambda mj: (mj[0], -mj[1]))
-                if floors[m, j] >= THREAD_TRIAL_FLOOR * fastest.steps_per_s:
-                    base, n, k, predicted = None, m, j, floors[m, j]
+                (m, j), floor = fewest_near_best(floors, order=fewest_workers_most_threads)
+                if floor >= THREAD_TRIAL_FLOOR * fastest.steps_per_s:
+                    base, n, k, predicted = None, m, j, floor
                     why = (f"trial {models[0].number}'s window predicts at least {predicted:.1f} steps/s with "
                            f"{policy.workers_text(m)} and {k} intra-op thread{'s' if k > 1 else ''} (a floor: "
                            "the pool's spin counts as the step's work)")
-        elif threads + n > self.per_rank + 0.05 and self._wants_cpu(base):
+        elif self._crowded(threads, n) and self._wants_cpu(base):
             # no window says how the step scales: the CPUs' count decides, where the pool's threads would
             # compete with CPU work (workers that sleep on I/O beside a GPU step leave them the CPUs)
             k = policy.thread_target(self.per_rank, n)
@@ -252,6 +250,10 @@ class TuneSearch:
             settings = TrialSettings(base.settings.num_workers, base.settings.prefetch_factor,
                                      base.settings.persistent_workers, torch_threads=k)
         return settings, f"fewer threads: {why}", predicted
+
+    def _crowded(self, threads: int, workers: int) -> bool:
+        """The training process's intra-op threads and its workers want more than the rank's CPUs."""
+        return threads + workers > self.per_rank + 0.05
 
     def _wants_cpu(self, trial: Trial) -> bool:
         """The trial's loading or its step is CPU work (its window's accounting; unknown: assume so)."""
@@ -302,7 +304,7 @@ class TuneSearch:
                           f"the {self.per_rank:g} CPUs and counts only if it beats this", self.predicted(settings.num_workers))
 
     def _fastest(self) -> Trial | None:
-        ok = [t for t in self.ok if not self._persistent_twin(t)]
+        ok = [t for t in self.ok if not self._twin(t)]
         return max(ok, key=lambda t: t.steps_per_s) if ok else None
 
     def _climb(self):
@@ -431,7 +433,7 @@ class TuneSearch:
                   f"{choice.tolerance:.0%} of the fastest trial ({best.settings.text()}, {choice.best_rate:.1f})")
         # a persistent twin of the pick, or a thread trial at any worker count (fewer threads can free the
         # CPUs another worker count needed): kept where it measured faster by more than the tolerance
-        twins = [t for t in self.ok if self._persistent_twin(t)
+        twins = [t for t in self.ok if self._twin(t)
                  and (t.settings.key == choice.key or t.settings.torch_threads is not None)]
         if twins and max(t.steps_per_s for t in twins) > rate * (1 + choice.tolerance):
             twin = max(twins, key=lambda t: t.steps_per_s)

@@ -32,6 +32,21 @@ CLASSES = 10
 CROP = 160  # 224 costs ~200 ms a step for this CNN on 2 cores (cache-bound); 160 keeps it ~55 ms
 
 
+def loop_arguments(parser, steps_per_epoch: int):
+    """The arguments every image loop takes (``--steps``, the author's ``--workers``, ``--threads``), the
+    extra ones ``parser`` already holds; parsed, with torch's threads set where asked."""
+    parser.add_argument("--steps", type=int, default=3 * steps_per_epoch, help="training steps in all")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="the script author's num_workers (default 0); --apply changes it")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (a user's OMP_NUM_THREADS=1)")
+    args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return args
+
+
 def image_root() -> Path:
     value = os.environ.get("LOADERDOC_BENCH_WATCH_IMAGES")
     root = Path(value).expanduser() if value else Path.home() / ".cache" / "loaderdoc" / f"bench-images-watch-{IMAGES}"

@@ -22,13 +22,7 @@ STEPS_PER_EPOCH = _common.IMAGES // 64
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3 * STEPS_PER_EPOCH, help="training steps in all")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="the script author's num_workers (default 0); --apply changes it")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (a user's OMP_NUM_THREADS=1)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = _common.loop_arguments(parser, STEPS_PER_EPOCH)
 
     torch.manual_seed(0)
     dataset = _common.train_folder(_common.image_root())

@@ -26,14 +26,8 @@ STEP_MS = 35.0  # half of a batch's load with one worker on the dev VM (72 ms): 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3 * STEPS_PER_EPOCH, help="training steps in all")
     parser.add_argument("--step-ms", type=float, default=STEP_MS, help="the sleeping step (default 35)")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="the script author's num_workers (default 0); --apply changes it")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (a user's OMP_NUM_THREADS=1)")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = _common.loop_arguments(parser, STEPS_PER_EPOCH)
 
     torch.manual_seed(0)
     dataset = _common.train_folder(_common.image_root())

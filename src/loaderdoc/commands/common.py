@@ -80,6 +80,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, with_probe: bool)
         g.add_argument("--epoch-steps", type=positive_int, metavar="N",
                        help="training steps per epoch, to weigh worker start-up against (default: dataset length "
                        "/ batch size)")
+        g.add_argument("--torch-threads", type=positive_int, metavar="K",
+                       help="the training process's intra-op threads (OMP_NUM_THREADS, torch.set_num_threads), which "
+                       "the measuring process runs; exported with the settings (default: torch's count here)")
 
 
 def command_after_dashes(words: list[str] | None, verb: str) -> list[str]:

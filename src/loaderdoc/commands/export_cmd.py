@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         raise NothingMeasured(f"--export: no DataLoader configuration could be measured, so nothing was written; "
                               f"{' '.join(why.split())} see each failure with 'loaderdoc probe' and the same options")
     written = write_export(
-        args.export, rec.settings, fmt=fmt, force=args.force, header=export_header(facts, rec, findings)
+        args.export, rec.settings, fmt=fmt, force=args.force, header=export_header(facts, rec, findings),
+        torch_threads=getattr(args, "torch_threads", None),  # the job's thread count, as the user gave it
     )
     if written is not None:
         print(f"wrote {written} ({fmt})", file=sys.stderr)

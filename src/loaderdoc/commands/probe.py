@@ -100,6 +100,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     require_torch()
     from loaderdoc.probing.api import probe
 
+    kwargs["torch_threads"], kwargs["torch_threads_source"] = job_threads(getattr(args, "torch_threads", None), facts)
     if facts is not None:
         kwargs["facts"] = facts
     if preset:
@@ -121,6 +122,22 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         if kwargs["step_ms"] is None:
             kwargs["step_ms"] = DEFAULT_STEP_MS
         return _probe(probe, kwargs, progress)
+
+
+def job_threads(given: int | None, facts: Any) -> tuple[int, str]:
+    """The training job's intra-op threads (``--torch-threads``, else torch's count in this
+    environment) and where the count comes from. This process then keeps torch at one thread: it
+    only builds the dataset, and a pool started here could not be used by the measuring processes
+    forked from it (probing/isolate.py)."""
+    torch = import_torch()
+    if given:
+        threads, source = given, f"--torch-threads {given}"
+    else:
+        threads = torch.get_num_threads()
+        reading = facts.torch.intra_op_threads if facts is not None else None
+        source = reading.source if reading is not None and reading.get() == threads else "torch's count here"
+    torch.set_num_threads(1)
+    return threads, source
 
 
 def _probe(probe, kwargs: dict[str, Any], progress: bool) -> ProbeReport:
@@ -240,7 +257,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(report.results)} configurations in {report.elapsed_s:.0f} s"]
         header += [f"  {reason}" for reason in report.reasons]
         header += findings_header(findings, with_fix=False)
-        written = write_export(args.export, report.recommended, fmt=args.format, force=args.force, header=header)
+        # threads given to the probe are the job's choice, measured as such: the export keeps them
+        threads = report.workload.torch_threads if getattr(args, "torch_threads", None) else None
+        written = write_export(args.export, report.recommended, fmt=args.format, force=args.force, header=header,
+                               torch_threads=threads)
         if written is not None:
             print(f"wrote {written}", file=sys.stderr)
     return EXIT_OK

@@ -148,12 +148,16 @@ def probe(
     overrides: dict[str, Any] | None = None,
     name: str | None = None,
     epoch_steps: int | None = None,
+    torch_threads: int | None = None,
+    torch_threads_source: str = "",
 ) -> ProbeReport:
     """Measure DataLoader configurations for ``dataset`` (or a synthetic ``preset``) and recommend one.
 
     ``batch_size`` None means the preset's own (32 for a user dataset); ``step_ms`` None means the
     preset's typical step. ``epoch_steps`` (default: the dataset's length / batch size) is what
-    the workers' start-up is weighed against for ``persistent_workers``. ``on_result`` is called as each configuration finishes, ``on_progress``
+    the workers' start-up is weighed against for ``persistent_workers``. ``torch_threads`` is the
+    training process's intra-op thread count, which the measuring processes run (default: this
+    process's ``torch.get_num_threads()``), ``torch_threads_source`` where that count comes from. ``on_result`` is called as each configuration finishes, ``on_progress``
     with (fraction of the budget used, message). Setting ``cancel`` stops within ~0.1 s: the
     report then holds what was measured and ``stopped == "cancelled"``. Ctrl+C raises
     :class:`ProbeInterrupted` (a KeyboardInterrupt) carrying the partial report. Either way no
@@ -199,7 +203,9 @@ def probe(
     plan = plan_for_budget(budget_s)
     remaining = budget_s - (time.monotonic() - started)
     limits = _limits(facts, max(remaining, 0.1), device, plan, step, info.iterable, epoch_steps)
-    workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device)
+    info.torch_threads, info.torch_threads_source = measuring_threads(torch_threads, torch_threads_source)
+    workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device,
+                       torch_threads=info.torch_threads)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device, epoch_steps=epoch_steps)
 
     streams_known = False  # an IterableDataset: whether its workers repeat the stream, once answered
@@ -244,6 +250,23 @@ def probe(
     if on_progress is not None:
         on_progress(1.0, f"done: {report.stopped}")
     return report
+
+
+def measuring_threads(requested: int | None, source: str = "") -> tuple[int, str]:
+    """The intra-op threads the measuring processes run, and the words saying why that many."""
+    import torch
+
+    from loaderdoc.probing.isolate import forked_pool_works
+
+    if requested is not None and requested < 1:
+        raise UserError(f"torch_threads must be >= 1, got {requested}")
+    threads = requested or torch.get_num_threads()
+    source = source or ("as given" if requested else "torch.get_num_threads() in this process")
+    if forked_pool_works(threads):
+        return threads, source
+    return 1, (f"1, not the job's {threads} ({source}): this process had already run torch's thread pool, "
+               "which a forked measuring process cannot use; call loaderdoc.probe before other torch work, "
+               "or run `loaderdoc probe`")
 
 
 def _without_restart(plan: Any) -> Any:

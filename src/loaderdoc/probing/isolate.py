@@ -9,6 +9,14 @@ waits on a pipe, so it can always stop a configuration: on its result, a watchdo
 worker process is left behind whatever the dataset did (hung in ``__getitem__`` with 0 workers,
 killed a worker, deadlocked, started a daemon). Forking also means the user's dataset is never
 pickled. What is measured inside is :mod:`loaderdoc.probing.measure`'s business.
+
+The measuring process runs torch's intra-op pool at the training job's thread count
+(``LoadJob.torch_threads``): at 0 workers the loading and the collation run in that process on
+those threads, as in the job, and so does the pin-memory thread's copy at any worker count. libgomp's pool does not survive
+fork: once the forking process has run a parallel region on more than one thread, a forked child
+that enters one waits forever for threads that do not exist in it (measured with torch 2.13's
+libgomp; a child that stays at one thread is fine). :func:`forked_pool_works` tries that in a
+throwaway child before a probe uses more than one thread.
 """
 
 from __future__ import annotations
@@ -30,6 +38,50 @@ from loaderdoc.probing.measure import LoadJob, RunPlan, measure_in_process
 from loaderdoc.probing.reaper import interrupts_deferred, kill_tree, set_subreaper
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.settings import LoaderSettings
+
+# a forked child that can use the pool does so in milliseconds; one that cannot never returns
+POOL_CHECK_S = 3.0
+_pool_lost = {"value": False}  # once this process's pool has started, it stays started
+
+
+def forked_pool_works(threads: int) -> bool:
+    """Whether a process forked from this one can run torch's intra-op pool at ``threads`` threads
+    (see the module docstring): tried in a child that is killed if it has not finished in
+    ``POOL_CHECK_S`` seconds."""
+    if threads <= 1:
+        return True
+    if _pool_lost["value"]:
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child, answers with its exit status
+        code = 1
+        try:
+            import torch
+
+            torch.set_num_threads(threads)
+            torch.ones(1 << 20).add_(1)  # 2^20 elements: torch splits it across the pool
+            code = 0
+        finally:
+            os._exit(code)
+    code = None
+    deadline = time.monotonic() + POOL_CHECK_S
+    try:
+        while code is None and time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+            else:
+                time.sleep(0.005)
+    finally:
+        if code is None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    works = code == 0
+    _pool_lost["value"] = code is None  # hung: the pool has started here; it will not stop
+    return works
 
 
 def run_config(
@@ -150,11 +202,12 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
         try:
             import torch
 
-            torch.set_num_threads(1)  # OpenMP does not survive fork (see module docstring)
+            torch.set_num_threads(workload.torch_threads)  # the job's count, forked_pool_works checked it
             # keep the loader alive: a graceful worker shutdown can take seconds, and the parent
             # kills this process group the moment the result is read
             try:
                 result = measure_in_process(workload, settings, plan, keep_alive=[])
+                result.torch_threads = torch.get_num_threads()
             finally:
                 # torch's SIGCHLD handler raises when a worker dies, at whatever line runs then: once
                 # the measurement is over it must not fire in the reporting below (exit 1, no result)

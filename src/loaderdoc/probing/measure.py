@@ -4,8 +4,9 @@
 and steps against the simulated training step, samples worker memory and /dev/shm, and times the
 epoch restart. :mod:`loaderdoc.probing.isolate` runs it in a forked measuring process.
 
-Inside the measuring process torch runs single-threaded (``torch.set_num_threads(1)``), as
-DataLoader workers do: torch's OpenMP pool does not survive a fork, and using it after one hangs.
+Inside the measuring process torch runs the training job's intra-op threads
+(``LoadJob.torch_threads``, set by :mod:`loaderdoc.probing.isolate`); its workers run one, as
+torch's own worker loop sets.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class LoadJob:
     step_ms: float = 20.0
     device: str = "cpu"  # "cuda" runs the GPU consumer in the measuring process
     seed: int = 0
+    torch_threads: int = 1  # the training process's intra-op threads: the measuring process runs them
 
 
 # training steps every measured run takes, however short its windows: the one after the first

@@ -127,6 +127,7 @@ class ConfigResult:
     warmup_batches: int = 0  # consumed before the window, until the prefetch buffer reached equilibrium
     stages: StageTimes | None = None
     purpose: str = ""  # why the search tried this configuration (evidence for the reasons)
+    torch_threads: int | None = None  # the measuring process's intra-op threads, read back (None: failed)
 
     @property
     def ok(self) -> bool:
@@ -144,6 +145,9 @@ class WorkloadInfo:
     batch_bytes: int | None = None  # measured from a real collated batch
     step_ms: float = 0.0  # the training step the user asked to simulate
     consumer: str = "cpu-sleep"  # "cuda-kernel" | "cpu-sleep"
+    # the training process's intra-op threads the measuring process ran with, and why that many
+    torch_threads: int | None = None
+    torch_threads_source: str = ""
 
 
 # where the probe's training step is a sleep: why `loaderdoc tune` on the real job may measure less

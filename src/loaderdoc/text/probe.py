@@ -84,6 +84,9 @@ def header_lines(report: ProbeReport, width: int) -> list[str]:
     if report.epoch_steps:
         setup += f", {report.epoch_steps} steps an epoch"
     setup += f"; device {report.device}"
+    if w.torch_threads:
+        plural = "" if w.torch_threads == 1 else "s"
+        setup += f"; the training process at {w.torch_threads} torch thread{plural} ({w.torch_threads_source})"
     n = len(report.results)
     run = (f"{n} configuration{'' if n == 1 else 's'} in {report.elapsed_s:.1f} s of a {report.budget_s:g} s "
            f"budget; stopped: {report.stopped or 'unknown'}")

@@ -539,3 +539,31 @@ def test_an_epoch_left_before_its_end_is_closed_and_written_when_the_loaders_nex
     list(second)
     again = recorder.to_dict()["loaders"][0]["epochs"]
     assert [e["finished"] for e in again] == [False, True] and again[0]["end_s"] <= again[1]["start_s"]
+
+
+def _slow_exit(worker_id: int) -> None:
+    """worker_init_fn: the worker takes 0.3 s to exit (its finalizer runs as multiprocessing ends it)."""
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, time.sleep, args=(0.3,), exitpriority=0)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_epoch_records_the_iter_that_started_its_workers_and_the_stop_that_shut_them(persistent):
+    """What persistent workers save, timed where it happens (issue 47): torch shuts non-persistent
+    workers down in the call that raises StopIteration, joining each (here each takes 0.3 s to
+    exit); persistent ones stay, and their later iter() only hands out the new epoch's indices."""
+    tud = pytest.importorskip("torch.utils.data")
+    loader = tud.DataLoader(list(range(8)), batch_size=2, num_workers=2, worker_init_fn=_slow_exit,
+                            persistent_workers=persistent)
+    watched = watch(loader)
+    for _ in range(2):
+        for _ in watched:
+            pass
+    epochs = watched.records()["loaders"][0]["epochs"]
+    assert len(epochs) == 2 and all(e["iter_s"] >= 0 and e["iter_s"] < e["first_batch_s"] for e in epochs)
+    if persistent:
+        assert all(e["stop_s"] < 0.3 for e in epochs)
+        loader._iterator._shutdown_workers()
+    else:
+        assert all(e["stop_s"] >= 0.3 for e in epochs)

@@ -44,6 +44,8 @@ class WatchedEpoch:
     steps_timed: int = 0  # steps summed in step_s
     first_batch_s: float | None = None  # iter(loader) to the first batch (worker start-up included)
     wall_s: float | None = None  # iter(loader) to the epoch's end (or its last batch)
+    iter_s: float | None = None  # iter(loader) itself: starting the workers (in first_batch_s)
+    stop_s: float | None = None  # the call that raised StopIteration: shutting them down (after wall_s)
     # the epoch ended: its StopIteration, or the loader's next epoch began (Lightning never asks
     # for StopIteration)
     finished: bool = False
@@ -83,6 +85,7 @@ class WatchedEpoch:
         return cls(index=n if e.get("epoch") is None else int(e["epoch"]), steps=e.get("steps") or 0,
                    waits=e.get("waits") or 0, wait_s=e.get("wait_s", 0.0), step_s=e.get("step_s", 0.0),
                    steps_timed=e.get("steps_timed", 0), first_batch_s=e.get("first_batch_s"), wall_s=_wall(e),
+                   iter_s=e.get("iter_s"), stop_s=e.get("stop_s"),
                    finished=bool(e.get("finished")) or e.get("end_s") is not None,
                    workers_pss_max_bytes=e.get("workers_pss_max_bytes"),
                    workers_heap_grown_bytes=e.get("workers_heap_grown_bytes"), gpu_idle_s=e.get("gpu_idle_s"),

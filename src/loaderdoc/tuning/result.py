@@ -94,8 +94,8 @@ class Trial:
     idle_share: float | None = None  # ... beyond taking a ready batch (the hand-over)
     step_ms: float | None = None  # the training step, per batch
     wait_ms: float | None = None
-    # the epochs' first batches (worker start-up at each epoch) in the window, as a share of the
-    # loop's time: what persistent workers would save
+    # what persistent workers would save of the window's time (each epoch's restart priced as watch
+    # prices it: loaderdoc.policy.restart_cost_s); None with persistent workers or no epoch start
     restart_share: float | None = None
     workers_pss_bytes: int | None = None  # summed over the workers, peak in the window
     shm_peak_bytes: int | None = None  # /dev/shm above what it held when the job started sampling

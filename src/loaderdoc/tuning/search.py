@@ -13,8 +13,8 @@ Predict, then verify, as the probe does, but every measurement is a real run of 
    in one run, or repeated runs in turns, which are then measured).
 4. **Lean**: the cheapest trial within the tolerance of the fastest, against fewer workers not yet
    measured (bisected down): a leaner configuration as fast wins (memory, /dev/shm, start-up).
-5. **Persistent workers**: where the pick's workers start again each epoch and those start-ups
-   took at least 6 % of its loop's time, the pick with ``persistent_workers=True``; kept where it
+5. **Persistent workers**: where the pick's workers start again each epoch and those restarts
+   (priced as ``watch`` prices them: ``policy.restart_cost_s``) took at least 6 % of its loop's time, the pick with ``persistent_workers=True``; kept where it
    measures faster by more than the tolerance. Such trials are compared with their twin only, never
    pooled with the others by ``policy.choose`` (which reads them as repeats of one configuration).
 
@@ -271,8 +271,10 @@ class TuneSearch:
             return None
         base = runs[0].settings
         settings = TrialSettings(base.num_workers, base.prefetch_factor, persistent_workers=True)
-        return settings, (f"persistent workers: starting the workers each epoch took {max(shares):.0%} of "
-                          f"the loop's time at {base.text()}"), None
+        share = max(shares)
+        # the share and its gain are watch's for the same run (loaderdoc.policy.restart_cost_s)
+        return settings, (f"persistent workers: restarting the workers each epoch took {share:.0%} of the loop's "
+                          f"time at {base.text()} (expected {1 / (1 - share):.2f}x)"), None
 
     def _predicted_best(self):
         model = self._model()

@@ -268,7 +268,6 @@ def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | 
     trial.wait_share = slowest.wait_share
     trial.step_ms = 1000 * slowest.step_s / slowest.steps_timed if slowest.steps_timed else None
     trial.wait_ms = 1000 * slowest.wait_s / slowest.waits if slowest.waits else None
-    trial.restart_share = slowest.first_batch_s / slowest.seconds if slowest.seconds > 0 else None
     pss = [w.workers_pss_bytes for w in windows if w.workers_pss_bytes]
     trial.workers_pss_bytes = max(pss) if pss else None
     shm = [w.shm_peak_bytes for w in windows if w.shm_peak_bytes is not None]
@@ -293,6 +292,8 @@ def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | 
             trial.status = FAILED
             trial.reason = (f"the settings did not reach the training loader (it ran with num_workers={workers}); "
                             "see the trial's output")
+    if not trial.settings.persistent:
+        trial.restart_share = slowest.restart_share(trial.settings.num_workers)
     threads = [w.torch_threads for w in windows if w.torch_threads is not None]
     trial.torch_threads = max(threads) if threads else None
     if settings is not None and settings.torch_threads is not None and threads and max(threads) != settings.torch_threads:

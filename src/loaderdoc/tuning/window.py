@@ -7,8 +7,9 @@ window: everything between them, measured on one clock. The window opens once th
 has drained what its workers buffered during start-up (a full queue flatters the first batches)
 and is *settled* when it holds enough batches and its two halves agree on the rate.
 
-The rate is batches over the loop's own time: the waits, the steps and each epoch's first batch
-(worker start-up, which persistent workers or fewer workers change), not what the script does
+The rate is batches over the loop's own time: the waits, the steps, each epoch's first batch
+(worker start-up, which persistent workers or fewer workers change) and the call that ended each
+epoch (torch shuts non-persistent workers down in it), not what the script does
 between epochs (validation, checkpoints), which the training loader's settings do not change and
 which would make a window that holds one validation pass slower than one that holds none.
 
@@ -28,7 +29,8 @@ from loaderdoc.advice.watched import wait_share_of
 
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
-          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s", "cpu_wait_loop_s", "cpu_step_loop_s")
+          "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s", "cpu_wait_loop_s", "cpu_step_loop_s",
+          "iter_s", "stop_s", "starts", "workers_cpu_first_s")
 WARM_BATCHES = 5  # batches past the start-up queue before the window opens
 MIN_WINDOW_S = 3.0  # a window shorter than this is mostly the sampler's tick (0.2 s)
 SETTLED_SPREAD = 0.10  # the window's two halves within 10 % of each other: settled
@@ -113,6 +115,25 @@ class Window:
     settled: bool
     spread: float | None  # the halves' rates, relative difference
     torch_threads: int | None = None  # torch.get_num_threads() in the process, as its epochs began
+    iter_s: float = 0.0  # the window's epochs' iter(loader) calls (starting workers), summed
+    stop_s: float = 0.0  # ... and the calls that ended them (shutting workers down)
+    starts: int = 0  # epochs whose first batch came in the window
+    workers_cpu_first_s: float | None = None  # the workers' CPU time before those first batches
+
+    def restart_share(self, workers: int) -> float | None:
+        """What persistent workers would save of the window's time (loaderdoc.policy.restart_cost_s,
+        as ``watch`` prices each epoch start, summed over the window's); None without a start."""
+        if not self.starts or workers <= 0 or self.seconds <= 0:
+            return None
+        from loaderdoc.policy.restarts import restart_cost_s, setup_cpu_s
+
+        wait = self.wait_s / self.waits if self.waits else 0.0
+        step = self.step_s / self.steps_timed if self.steps_timed else 0.0
+        per_batch = self.workers_cpu_s / self.steps if self.steps and self.workers_cpu_s else None
+        setup = setup_cpu_s(self.workers_cpu_first_s, self.starts * workers, per_batch)
+        cost = restart_cost_s(self.iter_s, self.first_batch_s, self.stop_s, self.starts * workers * (wait + step),
+                              setup)
+        return min(1.0, cost / self.seconds)
 
     @property
     def rate(self) -> float:
@@ -139,8 +160,8 @@ def _sum_at(sample: dict[str, Any], numbers: list[str]) -> list[float]:
 
 
 def _loop_s(cum: list[float]) -> float:
-    """The loop's own time in a sum: waits, steps, epochs' first batches."""
-    return cum[1] + cum[2] + cum[11]
+    """The loop's own time in a sum: waits, steps, epochs' first batches, and their ends (shutdowns)."""
+    return cum[1] + cum[2] + cum[11] + cum[15]
 
 
 def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window | None:
@@ -186,7 +207,9 @@ def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window
         busy_s=busy[1] - busy[0] if None not in busy else None,
         workers_pss_bytes=max(pss) if pss else None,
         shm_peak_bytes=max(0, max(shm) - (base or 0)) if shm else None,
-        settled=settled, spread=spread, torch_threads=_threads_of(rec, key))
+        settled=settled, spread=spread, torch_threads=_threads_of(rec, key), iter_s=values["iter_s"],
+        stop_s=values["stop_s"], starts=int(values["starts"]),
+        workers_cpu_first_s=values["workers_cpu_first_s"] if values["workers_cpu_first_s"] > 0 else None)
 
 
 def _threads_of(rec: dict[str, Any], key: str) -> int | None:

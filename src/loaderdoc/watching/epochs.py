@@ -31,7 +31,7 @@ class EpochRecord:
                  "gpu_waits_timed", "gpu_pending", "cpu_wait_s", "cpu_step_s", "cpu_start", "proc_cpu_s",
                  "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
                  "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
-                 "cpu_wait_loop_s", "cpu_step_loop_s",
+                 "cpu_wait_loop_s", "cpu_step_loop_s", "iter_s", "stop_s",
                  "io_main_start", "io_main", "io_workers", "io_first", "io_traced")
 
     def __init__(self, index: int, started: float) -> None:
@@ -42,7 +42,12 @@ class EpochRecord:
         self.waited = 0  # batches after the first (their wait is in wait_s)
         self.wait_s = 0.0
         self.step_s = 0.0
-        self.first_batch_s: float | None = None
+        self.first_batch_s: float | None = None  # from iter(loader), so iter_s is in it
+        # what persistent workers save, timed where it happens: iter(loader) itself (starting the
+        # workers: a fork each, from a process that may hold gigabytes) and the call that raised
+        # StopIteration (shutting them down: torch joins each); None where it did not happen
+        self.iter_s: float | None = None
+        self.stop_s: float | None = None
         self.finished = False  # StopIteration seen (False: abandoned, interrupted or still running)
         # a later epoch of the same loader began before this one's StopIteration: it is over, ended
         # at its last batch (Lightning stops at len(loader) and never asks for StopIteration)
@@ -85,6 +90,8 @@ class EpochRecord:
             "steps_timed": self.waited + (1 if self.finished and self.steps else 0),  # in step_s
             "step_s": self.step_s,
             "first_batch_s": self.first_batch_s,
+            "iter_s": self.iter_s,
+            "stop_s": self.stop_s,
             "wall_s": self.last - self.started,
             "finished": self.finished,
             "wait_p50_s": _quantile(waits, 0.50),

@@ -116,6 +116,8 @@ class WatchedIterator:
         try:
             batch = self._next()
         except StopIteration:
+            if self._epoch.stop_s is None:
+                self._epoch.stop_s = clock() - t0  # the workers' shutdown: torch joins them in this call
             self._end(t0, c0, before, l0)
             raise
         t1 = clock()
@@ -272,6 +274,7 @@ class Recorder:
             rec.epochs[-1].closed = True  # an epoch boundary like StopIteration's: resolve and write
             self.epoch_ended(rec.epochs[-1])
         epoch = EpochRecord(len(rec.epochs), started)
+        epoch.iter_s = clock() - started
         rec.epochs.append(epoch)
         watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch,
                                   trace.per_batch(self.tracer, rec.number, os.getpid() == self.pid))

@@ -37,6 +37,7 @@ RANK_TYPES = {"rank": int, "node": str, "pid": int, "loader": int, "wait_share":
 MEMORY_TYPES = {"pid": int, "source": int, "shm_peak_used_bytes": int, "shm_total_bytes": int}
 # an epoch's figures beyond those the app charts, checked where present
 EPOCH_TYPES = {"waits": int, "steps_timed": int, "first_batch_s": float, "wall_s": float, "gpu_idle_s": float,
+               "iter_s": float, "stop_s": float,
                "wait_p50_s": float, "wait_p95_s": float, "workers_pss_max_bytes": int,
                "workers_heap_grown_bytes": int}
 

@@ -269,13 +269,14 @@ class Sampler:
 # give a window's figures (loaderdoc tune measures its steady windows from them); the first three
 # are the timeline's
 CUMULATIVE = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
-              "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s", "cpu_wait_loop_s", "cpu_step_loop_s")
+              "cpu_step_wall_s", "workers_cpu_s", "workers_runq_s", "first_batch_s", "cpu_wait_loop_s", "cpu_step_loop_s",
+              "iter_s", "stop_s", "starts", "workers_cpu_first_s")
 
 
 def cumulative(epochs: list) -> list:
     """The :data:`CUMULATIVE` sums over ``epochs`` (hook EpochRecords) as they stand now."""
-    steps = wait = step = cw = cs = cww = csw = wcpu = wq = first = cwl = csl = 0.0
-    waits = timed = 0
+    steps = wait = step = cw = cs = cww = csw = wcpu = wq = first = cwl = csl = started = stopped = wfirst = 0.0
+    waits = timed = starts = 0
     for e in epochs:
         steps += e.steps
         wait += e.wait_s
@@ -291,7 +292,12 @@ def cumulative(epochs: list) -> list:
         first += e.first_batch_s or 0.0
         cwl += e.cpu_wait_loop_s
         csl += e.cpu_step_loop_s
-    return [int(steps), wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first, cwl, csl]
+        started += e.iter_s or 0.0
+        stopped += e.stop_s or 0.0
+        starts += e.first_batch_s is not None
+        wfirst += e.workers_cpu_first or 0.0
+    return [int(steps), wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first, cwl, csl, started, stopped, starts,
+            wfirst]
 
 
 def _attribute(epochs: list, workers_pss: int, since: float, heap_grown: int | None = None) -> None:

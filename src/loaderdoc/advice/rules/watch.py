@@ -324,7 +324,8 @@ def _watch_rereads(i: Inputs) -> Finding | None:
 
 
 @rule("watch-slow-epoch-start", WARNING, "Every epoch waits for its workers to start again (measured)", "watch",
-      f"measured in the run, workers not persistent: the later epochs' first batch, less one batch's load, is "
+      f"measured in the run, workers not persistent: the later epochs' restarts (loaderdoc.policy.restart_cost_s: the "
+      "shutdown before, iter(loader), the first batch beyond one batch's load) are "
       f">= {policy.WATCHED_RESTART_PAYS_SHARE:.0%} of those epochs' time (loaderdoc.policy.WATCHED_RESTART_PAYS_SHARE, "
       "twice the PERSISTENT_PAYS_SHARE from which the probe picks persistent_workers=True: the load "
       "estimate is an upper bound, so the saving is a lower one)")
@@ -332,24 +333,40 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
     w = i.watch
     if w is None or w.workers == 0 or w.persistent_workers is not False:
         return None
-    later = [e for e in w.epochs[1:] if e.finished and e.first_batch_s is not None and e.wall_s]
+    epochs = w.epochs
+    later = [(e, epochs[i].stop_s) for i, e in enumerate(epochs[1:])
+             if e.finished and e.first_batch_s is not None and e.wall_s]
     load = w.load_per_batch_s
-    restarts = policy.watched_restarts(((e.first_batch_s, e.wall_s) for e in later), load) if load is not None else None
+    # the workers' CPU per batch over the run, as tune's window reads it: one run, one price
+    timed = [e for e in epochs if e.workers_cpu_s is not None]
+    steps = sum(e.steps for e in timed)
+    per_batch = sum(e.workers_cpu_s for e in timed) / steps if steps else None
+    restarts = policy.watched_restarts(
+        ((e.iter_s, e.first_batch_s, stop, e.wall_s, policy.setup_cpu_s(e.workers_cpu_first_s, w.workers, per_batch))
+         for e, stop in later), load) if load is not None else None
     if restarts is None or not restarts.pays:
         return None
     saving, wall, share = restarts.saving_s, restarts.wall_s, restarts.share
-    firsts = ", ".join(f"{e.first_batch_s:.2f} s" for e in later[:5]) + (" ..." if len(later) > 5 else "")
+    firsts = ", ".join(f"{e.first_batch_s:.2f} s" for e, _ in later[:5]) + (" ..." if len(later) > 5 else "")
+    evidence = [f"first batch of epochs 2..{len(later) + 1}: {firsts} (a steady batch loads in about "
+                f"{fmt_seconds(load)})"]
+    starts = [e.iter_s for e, _ in later if e.iter_s is not None]
+    stops = [stop for _, stop in later if stop is not None]
+    if starts:
+        evidence.append(f"iter(loader) took {fmt_seconds(sum(starts) / len(starts))} an epoch to start the workers"
+                        + (f", and the end of the epoch before {fmt_seconds(sum(stops) / len(stops))} to shut "
+                           "them down" if stops else ""))
+    evidence.append(f"{saving:.2f} s of restarts over {wall:.1f} s of those {len(later)} epochs")
     return found(
         WARNING,
         f"{w.name}: each epoch spends {share:.0%} of its time starting {policy.workers_text(w.workers)} again",
-        [f"first batch of epochs 2..{len(later) + 1}: {firsts} (a steady batch loads in about {fmt_seconds(load)})",
-         f"{saving:.2f} s of start-up over {wall:.1f} s of those {len(later)} epochs"],
+        evidence,
         "With persistent_workers=False every epoch shuts the workers down and the next starts new ones "
-        "(re-importing, re-opening files, copying the dataset object into each).",
+        "(a fork each, re-importing, re-opening files, copying the dataset object into each).",
         f"Set persistent_workers=True (the workers and their memory stay alive between epochs): expected "
-        f"{1 / (1 - share):.2f}x the epochs' pace (the {share:.0%} spent starting workers saved).",
+        f"{restarts.expected_gain:.2f}x the epochs' pace (the {share:.0%} spent restarting workers saved).",
         {"persistent_workers": True},
-        expected_gain=1 / (1 - share),
+        expected_gain=restarts.expected_gain,
     )
 
 

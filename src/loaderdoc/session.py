@@ -448,7 +448,7 @@ class Session:
                 from loaderdoc.probing.workloads import load_user_dataset as load
             loaded = load(w.dataset)
             dataset, collate = loaded if isinstance(loaded, tuple) else (loaded, None)
-            return probe(dataset, collate_fn=collate, **kwargs)
+            return probe(dataset, collate_fn=collate, factory=w.dataset, **kwargs)
         return probe(preset=w.preset, **kwargs)
 
     def probe_progressed(self, fraction: float, text: str) -> None:

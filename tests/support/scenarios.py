@@ -108,8 +108,9 @@ def measured(num_workers: int, *, bps: float | None = None, starved: float | Non
              uss_mib: float | None = None, first_batch_s: float | None = None,
              restart_s: float | None = None, cpu_pct: float | None = None,
              h2d: tuple[float, float] | None = None, status: str = "ok", error: str | None = None,
-             traceback: str | None = None, batch_size: int = 64) -> ConfigResult:
-    """A probe measurement as the runner would record it (unmeasured fields stay None)."""
+             traceback: str | None = None, batch_size: int = 64, loaderdocs: bool = False) -> ConfigResult:
+    """A probe measurement as the runner would record it (unmeasured fields stay None);
+    ``loaderdocs``: a failure of loaderdoc's own measuring process (probing.blame)."""
     if persistent is None:
         persistent = num_workers > 0
     settings = LoaderSettings(batch_size=batch_size, num_workers=num_workers, pin_memory=pin,
@@ -125,6 +126,7 @@ def measured(num_workers: int, *, bps: float | None = None, starved: float | Non
         worker_uss_bytes=int(uss_mib * MiB) if uss_mib is not None else None,
         cpu_util_pct=cpu_pct,
         h2d_pageable_ms=h2d[0] if h2d else None, h2d_pinned_ms=h2d[1] if h2d else None,
+        loaderdoc_error=loaderdocs,
     )
 
 
@@ -527,6 +529,23 @@ def _scenarios() -> list[Scenario]:
                                "    label = self.labels[name]\nKeyError: 'n01440764_10026'\n"),
         ], batch_size=32, device="cuda:0"),
         expect=frozenset({"worker-crashed"}),
+    ))
+    s.append(Scenario(
+        "h200-probe-cuda-refused-in-fork",
+        "issue 48: the user's factory had started CUDA in the probe's process, and torch refused it in the forked "
+        "measuring process of every pinned configuration (before loaderdoc started those fresh)",
+        "h100x8-node",
+        LoaderSettings(batch_size=128, num_workers=15, pin_memory=True, persistent_workers=True),
+        probe=report([
+            measured(15, bps=22.0, starved=10, batch_size=128),
+            measured(15, status="failed", pin=True, batch_size=128, loaderdocs=True,
+                     error="loaderdoc's measuring process failed: RuntimeError: Cannot re-initialize CUDA in forked "
+                           "subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method",
+                     traceback="Traceback (most recent call last):\n  File \"/opt/venv/lib/python3.12/site-packages/"
+                               "torch/utils/data/dataloader.py\", line 1195, in __init__\nRuntimeError: Cannot "
+                               "re-initialize CUDA in forked subprocess.\n"),
+        ], batch_size=128, device="cuda:0"),
+        expect=frozenset({"probe-failed-itself"}),
     ))
     s.append(Scenario(
         "ci-worker-hangs",

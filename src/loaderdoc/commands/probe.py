@@ -118,7 +118,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
     # the factory, the Dataset and its workers print, exit, start threads: none of it is our output
     with running_user_code():
         dataset, collate_fn = load_user_dataset(dataset_spec)
-        kwargs.update(dataset=dataset, collate_fn=collate_fn, name=dataset_spec)
+        kwargs.update(dataset=dataset, collate_fn=collate_fn, name=dataset_spec, factory=dataset_spec)
         if kwargs["step_ms"] is None:
             kwargs["step_ms"] = DEFAULT_STEP_MS
         return _probe(probe, kwargs, progress)

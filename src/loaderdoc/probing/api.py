@@ -150,6 +150,7 @@ def probe(
     epoch_steps: int | None = None,
     torch_threads: int | None = None,
     torch_threads_source: str = "",
+    factory: str | None = None,
 ) -> ProbeReport:
     """Measure DataLoader configurations for ``dataset`` (or a synthetic ``preset``) and recommend one.
 
@@ -157,7 +158,9 @@ def probe(
     preset's typical step. ``epoch_steps`` (default: the dataset's length / batch size) is what
     the workers' start-up is weighed against for ``persistent_workers``. ``torch_threads`` is the
     training process's intra-op thread count, which the measuring processes run (default: this
-    process's ``torch.get_num_threads()``), ``torch_threads_source`` where that count comes from. ``on_result`` is called as each configuration finishes, ``on_progress``
+    process's ``torch.get_num_threads()``), ``torch_threads_source`` where that count comes from.
+    ``factory`` (``MOD:FACTORY``) built ``dataset``: where this process has initialised CUDA, the
+    measuring processes start as new interpreters and call it again (else they unpickle the dataset). ``on_result`` is called as each configuration finishes, ``on_progress``
     with (fraction of the budget used, message). Setting ``cancel`` stops within ~0.1 s: the
     report then holds what was measured and ``stopped == "cancelled"``. Ctrl+C raises
     :class:`ProbeInterrupted` (a KeyboardInterrupt) carrying the partial report. Either way no
@@ -176,6 +179,7 @@ def probe(
         from loaderdoc.system.detect import detect
 
         facts = detect()  # never raises: a fact that can't be read is unknown
+    dataset_given, collate_given = dataset, collate_fn
     dataset, collate_fn, info, preset_batch, preset_step = build_workload(
         dataset, preset=preset, collate_fn=collate_fn, overrides=overrides)
     if name:
@@ -204,8 +208,12 @@ def probe(
     remaining = budget_s - (time.monotonic() - started)
     limits = _limits(facts, max(remaining, 0.1), device, plan, step, info.iterable, epoch_steps)
     info.torch_threads, info.torch_threads_source = measuring_threads(torch_threads, torch_threads_source)
+    from loaderdoc.probing.fresh import Recipe
+
+    recipe = (Recipe(preset=preset or "image", overrides=overrides) if dataset_given is None and collate_given is None
+              else Recipe(factory=factory) if factory else None)
     workload = LoadJob(dataset=dataset, collate_fn=collate_fn, step_ms=step, device=device,
-                       torch_threads=info.torch_threads)
+                       torch_threads=info.torch_threads, recipe=recipe)
     report = ProbeReport(workload=info, budget_s=budget_s, device=device, epoch_steps=epoch_steps)
 
     streams_known = False  # an IterableDataset: whether its workers repeat the stream, once answered

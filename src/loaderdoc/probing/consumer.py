@@ -171,10 +171,12 @@ class CudaConsumer:  # pragma: no cover - needs a GPU; not available in CI
 
 
 def make_consumer(step_ms: float, device: str) -> SleepConsumer | CudaConsumer:
-    """The consumer for ``device`` ("cuda" or "cpu"); falls back to sleeping if CUDA won't start."""
+    """The consumer for ``device`` ("cuda" or "cpu"). Where CUDA will not start, the configuration
+    fails as loaderdoc's own (a sleep in its place would be reported as a GPU step it never ran)."""
     if device.startswith("cuda"):
         try:
             return CudaConsumer(step_ms, device)
-        except Exception:  # pragma: no cover - GPU only
-            return SleepConsumer(step_ms)
+        except Exception as exc:
+            raise RuntimeError(f"the simulated GPU step could not start CUDA in the measuring process: "
+                               f"{type(exc).__name__}: {exc}") from exc
     return SleepConsumer(step_ms)

@@ -97,19 +97,33 @@ def run_config(
 
     KeyboardInterrupt propagates after the measuring process's tree was killed.
     """
+    from loaderdoc.probing import fresh
+
     read_fd, write_fd = os.pipe()
     started = time.perf_counter()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-        _child_main(read_fd, write_fd, workload, settings, plan)
+    watchdog_s = plan.watchdog_s(workload.step_ms)
+    # torch refuses CUDA in a fork of a process that initialised it: then a new interpreter measures
+    anew = workload.device.startswith("cuda") and fresh.cuda_initialised()
+    if anew:
+        try:
+            pid = fresh.start(workload, settings, plan, write_fd, entry=__spec__.name if __spec__ else __name__)
+        except (fresh.NoFreshProcess, OSError) as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            return ConfigResult(settings=settings, status="failed", error=str(exc), purpose=purpose, loaderdoc_error=True)
+        watchdog_s += fresh.START_S
+    else:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+            os.close(read_fd)
+            child_main(write_fd, workload, settings, plan)
     os.close(write_fd)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
     chunks: list[bytes] = []
     stopped = ""
-    watchdog_s = plan.watchdog_s(workload.step_ms)
     deadline = started + watchdog_s
     try:
         while True:
@@ -183,10 +197,11 @@ def _prefer_oom_kill() -> None:  # pragma: no cover - child
         pass
 
 
-def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
+def child_main(write_fd: int, workload: LoadJob, settings: LoaderSettings, plan: RunPlan) -> None:  # pragma: no cover - child
+    """The measuring process, forked or started fresh (:mod:`loaderdoc.probing.fresh`): measure,
+    send the result, wait to be killed."""
     code = 0
     try:
-        os.close(read_fd)
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
         set_subreaper(True)  # orphans of whatever the dataset starts stay below this process
@@ -217,11 +232,7 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
             # the traceback holds the failed loader: releasing it would shut its workers down,
             # joining a hung worker for 5 s each, before the result is sent (the watchdog fires first)
             failed = exc  # noqa: F841
-        payload = json.dumps(to_dict(result)).encode() + b"\n"  # one line: the parent stops reading at its end
-        view = memoryview(payload)
-        while view:
-            written = os.write(write_fd, view)
-            view = view[written:]
+        send_result(write_fd, result)
         os.close(write_fd)
         # the parent kills this process and everything below it: exiting first would hand the
         # orphans of what the dataset started to init, out of the parent's reach
@@ -231,6 +242,14 @@ def _child_main(read_fd: int, write_fd: int, workload: LoadJob, settings: Loader
         code = 1
     finally:
         os._exit(code)
+
+
+def send_result(write_fd: int, result: ConfigResult) -> None:  # pragma: no cover - child
+    payload = json.dumps(to_dict(result)).encode() + b"\n"  # one line: the parent stops reading at its end
+    view = memoryview(payload)
+    while view:
+        written = os.write(write_fd, view)
+        view = view[written:]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - child
@@ -262,7 +281,13 @@ def failure_result(settings: LoaderSettings, exc: BaseException) -> ConfigResult
             deaths = _dead_workers(exc)
             if deaths:
                 error = f"{deaths[0]} while sending a batch ({error})"
-    return ConfigResult(settings=settings, status=status, error=error, traceback=text)
+    from loaderdoc.probing.blame import loaderdoc_failure
+
+    in_worker = bool(lines) and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]
+    mine = status == "failed" and loaderdoc_failure(error, text, in_worker=in_worker)
+    if mine:
+        error = f"loaderdoc's measuring process failed: {error}"
+    return ConfigResult(settings=settings, status=status, error=error, traceback=text, loaderdoc_error=mine)
 
 
 def _dead_workers(exc: BaseException, wait_s: float = 1.0) -> list[str]:
@@ -286,3 +311,23 @@ def _dead_workers(exc: BaseException, wait_s: float = 1.0) -> list[str]:
             elif code:
                 deaths.append(f"DataLoader worker (pid {worker.pid}) exited unexpectedly with exit code {code}")
     return deaths
+
+
+def _fresh_main() -> None:  # pragma: no cover - a new measuring process (probing.fresh), reported through the pipe
+    import pickle
+
+    write_fd = int(sys.argv[1])
+    recipe, job, settings, plan = pickle.load(sys.stdin.buffer)
+    for entry in reversed(recipe.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    try:
+        job.dataset, job.collate_fn = recipe.build()
+    except BaseException as exc:
+        send_result(write_fd, failure_result(settings, exc))
+        os._exit(1)
+    child_main(write_fd, job, settings, plan)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _fresh_main()

@@ -36,6 +36,7 @@ class LoadJob:
     device: str = "cpu"  # "cuda" runs the GPU consumer in the measuring process
     seed: int = 0
     torch_threads: int = 1  # the training process's intra-op threads: the measuring process runs them
+    recipe: Any = None  # probing.fresh.Recipe: how a new interpreter builds the dataset (None: pickle it)
 
 
 # training steps every measured run takes, however short its windows: the one after the first

@@ -128,6 +128,8 @@ class ConfigResult:
     stages: StageTimes | None = None
     purpose: str = ""  # why the search tried this configuration (evidence for the reasons)
     torch_threads: int | None = None  # the measuring process's intra-op threads, read back (None: failed)
+    # the failure is loaderdoc's own measuring machinery's, not the dataset's (loaderdoc.probing.blame)
+    loaderdoc_error: bool = False
 
     @property
     def ok(self) -> bool:

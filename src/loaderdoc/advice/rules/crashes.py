@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from loaderdoc.advice.findings import CRITICAL, WARNING, Finding
 from loaderdoc.advice.rules.files import open_files_low
 from loaderdoc.advice.rules.registry import (
@@ -16,6 +13,7 @@ from loaderdoc.advice.rules.registry import (
     found,
     rule,
 )
+from loaderdoc.probing.blame import innermost_user_frame
 
 
 @rule("worker-crashed", CRITICAL, "A DataLoader worker crashed", "probe",
@@ -26,8 +24,9 @@ def _worker_crashed(i: Inputs) -> Finding | None:
     crashed = []
     for res in i.probe.results:
         text = f"{res.error or ''}\n{res.traceback or ''}".lower()
-        if res.status == "failed" and not any(m in text for m in SHM_ERROR_MARKERS + NOFILE_ERROR_MARKERS):
-            crashed.append(res)  # shm and open-file failures have their own rules and fixes
+        if res.status == "failed" and not res.loaderdoc_error and not any(
+                m in text for m in SHM_ERROR_MARKERS + NOFILE_ERROR_MARKERS):
+            crashed.append(res)  # shm and open-file failures have their own rules and fixes; loaderdoc's, its own
     if not crashed:
         return None
     evidence = [f"{describe(r.settings)}: {r.error or 'failed without a message'}" for r in crashed[:3]]
@@ -35,9 +34,13 @@ def _worker_crashed(i: Inputs) -> Finding | None:
         evidence.append(f"... and {len(crashed) - 3} more configurations")
     # a run without workers fails in the main process: its traceback points at the user's code
     plain = next((r for r in crashed if r.settings.num_workers == 0 and r.traceback), None)
-    where = _innermost_frame(plain.traceback) if plain else None
+    where = innermost_user_frame(plain.traceback) if plain else None
     if where:
         evidence.append(f"without workers the traceback ends in {where}")
+    else:  # a worker's traceback, which torch flattens into the error's message
+        where = next((frame for r in crashed if (frame := innermost_user_frame(f"{r.error}\n{r.traceback}"))), None)
+        if where:
+            evidence.append(f"the worker's traceback ends in {where}")
     text = " ".join(f"{r.error or ''} {r.traceback or ''}" for r in crashed).lower()
     if any(m in text for m in OOM_MARKERS):
         cause = ("The process was killed (SIGKILL) or ran out of memory: usually the kernel's OOM killer, when "
@@ -47,8 +50,8 @@ def _worker_crashed(i: Inputs) -> Finding | None:
                "rather than Python objects; `loaderdoc probe` measures the memory per worker.")
     elif where:
         cause = "The dataset (or its transform / collate_fn) raises an exception, with or without workers."
-        fix = (f"Fix the code at {where}; the num_workers=0 run above shows the plain traceback. Then restore "
-               "the workers.")
+        fix = (f"Fix the code at {where}; a num_workers=0 run shows the plain traceback (the probe's table "
+               "lists each failure). Then restore the workers.")
     else:
         cause = ("An exception (or a signal) in the dataset, a transform or collate_fn, raised inside a worker "
                  "process; torch re-raises it in the main process with the worker's traceback flattened into "
@@ -87,30 +90,29 @@ def _worker_hung(i: Inputs) -> Finding | None:
     )
 
 
-_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../loaderdoc
-
-
-def _is_library_frame(path: str) -> bool:
-    """A frame in torch or in loaderdoc itself, not in the user's code.
-
-    Judged by the file, not by a folder name: a user's project may live under a folder named
-    ``loaderdoc`` or ``torch`` (a plain ``git clone`` of this repository is one). A loaderdoc frame
-    is a path ending in one of this package's own files (tracebacks recorded elsewhere carry
-    another prefix); a torch frame is inside an installed ``torch`` package."""
-    if "/site-packages/torch/" in path or "/dist-packages/torch/" in path:
-        return True
-    if "/loaderdoc/" in path:
-        inside = path.rsplit("/loaderdoc/", 1)[1]
-        if (_PACKAGE_DIR / inside).is_file():
-            return True
-    return False
-
-
-def _innermost_frame(tb: str) -> str | None:
-    """``brokends.py:10 in __getitem__``: the last frame of a traceback outside torch and loaderdoc."""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', tb)
-    mine = [f for f in frames if not _is_library_frame(f[0])]
-    if not mine:
+@rule("probe-failed-itself", CRITICAL, "loaderdoc's own measurement failed (not the dataset)", "probe",
+      "a probed configuration failed inside loaderdoc's measuring machinery: no frame of the user's code in "
+      "its traceback, and CUDA would not start in the measuring process or the innermost frame is "
+      "loaderdoc's (loaderdoc.probing.blame)")
+def _probe_failed_itself(i: Inputs) -> Finding | None:
+    if i.probe is None:
         return None
-    path, line, func = mine[-1]
-    return f"{path.rsplit('/', 1)[-1]}:{line} in {func}"
+    failed = [r for r in i.probe.results if r.status == "failed" and r.loaderdoc_error]
+    if not failed:
+        return None
+    evidence = [f"{describe(r.settings)}: {r.error or 'failed without a message'}" for r in failed[:3]]
+    if len(failed) > 3:
+        evidence.append(f"... and {len(failed) - 3} more configurations")
+    measured = i.probe.ok_results
+    evidence.append(f"{len(measured)} other configuration{'' if len(measured) == 1 else 's'} measured normally"
+                    if measured else "no configuration was measured")
+    return found(
+        CRITICAL,
+        "loaderdoc could not measure some configurations: its own measuring process failed",
+        evidence,
+        "The failure is in loaderdoc's measuring process (starting CUDA, its own code), not in the dataset; "
+        "these configurations say nothing about the data.",
+        "Nothing to change in the dataset. Report it to loaderdoc with the traceback (`loaderdoc probe --json` "
+        "keeps it); meanwhile `loaderdoc tune -- python train.py` measures the settings on the real job.",
+        {},
+    )

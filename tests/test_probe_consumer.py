@@ -81,3 +81,19 @@ def test_repeated_streams_needs_two_rounds_of_the_same_batches_from_every_worker
     assert repeated_streams(["a", "a", "b"], 2) is None  # too few batches
     assert repeated_streams(["a", "a", None, "b"], 2) is None  # a batch without tensors
     assert repeated_streams(["a", "a"], 1) is None
+
+
+def test_a_gpu_step_that_cannot_start_cuda_fails_loudly_instead_of_sleeping():
+    """Issue 48: a measuring process whose CUDA would not start ran a sleep in place of the GPU step,
+    and its rows were reported as the GPU step's. Now it raises, and the configuration fails as
+    loaderdoc's own (probing/blame)."""
+    import pytest
+
+    from loaderdoc.probing.blame import loaderdoc_failure
+
+    with pytest.raises(RuntimeError, match="could not start CUDA in the measuring process") as raised:
+        make_consumer(15.0, "cuda")  # this machine has no CUDA (a CPU build of torch, or no GPU)
+    import traceback
+
+    text = "".join(traceback.format_exception(raised.value))
+    assert loaderdoc_failure(str(raised.value), text, in_worker=False)

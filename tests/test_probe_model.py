@@ -67,6 +67,24 @@ def test_cpu_work_saturates_at_the_cpu_budget():
     assert LoadModel(load_ms=200, cpu_ms=200, step_ms=20, cpus=2, receive_ms=50).ceiling == pytest.approx(8.0)
 
 
+def test_pinning_each_batch_is_priced_in_the_training_process():
+    """Issue 48: the probe's rate left out what the training process pays per batch besides the step.
+    Its pin-memory thread copies each batch once, one at a time beside the step, on the CPUs."""
+    fed = LoadModel(load_ms=500, cpu_ms=490, step_ms=31.6, cpus=16)
+    pinned = LoadModel(load_ms=500, cpu_ms=490, step_ms=31.6, cpus=16, pin_ms=40.0)
+    assert fed.rate(32) == (pytest.approx(1000 / 31.6), "step")
+    assert pinned.rate(32) == (pytest.approx(25.0), "pinning")  # 40 ms a batch, one thread
+    assert pinned.ceiling == pytest.approx(25.0)
+    # the copy is CPU time beside the workers': 16 CPUs / (490 + 40) ms
+    cpu_bound = LoadModel(load_ms=500, cpu_ms=490, step_ms=5, cpus=16, pin_ms=10.0)
+    assert cpu_bound.rate(40) == (pytest.approx(16000 / 500), "CPU")
+    assert "pinning it 40.0 ms" in pinned.describe()
+    # from the baseline's stages, where the CUDA consumer measured it
+    stages = StageTimes(batches=10, samples=320, dataset_ms=300, dataset_cpu_ms=30, collate_ms=20, collate_cpu_ms=10,
+                        pin_ms=12.5)
+    assert model_from(_run(0, stages, rate=2.9), cpus=2, max_workers=64).pin_ms == 12.5
+
+
 def test_zero_workers_when_loading_in_the_training_process_is_already_fast_enough():
     # 49 steps/s with 0 workers, 50 at most with any: within 3 %
     m = LoadModel(load_ms=0.5, cpu_ms=0.5, step_ms=20, cpus=2, zero_per_s=49.0)

@@ -353,6 +353,9 @@ class _SlowStart:
     def h2d_times_ms(self, batch):
         return None, None
 
+    def pin_ms(self, batch):
+        return None
+
 
 @pytest.mark.alone
 def test_the_steady_rate_is_what_workers_produce_not_what_startup_buffered(monkeypatch):

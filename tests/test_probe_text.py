@@ -344,7 +344,7 @@ def test_worker_memory_still_rising_is_marked_beside_its_figure(width):
 
 
 @pytest.mark.parametrize("width", [60, 80, 200])
-def test_a_sleeping_step_says_a_real_step_will_be_slower_and_a_gpu_step_does_not(width):
+def test_a_simulated_step_says_what_it_leaves_out_a_sleep_and_a_gpu_kernel_alike(width):
     from loaderdoc.probing.result import SLEEP_STEP_NOTE
 
     report = REPORTS["image"]()
@@ -354,17 +354,20 @@ def test_a_sleeping_step_says_a_real_step_will_be_slower_and_a_gpu_step_does_not
     assert section.index(f"note: {SLEEP_STEP_NOTE}") > pick  # right under the pick's predicted and measured rate
     assert "loaderdoc tune -- python train.py" in section
     report.workload.consumer = "cuda-kernel"
-    assert "simulated with a sleep" not in render_text(report, [], width)
+    gpu = " ".join(render_text(report, [], width).split())
+    assert "simulated with a sleep" not in gpu
+    # a GPU kernel leaves out the training process's host work and threads (issue 48): said too
+    assert "the step is a GPU kernel" in gpu and "launches its model's kernels" in gpu
 
 
-def test_the_json_report_and_the_tui_carry_the_sleeping_step_note():
+def test_the_json_report_and_the_tui_carry_the_step_note():
     from types import SimpleNamespace
 
     from loaderdoc.probing.api import _fill
-    from loaderdoc.probing.result import SLEEP_STEP_NOTE
+    from loaderdoc.probing.result import GPU_STEP_NOTE, SLEEP_STEP_NOTE
     from loaderdoc.tui import model
 
-    for consumer, expected in (("cpu-sleep", SLEEP_STEP_NOTE), ("cuda-kernel", "")):
+    for consumer, expected in (("cpu-sleep", SLEEP_STEP_NOTE), ("cuda-kernel", GPU_STEP_NOTE)):
         report = REPORTS["image"]()
         report.workload.consumer = consumer
         outcome = SimpleNamespace(recommended=report.recommended, reasons=report.reasons, stopped=report.stopped,
@@ -375,4 +378,4 @@ def test_the_json_report_and_the_tui_carry_the_sleeping_step_note():
         assert doc["prediction"]["step_note"] == expected
         assert ProbeReport.from_json(report.to_json()).prediction.step_note == expected
         summary = model.report_summary(report)
-        assert (f"  note: {SLEEP_STEP_NOTE}" in summary) == (consumer == "cpu-sleep")
+        assert f"  note: {expected}" in summary

@@ -12,7 +12,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../loaderdoc
 FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 # CUDA that will not start in the measuring process: its state, not the data
 CUDA_START_MARKERS = ("cannot re-initialize cuda in forked subprocess", "cuda driver initialization failed",
-                      "cuda call failed lazily at initialization", "no cuda gpus are available")
+                      "cuda call failed lazily at initialization", "no cuda gpus are available",
+                      "could not start cuda in the measuring process")  # the last: probing.consumer's own words
 
 
 def is_loaderdoc_frame(path: str) -> bool:

@@ -91,6 +91,9 @@ class SleepConsumer:
     def h2d_times_ms(self, batch: Any) -> tuple[float | None, float | None]:
         return None, None  # no device: nothing to copy to, never invented
 
+    def pin_ms(self, batch: Any) -> float | None:
+        return None  # no device: torch pins nothing (it warns and ignores pin_memory)
+
 
 def fit_cycles_per_ms(samples: list[tuple[int, float]]) -> float:
     """Least-squares slope through the origin of (cycles, elapsed ms) spin-kernel timings.
@@ -168,6 +171,22 @@ class CudaConsumer:  # pragma: no cover - needs a GPU; not available in CI
 
         timed(pinned)  # warm-up
         return timed(pinned), timed(pageable)
+
+    def pin_ms(self, batch: Any) -> float | None:
+        """Pinning this batch as the pin-memory thread does (a copy into page-locked memory, host
+        CPU time in the training process): the lowest of three, after one to warm the allocator."""
+        import time
+
+        tensors = [t for t in iter_tensors(batch) if hasattr(t, "pin_memory")]
+        if not tensors:
+            return None
+        times = []
+        for _ in range(4):
+            start = time.perf_counter()
+            for t in tensors:
+                t.pin_memory()
+            times.append((time.perf_counter() - start) * 1000.0)
+        return min(times[1:])
 
 
 def make_consumer(step_ms: float, device: str) -> SleepConsumer | CudaConsumer:

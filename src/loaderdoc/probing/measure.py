@@ -162,6 +162,7 @@ def measure_in_process(
     result.first_batch_s = clock() - started
     result.batch_bytes = batch_nbytes(batch)
     result.h2d_pinned_ms, result.h2d_pageable_ms = consumer.h2d_times_ms(batch)
+    pin_ms = consumer.pin_ms(batch)  # the training process's pinning of each batch (CUDA)
     consumer.step(batch)
     monitor = Monitor(shm_baseline, malloc=(lambda: malloc_sums(tally.snapshot(), rows)) if settings.num_workers
                       else None)
@@ -228,6 +229,8 @@ def measure_in_process(
         if result.stages is not None and result.stages.receive_ms is None:
             # the step never found a batch waiting (starved): time the hand-over itself instead
             result.stages.receive_ms = _hand_over_ms(batch)
+        if result.stages is not None:
+            result.stages.pin_ms = pin_ms
         produced = result.stages.produced_per_s if result.stages else None
         result.batches_per_s = min(result.consumed_per_s, produced) if produced else result.consumed_per_s
         batch_size = kwargs.get("batch_size") or 1

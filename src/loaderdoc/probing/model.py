@@ -11,7 +11,10 @@ instrumented 0-worker run took inside the process that loaded (:class:`~.result.
   other processes keep ``others`` CPUs busy, the kernel shares CPU time per runnable thread: ``W``
   workers get ``cpus x W / (W + others)`` of the CPUs once there are more threads than CPUs;
 - the training process takes a batch (``receive_ms``) and runs the step (``step_ms``) one at a
-  time: ``1000 / (step_ms + receive_ms)``.
+  time: ``1000 / (step_ms + receive_ms)``;
+- with CUDA its pin-memory thread copies each batch into page-locked memory (``pin_ms``, measured
+  in the measuring process at the user's batch), one batch at a time beside the step:
+  ``1000 / pin_ms``, and that copy is CPU time the workers' budget shares.
 
 ``rate(W)`` is the lowest of the three; memory and ``/dev/shm`` cap ``W`` through
 :mod:`loaderdoc.policy`. The model is a prediction: the search measures around it and reports
@@ -44,6 +47,7 @@ class LoadModel:
     zero_per_s: float | None = None  # measured steady rate with 0 workers
     max_workers: int = 64  # the most workers memory and /dev/shm allow (policy)
     others: float = 0.0  # CPUs other processes kept busy with 0 workers: their threads compete for the CPUs
+    pin_ms: float = 0.0  # the pin-memory thread's copy of one batch (CUDA; 0: not pinned or not measured)
 
     # ---- the stages' rates ------------------------------------------------------------------
     def workers_per_s(self, workers: int) -> float:
@@ -60,9 +64,10 @@ class LoadModel:
 
     def cpu_per_s(self, workers: int | None = None) -> float | None:
         share = self.cpu_share(workers)
-        if share is None or self.cpu_ms + self.receive_ms <= 0:
+        per_batch = self.cpu_ms + self.receive_ms + self.pin_ms
+        if share is None or per_batch <= 0:
             return None
-        return share * 1000.0 / (self.cpu_ms + self.receive_ms)
+        return share * 1000.0 / per_batch
 
     def step_per_s(self) -> float:
         return 1000.0 / max(self.step_ms + self.receive_ms, 1e-6)
@@ -73,6 +78,8 @@ class LoadModel:
             serial = 1000.0 / max(self.load_ms + self.step_ms, 1e-6)
             return (self.zero_per_s or serial), "loading and the step take turns"
         limits = [(self.workers_per_s(workers), "workers"), (self.step_per_s(), "step")]
+        if self.pin_ms > 0:
+            limits.append((1000.0 / self.pin_ms, "pinning"))
         cpu = self.cpu_per_s(workers)
         if cpu is not None:
             limits.append((cpu, "CPU"))
@@ -82,7 +89,8 @@ class LoadModel:
     def ceiling(self) -> float:
         """The rate no number of workers can pass: the CPUs or the step."""
         cpu = self.cpu_per_s()
-        return min(self.step_per_s(), cpu) if cpu is not None else self.step_per_s()
+        top = min(self.step_per_s(), 1000.0 / self.pin_ms) if self.pin_ms > 0 else self.step_per_s()
+        return min(top, cpu) if cpu is not None else top
 
     def workers_for(self, share: float) -> int:
         """Fewest workers whose predicted rate reaches ``share`` of the ceiling (within the caps);
@@ -105,7 +113,8 @@ class LoadModel:
         cpus = f" on {self.cpus:g} CPUs" if self.cpus is not None else ""
         others = f" (other processes kept {self.others:.1f} of them busy)" if self.others and cpus else ""
         return (f"a worker loads a batch in {self.load_ms:.1f} ms ({self.cpu_ms:.1f} ms of it CPU){cpus}{others}; "
-                f"the step takes {self.step_ms:.1f} ms and receiving a batch {self.receive_ms:.1f} ms")
+                f"the step takes {self.step_ms:.1f} ms and receiving a batch {self.receive_ms:.1f} ms"
+                + (f", pinning it {self.pin_ms:.1f} ms" if self.pin_ms > 0 else ""))
 
 
 @dataclass
@@ -176,9 +185,10 @@ def model_from(baseline: ConfigResult, cpus: float | None, max_workers: int,
         cpu = load * (baseline.fetch_cpu_pct or 0.0) / 100.0
     else:
         return None
+    pin = stages.pin_ms if stages is not None and stages.pin_ms else 0.0
     return LoadModel(load_ms=load, cpu_ms=cpu, step_ms=baseline.step_ms_achieved or 0.0,
                      receive_ms=receive_ms or 0.0, cpus=cpus, zero_per_s=baseline.batches_per_s,
-                     max_workers=max(1, max_workers), others=others)
+                     max_workers=max(1, max_workers), others=others, pin_ms=pin)
 
 
 def curve(model: LoadModel, measured: dict[int, float], upto: int | None = None) -> list[CurvePoint]:
@@ -247,7 +257,8 @@ def breakdown(result: ConfigResult, label: str, cpus: float | None) -> Breakdown
         out.stages.append(StageCost("transfer", round(st.receive_ms or 0.0, 3), None,
                                     f"{moved} a batch through /dev/shm, taken by the training process"))
     if st.pin_ms is not None:
-        out.stages.append(StageCost("pin memory", round(st.pin_ms, 3), None, "CUDA"))
+        out.stages.append(StageCost("pin memory", round(st.pin_ms, 3), 1000.0 / st.pin_ms if st.pin_ms > 0 else None,
+                                    "CUDA: the pin-memory thread's copy, in the training process"))
     if result.h2d_pinned_ms is not None:
         h2d = result.h2d_pinned_ms if result.settings.pin_memory else (result.h2d_pageable_ms or 0.0)
         out.stages.append(StageCost("host-to-device copy", round(h2d, 3), None, "CUDA"))

@@ -158,10 +158,19 @@ SLEEP_STEP_NOTE = ("the step is simulated with a sleep, which leaves the CPUs to
                    "measures the settings on the real job")
 
 
+# where it is a GPU kernel: what a real training process pays per batch that the kernel does not
+GPU_STEP_NOTE = ("the step is a GPU kernel of the given length after the batch's copy (its pinning is priced "
+                 "above); a real training process also launches its model's kernels and runs the optimizer on "
+                 "the host, and its threads compete with the workers for the CPUs, none of which the kernel "
+                 "does: a real loop can run at half these rates or less; `loaderdoc tune -- python train.py` "
+                 "measures the settings on the real job")
+
+
 def step_note(consumer: str) -> str:
-    """What a probe's simulated step means for its predicted and measured rates ("" for a step
-    that runs on the GPU as a real one would)."""
-    return SLEEP_STEP_NOTE if consumer == "cpu-sleep" else ""
+    """What a probe's simulated step leaves out of its predicted and measured rates."""
+    if consumer == "cpu-sleep":
+        return SLEEP_STEP_NOTE
+    return GPU_STEP_NOTE if consumer == "cuda-kernel" else ""
 
 
 @dataclass

@@ -23,7 +23,14 @@ The steps, each in a process of its own with a time limit (all of them within 8 
 - ``probe``: ``loaderdoc probe image --step-ms 20`` on CUDA: the measuring processes run the CUDA
   consumer, the step lasts what was asked, pin_memory is tried;
 - ``tune``: ``loaderdoc tune`` on a small CNN trained on the GPU, written with num_workers=0 and
-  a loader far slower than its step: its step seen as GPU work, a pick with workers that pays.
+  a loader far slower than its step: its step seen as GPU work, a pick with workers that pays;
+- ``probe-jpeg`` (issue 48): a real job, ResNet-50 (bf16, channels_last, SGD, batch 64) over 1280
+  JPEGs that torchvision decodes and augments on the CPU. Its step alone on the GPU is timed, then
+  ``loaderdoc probe --dataset benchmarks.torchvision_pipeline:make_job_dataset`` simulates that
+  step and exports its pick, and the job runs with the exported settings: pinned configurations
+  measured (none failed, nothing blamed on the dataset), and the probe's predicted and measured
+  rates beside the job's, reported side by side (not judged: what the probe leaves out is the
+  question). Needs torchvision and Pillow; without them the step says so and measures nothing.
 
 Tolerances are in ``benchmarks/gpu_checks.py`` and in the table beside each check. Everything
 goes under DIR (a new or empty folder; nothing is overwritten): see ``gpu_checks`` for the layout.
@@ -62,6 +69,9 @@ EXIT_INTERNAL = 70
 GRACE_S = 10.0  # a step past its limit gets SIGTERM (loaderdoc stops cleanly), then SIGKILL
 PROBE_STEP_MS, PROBE_BUDGET_S = 20.0, 45
 TUNE_OPTIONS = ("--budget", "100", "--trials", "4", "--steps", "30", "--first-batch-timeout", "60")
+JPEG_DATASET = "benchmarks.torchvision_pipeline:make_job_dataset"
+JPEG_PROBE_BUDGET_S = 40
+STEP_MS_PLACEHOLDER = "STEP_MS"  # --dry-run: the job's step alone, timed by the step's first command
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ STEPS = (
     Step("watch-fed", 75, "the same on a fed loop"),
     Step("probe", 110, "loaderdoc probe image on CUDA"),
     Step("tune", 200, "loaderdoc tune on a small CUDA training job"),
+    Step("probe-jpeg", 150, "loaderdoc probe --dataset over JPEGs, pinned, against the real ResNet-50 job"),
 )
 assert tuple(s.name for s in STEPS) == gc.STEP_NAMES
 
@@ -171,7 +182,18 @@ def commands(name: str, folder: Path) -> list[list[str]]:
     if name == "tune":
         return [loaderdoc("tune", "--report", str(reports / "tune.json"), *TUNE_OPTIONS, "--",
                           *steps_script("train"))]
+    if name == "probe-jpeg":
+        return jpeg_commands(folder, STEP_MS_PLACEHOLDER)
     raise ValueError(name)
+
+
+def jpeg_commands(folder: Path, step_ms: str) -> list[list[str]]:
+    """The job's step alone, the probe at that step (exporting its pick), the job with the pick."""
+    reports = folder / "reports"
+    return [steps_script("jpeg-step", str(reports / "jpeg-step.json")),
+            loaderdoc("probe", "--dataset", JPEG_DATASET, "--batch-size", "64", "--step-ms", step_ms, "--budget",
+                      str(JPEG_PROBE_BUDGET_S), "--json", "--no-progress", "--export", str(reports / "probe-jpeg.toml")),
+            steps_script("jpeg-train", str(reports / "probe-jpeg.toml"), str(reports / "jpeg-job.json"))]
 
 
 def plan() -> str:
@@ -328,6 +350,8 @@ def run_step(step: Step, folder: Path, limit_s: float, env: dict[str, str]) -> R
                 why, code = ran.why or f"`{name}` exited {ran.code}: {_last_line(log)}", ran.code
         _write(fig_path, json.dumps({"error": why}) + "\n")
         return Ran(code, wall, why or "")
+    if step.name == "probe-jpeg":
+        return run_jpeg(folder, log, fig_path, left, env)
     stdout = folder / "reports" / "probe.json" if step.name == "probe" else None
     ran = run_process(cmds[0], log, left(), stdout=stdout, env=env)
     if step.name in ("consumer", "h2d"):
@@ -349,6 +373,41 @@ def run_step(step: Step, folder: Path, limit_s: float, env: dict[str, str]) -> R
         figures = gc.tune_figures(_load(reports / "tune.json"), ran.code)
     _write(fig_path, json.dumps(figures, indent=1) + "\n")
     return ran
+
+
+def run_jpeg(folder: Path, log: Path, fig_path: Path, left, env: dict[str, str]) -> Ran:
+    """The probe-jpeg step: its three commands in turn, each fed by the one before."""
+    reports = folder / "reports"
+    try:
+        from benchmarks.torchvision_pipeline import import_torchvision
+
+        import_torchvision()
+    except Exception as exc:
+        why = f"torchvision does not import here ({type(exc).__name__}: {exc}); pip install torchvision pillow"
+        _write(fig_path, json.dumps({"error": why}) + "\n")
+        return Ran(None, 0.0, why)
+    step_cmd = jpeg_commands(folder, STEP_MS_PLACEHOLDER)[0]
+    wall = 0.0
+    ran = run_process(step_cmd, log, left(), env=env)
+    wall += ran.wall_s
+    step = _load(reports / "jpeg-step.json")
+    if ran.code != 0 or not step:
+        why = ran.why or f"the step alone: exited {ran.code}: {_last_line(log)}"
+        _write(fig_path, json.dumps({"error": why}) + "\n")
+        return Ran(ran.code, wall, why)
+    _, probe_cmd, job_cmd = jpeg_commands(folder, f"{step['step_ms']:.1f}")
+    ran = run_process(probe_cmd, log, left(), stdout=reports / "probe-jpeg.json", env=env)
+    wall += ran.wall_s
+    probe_code = ran.code
+    job, job_code = None, None
+    if ran.code == 0 and (reports / "probe-jpeg.toml").exists():
+        ran = run_process(job_cmd, log, left(), env=env)
+        wall += ran.wall_s
+        job_code = ran.code
+        job = _load(reports / "jpeg-job.json")
+    figures = gc.jpeg_figures(step, _load(reports / "probe-jpeg.json"), probe_code, job, job_code)
+    _write(fig_path, json.dumps(figures, indent=1) + "\n")
+    return Ran(job_code if job_code is not None else probe_code, wall, ran.why)
 
 
 def run_all(folder: Path, names: list[str]) -> int:

@@ -495,6 +495,55 @@ def read_run(folder: Path) -> dict:
     return run
 
 
+def jpeg_figures(step: dict | None, report: dict | None, probe_code: int | None, job: dict | None,
+                 job_code: int | None) -> dict:
+    """The probe over JPEGs and the real job with its pick (issue 48), side by side."""
+    report = report or {}
+    results = report.get("results") or []
+    pinned = [r for r in results if (r.get("settings") or {}).get("pin_memory")]
+    prediction = report.get("prediction") or {}
+    recommended = report.get("recommended") or {}
+    return {"step_alone_ms": (step or {}).get("step_ms"), "probe_exit_code": probe_code,
+            "device": report.get("device"), "configs": len(results),
+            "failed": [f"{(r.get('settings') or {}).get('num_workers')} workers: {r.get('error')}"
+                       for r in results if r.get("status") != "ok"],
+            "pinned_ok": sum(r.get("status") == "ok" for r in pinned), "pinned": len(pinned),
+            "blamed": sorted({f.get("rule_id") for f in report.get("findings") or []} &
+                             {"worker-crashed", "probe-failed-itself"}),
+            "pick_workers": recommended.get("num_workers"), "pick_pin_memory": recommended.get("pin_memory"),
+            "probe_predicted_per_s": prediction.get("pick_predicted_per_s"),
+            "probe_measured_per_s": prediction.get("pick_measured_per_s"),
+            "job_exit_code": job_code, "job_workers": ((job or {}).get("settings") or {}).get("num_workers"),
+            "job_per_s": (job or {}).get("steps_per_s"), "job_step_ms": (job or {}).get("step_ms_median")}
+
+
+def judge_jpeg(fig: dict) -> list[Check]:
+    """Pinned configurations measured on a real dataset, nothing blamed on it, the job run with
+    the probe's pick; the rates side by side are reported, not judged."""
+    step = "probe-jpeg"
+    if fig.get("error"):
+        return [missing(step, "probe and job over JPEGs", "measured", "-", fig["error"])]
+    checks = [equal(step, "probe exit code", 0, fig.get("probe_exit_code"), why="did not end"),
+              equal(step, "device", "cuda", fig.get("device"), why="no report"),
+              equal(step, "failed configurations", 0, len(fig.get("failed") or []) if fig.get("configs") else None,
+                    why="no configuration measured"),
+              equal(step, "pinned configurations measured", fig.get("pinned") or None,
+                    fig.get("pinned_ok") if fig.get("pinned") else None, why="no pinned configuration tried"),
+              equal(step, "findings blaming the dataset or loaderdoc", "none", ", ".join(fig.get("blamed") or []) or "none"),
+              equal(step, "job exit code", 0, fig.get("job_exit_code"), why="the job did not run"),
+              equal(step, "job's workers = the probe's pick", fig.get("pick_workers"), fig.get("job_workers"),
+                    why="the job did not run")]
+    job, measured, predicted = (_num(fig.get(k)) for k in ("job_per_s", "probe_measured_per_s",
+                                                           "probe_predicted_per_s"))
+    if job and measured and predicted:
+        side = (f"probe {predicted:.1f} predicted / {measured:.1f} measured, job {job:.1f} "
+                f"({job / measured:.2f}x the probe's; step {fig.get('step_alone_ms') or 0:.1f} ms alone, "
+                f"{fig.get('job_step_ms') or 0:.1f} ms in the job)")
+        checks.append(Check(step, "steps/s: the probe's pick vs the real job", "reported", side,
+                            "not judged", OK))
+    return checks
+
+
 STEP_JUDGES = {
     "consumer": judge_consumer,
     "h2d": judge_h2d,
@@ -502,6 +551,7 @@ STEP_JUDGES = {
     "watch-fed": lambda fig: judge_watch("watch-fed", fig, starved=False),
     "probe": judge_probe,
     "tune": judge_tune,
+    "probe-jpeg": judge_jpeg,
 }
 STEP_NAMES = ("facts", *STEP_JUDGES)
 

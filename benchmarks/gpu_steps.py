@@ -6,6 +6,9 @@
     python benchmarks/gpu_steps.py h2d OUT.json          pinned vs pageable copies at two batch sizes
     python benchmarks/gpu_steps.py loop MODE OUT.json    a training loop for `loaderdoc watch` (starved | fed)
     python benchmarks/gpu_steps.py train [--max-s S]     a small CUDA training job for `loaderdoc tune`
+    python benchmarks/gpu_steps.py jpeg-step OUT.json    a ResNet-50 step alone on the GPU (for the probe's --step-ms)
+    python benchmarks/gpu_steps.py jpeg-train SETTINGS.toml OUT.json
+                                                         the real job over JPEGs with the probe's exported settings
 
 Needs a CUDA torch; nothing here runs in CI (``benchmarks/gpu_checks.py`` judges the figures).
 """
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src")]  # the checkout's loaderdoc, as the driver's children import it
+sys.path[:0] = [str(REPO / "src"), str(REPO)]  # the checkout's loaderdoc (as the driver's children import it), benchmarks
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
@@ -263,6 +266,71 @@ def run_train(max_s: float) -> None:
                 return
 
 
+# the real job of issue 48: ResNet-50, bf16 autocast, channels_last, SGD, batch 64, over JPEGs that
+# torchvision decodes and augments on the CPU (benchmarks.torchvision_pipeline.make_job_dataset)
+JOB_BATCH, JOB_WARM_STEPS, JOB_STEPS = 64, 10, 60
+
+
+def _job_model():
+    from benchmarks.torchvision_pipeline import import_torchvision
+
+    tv = import_torchvision()
+    torch.manual_seed(0)
+    model = tv.models.resnet50(num_classes=10).to("cuda", memory_format=torch.channels_last)
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def _job_step(model, opt, x, y) -> None:
+    x = x.to("cuda", non_blocking=True).to(memory_format=torch.channels_last)
+    y = y.to("cuda", non_blocking=True)
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    loss.item()  # a real loop syncs once a step (logging)
+
+
+def run_jpeg_step(out: str) -> None:
+    """The job's step alone: one batch kept on the host, copied and stepped again and again."""
+    model, opt = _job_model()
+    x = torch.randn(JOB_BATCH, 3, 224, 224).pin_memory()
+    y = torch.randint(0, 10, (JOB_BATCH,)).pin_memory()
+    for _ in range(JOB_WARM_STEPS):
+        _job_step(model, opt, x, y)
+    started = time.perf_counter()
+    for _ in range(JOB_STEPS // 2):
+        _job_step(model, opt, x, y)
+    step_ms = (time.perf_counter() - started) * 1000 / (JOB_STEPS // 2)
+    write_figures(out, {"model": "resnet50", "batch_size": JOB_BATCH, "step_ms": step_ms})
+
+
+def run_jpeg_train(settings_path: str, out: str) -> None:
+    """The real job with the DataLoader settings the probe exported (as a user would paste them)."""
+    import tomllib
+
+    from benchmarks.torchvision_pipeline import make_job_dataset
+
+    with open(settings_path, "rb") as fh:
+        settings = tomllib.load(fh)["dataloader"]
+    model, opt = _job_model()
+    loader = DataLoader(make_job_dataset(), **settings)
+    steps, started, seen = 0, None, []
+    while steps < JOB_WARM_STEPS + JOB_STEPS:
+        for x, y in loader:
+            if steps == JOB_WARM_STEPS:
+                started = time.perf_counter()
+            before = time.perf_counter()
+            _job_step(model, opt, x, y)
+            seen.append((time.perf_counter() - before) * 1000)
+            steps += 1
+            if steps >= JOB_WARM_STEPS + JOB_STEPS:
+                break
+    seconds = time.perf_counter() - started
+    write_figures(out, {"settings": settings, "steps": JOB_STEPS, "steps_per_s": JOB_STEPS / seconds,
+                        "step_ms_median": statistics.median(seen[JOB_WARM_STEPS:])})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="step", required=True)
@@ -273,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     loop.add_argument("out")
     train = sub.add_parser("train")
     train.add_argument("--max-s", type=float, default=600.0, help="stop after this long (tune stops it first)")
+    sub.add_parser("jpeg-step").add_argument("out")
+    job = sub.add_parser("jpeg-train")
+    job.add_argument("settings")
+    job.add_argument("out")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_steps: no CUDA device: nothing measured", file=sys.stderr)
@@ -283,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         run_h2d(args.out)
     elif args.step == "loop":
         run_loop(args.mode, args.out)
+    elif args.step == "jpeg-step":
+        run_jpeg_step(args.out)
+    elif args.step == "jpeg-train":
+        run_jpeg_train(args.settings, args.out)
     else:
         run_train(args.max_s)
     return 0

@@ -269,6 +269,14 @@ def read_all_files(dataset: Any) -> int:
     return total
 
 
+def make_job_dataset() -> Any:
+    """The GPU acceptance's real job and its probe (issue 48): the same pipeline over 1280 images
+    in 10 classes (``$LOADERDOC_BENCH_JOB_IMAGES``, default ``~/.cache/loaderdoc/bench-images-1280``)."""
+    import_torchvision()
+    return image_folder(generate_images(_cache_dir("LOADERDOC_BENCH_JOB_IMAGES", "bench-images-1280"),
+                                        count=1280, classes=10))
+
+
 def make_small_dataset() -> Any:
     """The same pipeline over 96 images in 4 classes (about 1 s to generate), for tests."""
     import_torchvision()

@@ -69,7 +69,7 @@ def test_dry_run_names_every_step_its_commands_and_tolerances():
         assert f"\n{name} (limit " in proc.stdout
     for needle in ("nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version,pcie.link.gen.current",
                    "-m loaderdoc facts --json", "-m loaderdoc watch --report", "-m loaderdoc probe image --json",
-                   "-m loaderdoc tune --report", "tolerances:", "±5%"):
+                   "-m loaderdoc tune --report", "tolerances:", "±5%", "jpeg-step", "--step-ms STEP_MS"):
         assert needle in proc.stdout
     assert proc.stderr == ""
 
@@ -360,6 +360,50 @@ def test_a_cpu_probe_report_fails_every_cuda_check():
     # the probe tries pin_memory only with CUDA
     assert failed == {"device": gc.MISMATCH, "consumer": gc.MISMATCH, "configurations with GPU copies": gc.MISMATCH,
                       "pin_memory=True measured": gc.MISMATCH}
+
+
+def _jpeg_report(pinned_status: str = "ok", findings: tuple[str, ...] = ()) -> dict:
+    """A probe --json over JPEGs on CUDA, as the probe-jpeg step reads it (hand-written)."""
+    def result(workers: int, pin: bool, status: str = "ok") -> dict:
+        return {"settings": {"num_workers": workers, "pin_memory": pin}, "status": status,
+                "error": None if status == "ok" else "loaderdoc's measuring process failed: ..."}
+
+    return {"device": "cuda", "results": [result(0, False), result(12, False), result(12, True, pinned_status)],
+            "recommended": {"num_workers": 12, "pin_memory": True},
+            "prediction": {"pick_predicted_per_s": 30.5, "pick_measured_per_s": 22.0},
+            "findings": [{"rule_id": rule} for rule in findings]}
+
+
+def test_the_jpeg_step_judges_pinned_memory_and_reports_the_rates_side_by_side():
+    """Issue 48's probe over JPEGs against the real job: pinned configurations measured, nothing
+    blamed, the job run with the pick; the probe's and the job's rates reported, not judged."""
+    job = {"settings": {"num_workers": 12, "pin_memory": True}, "steps_per_s": 9.7, "step_ms_median": 59.7}
+    fig = gc.jpeg_figures({"step_ms": 31.6}, _jpeg_report(), 0, job, 0)
+    checks = gc.judge_jpeg(fig)
+    assert all(c.ok for c in checks), [(c.what, c.measured) for c in checks if not c.ok]
+    side = next(c for c in checks if c.what == "steps/s: the probe's pick vs the real job")
+    assert side.tolerance == "not judged"
+    assert "probe 30.5 predicted / 22.0 measured, job 9.7 (0.44x the probe's" in side.measured
+    # issue 48 as it was: the pinned configuration failed, and a finding blamed the dataset
+    bad = gc.jpeg_figures({"step_ms": 31.6}, _jpeg_report("failed", ("worker-crashed",)), 0, None, None)
+    failed = {c.what: c.status for c in gc.judge_jpeg(bad) if not c.ok}
+    assert failed == {"failed configurations": gc.MISMATCH, "pinned configurations measured": gc.MISMATCH,
+                      "findings blaming the dataset or loaderdoc": gc.MISMATCH, "job exit code": gc.NOT_MEASURED,
+                      "job's workers = the probe's pick": gc.NOT_MEASURED}
+
+
+def test_the_jpeg_step_without_torchvision_measures_nothing_and_says_why():
+    checks = gc.judge_jpeg({"error": "torchvision does not import here (ModuleNotFoundError: ...)"})
+    assert [(c.status, c.note.split(" (")[0]) for c in checks] == [(gc.NOT_MEASURED, "torchvision does not import here")]
+
+
+def test_the_jpeg_step_runs_the_probe_at_the_jobs_timed_step_and_the_job_with_the_export():
+    ga = _load("gpu_acceptance")
+    step, probe, job = ga.jpeg_commands(Path("DIR"), "31.6")
+    assert step[-2:] == ["jpeg-step", str(Path("DIR") / "reports" / "jpeg-step.json")]
+    assert probe[probe.index("--step-ms") + 1] == "31.6" and "--export" in probe
+    assert probe[probe.index("--dataset") + 1] == "benchmarks.torchvision_pipeline:make_job_dataset"
+    assert job[-2] == probe[probe.index("--export") + 1]  # the job reads what the probe exported
 
 
 def test_a_tune_report_gives_its_trials_and_pick():

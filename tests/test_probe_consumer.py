@@ -83,12 +83,17 @@ def test_repeated_streams_needs_two_rounds_of_the_same_batches_from_every_worker
     assert repeated_streams(["a", "a"], 1) is None
 
 
+def _cuda_starts() -> bool:
+    import torch
+
+    return torch.backends.cuda.is_built() and torch.cuda.is_available()
+
+
+@pytest.mark.skipif("_cuda_starts()", reason="CUDA starts here: the GPU step does not fail")
 def test_a_gpu_step_that_cannot_start_cuda_fails_loudly_instead_of_sleeping():
     """Issue 48: a measuring process whose CUDA would not start ran a sleep in place of the GPU step,
     and its rows were reported as the GPU step's. Now it raises, and the configuration fails as
     loaderdoc's own (probing/blame)."""
-    import pytest
-
     from loaderdoc.probing.blame import loaderdoc_failure
 
     with pytest.raises(RuntimeError, match="could not start CUDA in the measuring process") as raised:

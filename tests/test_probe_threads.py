@@ -83,3 +83,14 @@ def test_the_pool_check_answers_for_one_thread_without_forking(monkeypatch):
 
     monkeypatch.setattr(os, "fork", no_fork)
     assert isolate.forked_pool_works(1) is True
+
+
+def test_the_apps_probe_summary_names_the_threads():
+    from loaderdoc.probing.result import ProbeReport, WorkloadInfo
+    from loaderdoc.tui import model
+
+    report = ProbeReport(workload=WorkloadInfo(name="tensor", batch_size=128, step_ms=20, torch_threads=2,
+                                               torch_threads_source="OMP_NUM_THREADS=2"))
+    assert "step 20 ms (cpu-sleep) on cpu, 2 torch threads" in model.report_summary(report)[0]
+    report.workload.torch_threads = None  # a report from before the probe said it
+    assert model.report_summary(report)[0].endswith("on cpu")

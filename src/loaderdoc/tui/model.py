@@ -297,7 +297,8 @@ def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
     lines = [
         f"{w.name or 'workload'}: batch {w.batch_size}"
         + (f" ({fmt_bytes(w.batch_bytes)})" if w.batch_bytes else "")
-        + f", step {w.step_ms:g} ms ({w.consumer}) on {report.device}",
+        + f", step {w.step_ms:g} ms ({w.consumer}) on {report.device}"
+        + (f", {w.torch_threads} torch thread{'' if w.torch_threads == 1 else 's'}" if w.torch_threads else ""),
         f"{len(report.results)} configurations in {report.elapsed_s:.1f} s of {report.budget_s:g} s; "
         f"stopped: {report.stopped or 'finished'}",
     ]

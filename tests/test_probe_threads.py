@@ -21,7 +21,7 @@ def test_the_measuring_process_loads_on_the_jobs_threads_and_the_export_keeps_th
     target = tmp_path / "loader.toml"
     monkeypatch.setenv("THREADS_RECORD", str(record))
     result = run("--dataset", "probe_threads_data:factory", "--batch-size", "16", "--step-ms", "5",
-                 "--budget", "4", "--torch-threads", "2", "--json", "--no-progress", "--export", str(target))
+                 "--budget", "6", "--torch-threads", "2", "--json", "--no-progress", "--export", str(target))
     assert result.returncode == EXIT_OK, result.stderr
     report = json.loads(result.stdout)
     assert report["workload"]["torch_threads"] == 2

@@ -89,7 +89,8 @@ def test_a_tune_report_holding_the_command_line_is_0600(tmp_path):
 @pytest.mark.parametrize("existing", [0o600, 0o640, 0o644, 0o604])
 def test_force_keeps_the_mode_of_the_file_it_replaces(tmp_path, existing):
     for args in (["--export", "a.toml", "--force"],
-                 ["watch", "--report", "a.toml", "--", sys.executable, "-c", "pass"]):
+                 # a file watch did not write is replaced only with --force (issue 49)
+                 ["watch", "--report", "a.toml", "--force", "--", sys.executable, "-c", "pass"]):
         target = tmp_path / "a.toml"
         target.write_text("old\n")
         target.chmod(existing)

@@ -63,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_FIRST_BATCH_S:.0f})")
     parser.add_argument("--export", metavar="FILE", help="write the pick to FILE ('-' = stdout) in an export format")
     parser.add_argument("--format", choices=FORMATS, help="the export's format (default: from FILE's suffix)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing --export file")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite an existing --export file, and let --report replace a file loaderdoc did not "
+                             "write (never the command's own files)")
     parser.add_argument("--report", metavar="FILE",
                         help=f"write the report (JSON, schema {TUNE_SCHEMA}) to FILE, replacing it; "
                              "'loaderdoc --report FILE' opens it")
@@ -101,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"tune: --report needs a file name ('{args.report}' given); the trials' table "
                             "goes to stdout, and 'loaderdoc --report FILE' opens the file")
         check_writable(Path(args.report), force=True)
+        from loaderdoc.own_files import check_replaceable, command_files
+
+        check_replaceable(Path(args.report), kind="tune report", option="--report", force=args.force,
+                          protected=command_files(command))
     tuner = Tuner(command, args)
     interrupted = False
     try:
@@ -235,6 +241,11 @@ def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
     elif args.export is not None:
         _say(f"--export {args.export} not written: nothing was measured to pick from")
     if args.report is not None:
+        from loaderdoc.own_files import check_replaceable, command_files
+
+        # again as it is written: a trial of the command may have made a file there
+        check_replaceable(Path(args.report), kind="tune report", option="--report", force=args.force,
+                          protected=command_files(tuner.command))
         write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)
         _say(f"wrote {args.report} (open it with: loaderdoc --report {args.report})")
 

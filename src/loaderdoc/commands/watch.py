@@ -57,8 +57,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "  loaderdoc watch --merge node0.json node1.json --report job.json  (one report for a job's nodes)\n"
     )
     parser.add_argument("--report", metavar="FILE",
-                        help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing it "
-                             "('-' = stdout, after the command's output, as --json)")
+                        help=f"write the report (JSON, schema {WATCH_SCHEMA}) to FILE, replacing an earlier watch "
+                             "report there ('-' = stdout, after the command's output, as --json)")
+    parser.add_argument("--force", action="store_true",
+                        help="let --report and --fixes replace a file loaderdoc did not write (never the command's "
+                             "own files or the --apply input)")
     parser.add_argument("--json", action="store_true",
                         help=f"print the report (schema {WATCH_SCHEMA}) on stdout after the command's output")
     parser.add_argument("--apply", metavar="FILE",
@@ -149,13 +152,14 @@ def _once_at_a_time(fn):
 class Watch:
     """One watched run: where its records go, and the report built from them (at the end or mid-run)."""
 
-    def __init__(self, command: list[str], records_dir, target, plan=None) -> None:
+    def __init__(self, command: list[str], records_dir, target, plan=None, guard=None) -> None:
         from loaderdoc.watching.records import RecordsReader
 
         self.command = command
         self.plan = plan  # --apply's ApplyPlan, or None
         self.reader = RecordsReader(records_dir)
         self.target = target
+        self.guard = guard  # (path, kind, option) -> None, raising where writing would lose a file
         self.ended = False  # the child has exited: the final report follows, no look mid-run
         self._facts = None
 
@@ -187,9 +191,16 @@ class Watch:
 
         if self.ended:
             return
+        from loaderdoc.errors import UserError
+
         report = self.report(None)
         if self.target is not None:  # first: the text on stderr says the look is complete
-            write_text(self.target, json.dumps(report.to_json(), indent=2) + "\n", force=True)
+            try:
+                if self.guard is not None:
+                    self.guard(self.target, "watch report", "--report")
+                write_text(self.target, json.dumps(report.to_json(), indent=2) + "\n", force=True)
+            except UserError as err:
+                print(f"loaderdoc: error: {err}", file=sys.stderr)
         sys.stderr.write(render_summary(report))
         sys.stderr.flush()
 
@@ -201,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from loaderdoc.errors import UserError
+    from loaderdoc.own_files import check_replaceable, command_files
     from loaderdoc.preflight import check_startable, check_workplace
     from loaderdoc.safe_write import check_writable
     from loaderdoc.watching.forward import held
@@ -212,14 +224,21 @@ def run(args: argparse.Namespace) -> int:
     check_workplace("watch")
     check_startable("watch", command)  # a missing command or #! interpreter is said before anything runs
     as_json, target = report_destination(args)
+    protected = command_files(command)
+    if args.apply is not None:
+        protected[Path(args.apply)] = "the --apply input"
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
+        check_replaceable(target, kind="watch report", option="--report", force=args.force, protected=protected)
     fixes = Path(args.fixes) if args.fixes is not None else None
     if fixes is not None:
         if args.fixes in ("", "-"):
             raise UserError(f"watch: --fixes needs a file name ('{args.fixes}' given); it writes a TOML file "
                             "for --apply")
         check_writable(fixes, force=True)
+        check_replaceable(fixes, kind="fixes file", option="--fixes", force=args.force, protected=protected)
+        if target is not None and target.exists() and fixes.exists() and os.path.samefile(target, fixes):
+            raise UserError(f"watch: --report and --fixes name one file ({fixes}); give each its own")
     plan = None
     if args.apply is not None:  # read before the command runs: a bad file runs nothing
         from loaderdoc.watching.apply_file import plan_from_file
@@ -233,7 +252,10 @@ def run(args: argparse.Namespace) -> int:
     # reaches the command, and the launcher still writes the report and removes the folder
     with held() as forwarder:
         tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-        watch = Watch(command, Path(tmpdir), target, plan)
+        def guard(path, kind, option):  # again as the file is written: the command may have made one there
+            check_replaceable(path, kind=kind, option=option, force=args.force, protected=protected)
+
+        watch = Watch(command, Path(tmpdir), target, plan, guard)
         with on_sigusr1(watch.so_far):
             try:
                 env = child_env(tmpdir, apply=plan.env_value() if plan else None, trace=trace)
@@ -243,8 +265,8 @@ def run(args: argparse.Namespace) -> int:
                 report = watch.report(code)
             finally:
                 shutil.rmtree(tmpdir, ignore_errors=True)
-            code = _finish(report, code, target, as_json=as_json)
-            return _write_fixes(report, fixes, code) if fixes is not None else code
+            code = _finish(report, code, target, as_json=as_json, guard=guard)
+            return _write_fixes(report, fixes, code, guard) if fixes is not None else code
 
 
 def _trace_request(args: argparse.Namespace) -> tuple[str, int] | None:
@@ -263,7 +285,7 @@ def _trace_request(args: argparse.Namespace) -> tuple[str, int] | None:
     return str(writable_folder(Path(args.trace), "--trace")), args.trace_steps or TRACE_STEPS
 
 
-def _write_fixes(report, target, code: int) -> int:
+def _write_fixes(report, target, code: int, guard=None) -> int:
     """--fixes: the next settings to try, or one line saying why there are none; the exit code."""
     from loaderdoc.errors import EXIT_USAGE, UserError
     from loaderdoc.safe_write import write_text
@@ -275,6 +297,8 @@ def _write_fixes(report, target, code: int) -> int:
         print(f"loaderdoc watch: --fixes {target} not written: {why}, and --apply set nothing", file=sys.stderr)
         return code
     try:
+        if guard is not None:
+            guard(target, "fixes file", "--fixes")
         write_text(target, fixes_toml(report, tables, notes), force=True)
     except UserError as err:  # the run happened: say so, keep a failing child's code
         print(f"loaderdoc: error: {err}", file=sys.stderr)
@@ -306,6 +330,9 @@ def merge(args: argparse.Namespace) -> int:
         if any(Path(p).resolve() == target.resolve() for p in args.merge):
             raise UserError(f"watch: --report {target} is one of the reports to merge; write the merged "
                             "report to another file")
+        from loaderdoc.own_files import check_replaceable
+
+        check_replaceable(target, kind="watch report", option="--report", force=args.force)
     documents, reports = [], []
     for path in args.merge:
         data = load_json(Path(path), what="watch report", error=WatchReportError, how_to_write=HOW_TO_WRITE)
@@ -352,7 +379,7 @@ def _same_run(a, a_data: dict, b, b_data: dict) -> str | None:
     return "the same content" if a_data == b_data else None
 
 
-def _finish(report, code: int, target, *, as_json: bool) -> int:
+def _finish(report, code: int, target, *, as_json: bool, guard=None) -> int:
     """The summary on stderr, the report on stdout (--json) and in FILE (--report); the exit code."""
     import json
 
@@ -368,6 +395,8 @@ def _finish(report, code: int, target, *, as_json: bool) -> int:
         sys.stdout.write(text)
     if target is not None:
         try:
+            if guard is not None:
+                guard(target, "watch report", "--report")
             write_text(target, text, force=True)
         except UserError as err:  # the run happened: say so, keep a failing child's code
             print(f"loaderdoc: error: {err}", file=sys.stderr)

@@ -23,7 +23,7 @@ PACKAGE = SRC / "loaderdoc"
 # The base, lowest first: a base group may import its own level and the levels below it, no feature.
 BASE: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version", "visible", "torchload"},
-    {"output", "safe_write", "textfile", "preflight"},
+    {"output", "safe_write", "own_files", "textfile", "preflight"},
     {"jsondoc", "usercode"},
     {"settings"},
     {"system"},

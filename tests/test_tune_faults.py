@@ -277,6 +277,16 @@ def test_a_script_that_never_iterates_a_dataloader_is_exit_4(tmp_path, body):
     assert report["exit_code"] == 4 and report["pick"] is None
 
 
+def test_export_to_stdout_is_the_settings_alone_and_the_table_goes_to_stderr(tmp_path):
+    """Issue 49: `tune --export -` mixed the trials' table into the TOML on stdout."""
+    script = write_script(tmp_path, PRELUDE + TRAIN + "train(DataLoader(Slow(160), batch_size=4, shuffle=True))\n")
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--export", "-", "--", sys.executable, str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    table = tomllib.loads(proc.stdout)["dataloader"]  # the whole of stdout is the export
+    assert table["batch_size"] == 4 and isinstance(table["num_workers"], int)
+    assert "pick: " in proc.stderr and "trial workers" in proc.stderr
+
+
 # ---- 7. --export refuses before anything runs -------------------------------------------------
 def test_an_existing_export_file_is_refused_before_any_trial(tmp_path):
     script = write_script(tmp_path, PRELUDE + 'open("ran", "w").close()\n')

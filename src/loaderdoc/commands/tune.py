@@ -115,8 +115,11 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
         tuner.report.stopped = "interrupted"
     report = tuner.finish()
-    sys.stdout.write(render(report))
-    sys.stdout.flush()
+    # `--export -` puts the settings on stdout: the trials' table goes to stderr, or it would be mixed
+    # into the TOML a pipe or a redirect receives (issue 49)
+    table_out = sys.stderr if args.export == "-" else sys.stdout
+    table_out.write(render(report))
+    table_out.flush()
     code = (EXIT_INTERRUPTED if interrupted else EXIT_PROBE_FAILED if report.pick is None else
             EXIT_OK if report.pick.user_within_tolerance else EXIT_WARNING)
     report.exit_code = code

@@ -34,6 +34,13 @@ def wait_share_of(wait_s: float, step_s: float) -> float | None:
     return wait_s / total if total > 0 else None
 
 
+def load_per_batch(workers: int, wait_per_batch_s: float, step_per_batch_s: float) -> float:
+    """One batch's load time: in the loop (0 workers) it is the wait; n workers deliver a batch
+    every wait + step, so each takes at most n times that (exactly that when they are starved).
+    The watched loader's and tune's window's one estimate."""
+    return wait_per_batch_s if workers == 0 else workers * (wait_per_batch_s + step_per_batch_s)
+
+
 @dataclass
 class WatchedEpoch:
     index: int
@@ -318,12 +325,11 @@ class LoaderReport:
 
     @property
     def load_per_batch_s(self) -> float | None:
-        """One batch's load time: in the loop (0 workers) it is the wait; n workers deliver a batch
-        every wait + step, so each takes at most n times that (exactly that when they are starved)."""
+        """One batch's load time (:func:`load_per_batch`); None before any wait and step."""
         wait, step = self.wait_per_batch_s, self.step_per_batch_s
         if wait is None or step is None:
             return None
-        return wait if self.workers == 0 else self.workers * (wait + step)
+        return load_per_batch(self.workers, wait, step)
 
     def io_use(self) -> IoUse | None:
         """The loader's reads over its steady batches (None: not recorded)."""

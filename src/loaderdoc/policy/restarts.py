@@ -120,7 +120,12 @@ class WatchedRestarts:
 
     @property
     def expected_gain(self) -> float:
-        return 1 / (1 - self.share) if self.share < 1 else float("inf")
+        return restart_gain(self.share)
+
+
+def restart_gain(share: float) -> float:
+    """The pace persistent workers give where restarts took ``share`` of the loop's time."""
+    return 1 / (1 - share) if share < 1 else float("inf")
 
 
 def watched_restarts(epochs: Iterable[tuple[float | None, float, float | None, float, float | None]],
@@ -134,9 +139,11 @@ def watched_restarts(epochs: Iterable[tuple[float | None, float, float | None, f
     return WatchedRestarts(saving, sum(wall + (stop or 0.0) for _, _, stop, wall, _ in epochs))
 
 
-def setup_cpu_s(workers_cpu_first_s: float | None, workers: int, worker_cpu_per_batch_s: float | None) -> float | None:
+def workers_setup_cpu_s(workers_cpu_first_s: float | None, workers: int, workers_cpu_s: float | None,
+                        steps: int) -> float | None:
     """The workers' CPU time before an epoch's first batch beyond their first batches' loading (at
-    most one each): their set-up; None where either is unknown."""
-    if workers_cpu_first_s is None or worker_cpu_per_batch_s is None:
+    most one each, at the run's CPU per batch, ``workers_cpu_s`` over ``steps``): their set-up;
+    None where either is unknown."""
+    if workers_cpu_first_s is None or workers_cpu_s is None or steps <= 0:
         return None
-    return max(0.0, workers_cpu_first_s - workers * worker_cpu_per_batch_s)
+    return max(0.0, workers_cpu_first_s - workers * workers_cpu_s / steps)

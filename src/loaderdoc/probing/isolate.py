@@ -267,7 +267,8 @@ def failure_result(settings: LoaderSettings, exc: BaseException) -> ConfigResult
     message = str(exc).strip()
     lines = [line for line in message.splitlines() if line.strip()]
     status = "failed"
-    if lines and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]:
+    in_worker = bool(lines) and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]
+    if in_worker:
         # torch re-raises a worker's exception with the original traceback in the message
         error = f"{lines[0].removeprefix('Caught ').rstrip('.')}: {lines[-1].strip()}"
     elif "timed out after" in message and "DataLoader" in message:
@@ -283,7 +284,6 @@ def failure_result(settings: LoaderSettings, exc: BaseException) -> ConfigResult
                 error = f"{deaths[0]} while sending a batch ({error})"
     from loaderdoc.probing.blame import loaderdoc_failure
 
-    in_worker = bool(lines) and lines[0].startswith("Caught ") and "DataLoader worker" in lines[0]
     mine = status == "failed" and loaderdoc_failure(error, text, in_worker=in_worker)
     if mine:
         error = f"loaderdoc's measuring process failed: {error}"

@@ -72,14 +72,19 @@ class LoadModel:
     def step_per_s(self) -> float:
         return 1000.0 / max(self.step_ms + self.receive_ms, 1e-6)
 
+    def pin_per_s(self) -> float | None:
+        """The pin-memory thread, one batch at a time (None: nothing pinned, or not measured)."""
+        return 1000.0 / self.pin_ms if self.pin_ms > 0 else None
+
     def rate(self, workers: int) -> tuple[float, str]:
         """Predicted steady steps/s at ``workers`` (default prefetch), and what limits it."""
         if workers == 0:
             serial = 1000.0 / max(self.load_ms + self.step_ms, 1e-6)
             return (self.zero_per_s or serial), "loading and the step take turns"
         limits = [(self.workers_per_s(workers), "workers"), (self.step_per_s(), "step")]
-        if self.pin_ms > 0:
-            limits.append((1000.0 / self.pin_ms, "pinning"))
+        pin = self.pin_per_s()
+        if pin is not None:
+            limits.append((pin, "pinning"))
         cpu = self.cpu_per_s(workers)
         if cpu is not None:
             limits.append((cpu, "CPU"))
@@ -87,10 +92,9 @@ class LoadModel:
 
     @property
     def ceiling(self) -> float:
-        """The rate no number of workers can pass: the CPUs or the step."""
+        """The rate no number of workers can pass: the CPUs, the step or the pinning."""
         cpu = self.cpu_per_s()
-        top = min(self.step_per_s(), 1000.0 / self.pin_ms) if self.pin_ms > 0 else self.step_per_s()
-        return min(top, cpu) if cpu is not None else top
+        return min(rate for rate in (self.step_per_s(), self.pin_per_s(), cpu) if rate is not None)
 
     def workers_for(self, share: float) -> int:
         """Fewest workers whose predicted rate reaches ``share`` of the ceiling (within the caps);

@@ -274,7 +274,7 @@ class TuneSearch:
         share = max(shares)
         # the share and its gain are watch's for the same run (loaderdoc.policy.restart_cost_s)
         return settings, (f"persistent workers: restarting the workers each epoch took {share:.0%} of the loop's "
-                          f"time at {base.text()} (expected {1 / (1 - share):.2f}x)"), None
+                          f"time at {base.text()} (expected {policy.restart_gain(share):.2f}x)"), None
 
     def _predicted_best(self):
         model = self._model()

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.advice.watched import wait_share_of
+from loaderdoc.advice.watched import load_per_batch, wait_share_of
 
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
@@ -125,14 +125,13 @@ class Window:
         as ``watch`` prices each epoch start, summed over the window's); None without a start."""
         if not self.starts or workers <= 0 or self.seconds <= 0:
             return None
-        from loaderdoc.policy.restarts import restart_cost_s, setup_cpu_s
+        from loaderdoc.policy.restarts import restart_cost_s, workers_setup_cpu_s
 
         wait = self.wait_s / self.waits if self.waits else 0.0
         step = self.step_s / self.steps_timed if self.steps_timed else 0.0
-        per_batch = self.workers_cpu_s / self.steps if self.steps and self.workers_cpu_s else None
-        setup = setup_cpu_s(self.workers_cpu_first_s, self.starts * workers, per_batch)
-        cost = restart_cost_s(self.iter_s, self.first_batch_s, self.stop_s, self.starts * workers * (wait + step),
-                              setup)
+        setup = workers_setup_cpu_s(self.workers_cpu_first_s, self.starts * workers, self.workers_cpu_s, self.steps)
+        cost = restart_cost_s(self.iter_s, self.first_batch_s, self.stop_s,
+                              self.starts * load_per_batch(workers, wait, step), setup)
         return min(1.0, cost / self.seconds)
 
     @property
@@ -159,9 +158,12 @@ def _sum_at(sample: dict[str, Any], numbers: list[str]) -> list[float]:
     return total
 
 
+LOOP_FIELDS = tuple(FIELDS.index(name) for name in ("wait_s", "step_s", "first_batch_s", "stop_s"))
+
+
 def _loop_s(cum: list[float]) -> float:
     """The loop's own time in a sum: waits, steps, epochs' first batches, and their ends (shutdowns)."""
-    return cum[1] + cum[2] + cum[11] + cum[15]
+    return sum(cum[i] for i in LOOP_FIELDS)
 
 
 def window_of(rec: dict[str, Any], key: str, *, steps: int, warm: int) -> Window | None:

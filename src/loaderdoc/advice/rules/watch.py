@@ -339,10 +339,10 @@ def _watch_slow_start(i: Inputs) -> Finding | None:
     load = w.load_per_batch_s
     # the workers' CPU per batch over the run, as tune's window reads it: one run, one price
     timed = [e for e in epochs if e.workers_cpu_s is not None]
-    steps = sum(e.steps for e in timed)
-    per_batch = sum(e.workers_cpu_s for e in timed) / steps if steps else None
+    cpu, steps = (sum(e.workers_cpu_s for e in timed) if timed else None), sum(e.steps for e in timed)
     restarts = policy.watched_restarts(
-        ((e.iter_s, e.first_batch_s, stop, e.wall_s, policy.setup_cpu_s(e.workers_cpu_first_s, w.workers, per_batch))
+        ((e.iter_s, e.first_batch_s, stop, e.wall_s, policy.workers_setup_cpu_s(e.workers_cpu_first_s, w.workers,
+                                                                                 cpu, steps))
          for e, stop in later), load) if load is not None else None
     if restarts is None or not restarts.pays:
         return None

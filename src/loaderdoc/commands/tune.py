@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="overwrite an existing --export file, and let --report replace a file loaderdoc did not "
                              "write (never the command's own files)")
     parser.add_argument("--report", metavar="FILE",
-                        help=f"write the report (JSON, schema {TUNE_SCHEMA}) to FILE, replacing it; "
+                        help=f"write the report (JSON, schema {TUNE_SCHEMA}) to FILE, replacing an earlier tune "
+                             "report there; "
                              "'loaderdoc --report FILE' opens it")
     parser.add_argument("tuned", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                         help="the training command, e.g. python train.py --epochs 1")
@@ -103,10 +104,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"tune: --report needs a file name ('{args.report}' given); the trials' table "
                             "goes to stdout, and 'loaderdoc --report FILE' opens the file")
         check_writable(Path(args.report), force=True)
-        from loaderdoc.own_files import check_replaceable, command_files
-
-        check_replaceable(Path(args.report), kind="tune report", option="--report", force=args.force,
-                          protected=command_files(command))
+        _check_report(args, command)
     tuner = Tuner(command, args)
     interrupted = False
     try:
@@ -227,6 +225,16 @@ class Tuner:
         return report
 
 
+def _check_report(args, command: list[str]) -> None:
+    """--report replaces an earlier tune report; any other file only with --force, never the command's own."""
+    from pathlib import Path
+
+    from loaderdoc.own_files import check_replaceable, command_files
+
+    check_replaceable(Path(args.report), kind="tune report", option="--report", force=args.force,
+                      protected=command_files(command))
+
+
 def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
     import json
     from pathlib import Path
@@ -244,11 +252,7 @@ def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
     elif args.export is not None:
         _say(f"--export {args.export} not written: nothing was measured to pick from")
     if args.report is not None:
-        from loaderdoc.own_files import check_replaceable, command_files
-
-        # again as it is written: a trial of the command may have made a file there
-        check_replaceable(Path(args.report), kind="tune report", option="--report", force=args.force,
-                          protected=command_files(tuner.command))
+        _check_report(args, tuner.command)  # again as it is written: a trial may have made a file there
         write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)
         _say(f"wrote {args.report} (open it with: loaderdoc --report {args.report})")
 

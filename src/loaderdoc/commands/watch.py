@@ -227,16 +227,20 @@ def run(args: argparse.Namespace) -> int:
     protected = command_files(command)
     if args.apply is not None:
         protected[Path(args.apply)] = "the --apply input"
+
+    def guard(path, kind, option):  # before the command runs, and again as the file is written
+        check_replaceable(path, kind=kind, option=option, force=args.force, protected=protected)
+
     if target is not None:
         check_writable(target, force=True)  # a missing directory is refused before the command runs
-        check_replaceable(target, kind="watch report", option="--report", force=args.force, protected=protected)
+        guard(target, "watch report", "--report")
     fixes = Path(args.fixes) if args.fixes is not None else None
     if fixes is not None:
         if args.fixes in ("", "-"):
             raise UserError(f"watch: --fixes needs a file name ('{args.fixes}' given); it writes a TOML file "
                             "for --apply")
         check_writable(fixes, force=True)
-        check_replaceable(fixes, kind="fixes file", option="--fixes", force=args.force, protected=protected)
+        guard(fixes, "fixes file", "--fixes")
         if target is not None and target.exists() and fixes.exists() and os.path.samefile(target, fixes):
             raise UserError(f"watch: --report and --fixes name one file ({fixes}); give each its own")
     plan = None
@@ -252,9 +256,6 @@ def run(args: argparse.Namespace) -> int:
     # reaches the command, and the launcher still writes the report and removes the folder
     with held() as forwarder:
         tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-        def guard(path, kind, option):  # again as the file is written: the command may have made one there
-            check_replaceable(path, kind=kind, option=option, force=args.force, protected=protected)
-
         watch = Watch(command, Path(tmpdir), target, plan, guard)
         with on_sigusr1(watch.so_far):
             try:

@@ -110,7 +110,7 @@ def duty_run(consumer: CudaConsumer, batch, duty: float, nvml, handle) -> dict:
     NVML's utilisation sampled meanwhile (after NVML_SETTLE_S)."""
     if nvml is None:
         return {"duty": duty, "util_pct": [], "error": handle}
-    pause = consumer.cycles / consumer.cycles_per_ms / 1000 * (1 / duty - 1)
+    pause = consumer.step_ms / 1000 * (1 / duty - 1)
     with Sampler(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu) as sampler:
         end = time.monotonic() + DUTY_RUN_S
         while time.monotonic() < end:

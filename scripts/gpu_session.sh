@@ -35,7 +35,7 @@ first=(tests/test_probe_cuda_fork.py tests/test_probe_consumer.py tests/test_pro
        tests/test_real_torchvision.py tests/test_gpu_acceptance.py tests/test_watch_hook.py
        tests/test_probe_runner.py tests/test_probe_cli.py tests/test_probe_model.py tests/test_watch_frameworks.py
        tests/test_watch_threads.py tests/test_torch_threads.py tests/test_faults_probe.py tests/test_tune_faults.py)
-plugins=(-p xdist.plugin -p xdist.looponfail -p pytest_asyncio -p syrupy -p pytest_textual_snapshot -p no:cacheprovider)
+plugins=(-p xdist.plugin -p xdist.looponfail -p pytest_asyncio.plugin -p syrupy -p pytest_textual_snapshot -p no:cacheprovider)
 # two runs: pytest given a file and its folder collects the file alone
 rest=(tests); for f in "${first[@]}"; do rest+=(--ignore "$f"); done
 : >"$out/pytest.txt"

@@ -18,6 +18,7 @@ from loaderdoc.probing.consumer import (
     make_consumer,
     move_to,
     repeated_streams,
+    retarget_cycles,
 )
 
 
@@ -47,12 +48,46 @@ def test_spin_calibration_recovers_the_clock_of_a_fake_gpu():
         jitter = 1.0 + 0.01 * ((len(calls) % 3) - 1)
         return cycles / 1.4e6 * jitter + 0.01
 
-    rate = calibrate_spin(fake_kernel_ms, start_cycles=1_000_000, rounds=4)
+    rate = calibrate_spin(fake_kernel_ms, start_cycles=1_000_000, rounds=4, ramp_ms=100.0)
     assert rate == pytest.approx(1.4e6, rel=0.03)
-    assert calls[0] == calls[1]  # one warm-up launch, then doubling lengths
-    assert calls[1:] == [1_000_000, 2_000_000, 4_000_000, 8_000_000]
+    # a warm-up launch, one run that sizes the ~100 ms ramp, the ramp, then doubling lengths
+    assert calls[:2] == [1_000_000, 1_000_000] and calls[2] == pytest.approx(140_000_000, rel=0.03)
+    assert calls[3:] == [1_000_000, 2_000_000, 4_000_000, 8_000_000]
     # a step of 35 ms then spins for ~49 M cycles
     assert int(rate * 35) == pytest.approx(49_000_000, rel=0.03)
+
+
+class RampingGpu:
+    """A fake GPU that idles at 1.3 GHz and reaches 1.98 GHz after 40 ms of spinning (an H200 ran
+    a 2000 ms step in 1314 ms when calibrated by short spins alone: the clock rose afterwards)."""
+
+    def __init__(self) -> None:
+        self.spun_ms = 0.0
+
+    def kernel_ms(self, cycles: int) -> float:
+        ghz = 1.98 if self.spun_ms >= 40.0 else 1.3
+        ms = cycles / (ghz * 1e6)
+        self.spun_ms += ms
+        return ms
+
+
+def test_calibration_spins_the_clock_up_first_so_a_long_step_lasts_what_was_asked():
+    gpu = RampingGpu()
+    rate = calibrate_spin(gpu.kernel_ms)
+    assert rate == pytest.approx(1.98e6, rel=0.01)
+    assert gpu.kernel_ms(int(rate * 2000)) == pytest.approx(2000, rel=0.01)
+    # without the ramp the fit is of the idle clock and the step comes a third short
+    cold = calibrate_spin(RampingGpu().kernel_ms, ramp_ms=0)
+    assert cold == pytest.approx(1.3e6, rel=0.01)
+
+
+def test_a_step_off_its_target_is_rescaled_and_one_on_it_is_left_alone():
+    assert retarget_cycles(1_000_000, 20.1, 20.0) == 1_000_000  # within 1 %
+    assert retarget_cycles(1_000_000, 13.14, 20.0) == pytest.approx(1_522_070, rel=1e-4)  # the clock rose
+    assert retarget_cycles(1_000_000, 25.0, 20.0) == 800_000  # the clock fell
+    assert retarget_cycles(1_000_000, 1.0, 20.0) == 2_000_000  # at most 2x a step: one odd timing is not trusted
+    assert retarget_cycles(1_000_000, 100.0, 20.0) == 500_000
+    assert retarget_cycles(0, 5.0, 20.0) == 0 and retarget_cycles(1_000, 0.0, 20.0) == 1_000
 
 
 def test_calibration_rejects_useless_samples():

@@ -109,15 +109,40 @@ def fit_cycles_per_ms(samples: list[tuple[int, float]]) -> float:
     return num / den
 
 
-def calibrate_spin(run_kernel_ms: Callable[[int], float], start_cycles: int = 1_000_000, rounds: int = 4) -> float:
-    """Cycles per millisecond of a spin kernel; ``run_kernel_ms(cycles)`` times one run in ms."""
+RAMP_MS = 100.0  # spin this long before calibrating: an idle GPU runs at a low clock until loaded
+RETARGET_TOLERANCE = 0.01  # a step's kernel off its target by more than this gets its cycles rescaled
+
+
+def calibrate_spin(run_kernel_ms: Callable[[int], float], start_cycles: int = 1_000_000, rounds: int = 4,
+                   ramp_ms: float = RAMP_MS) -> float:
+    """Cycles per millisecond of a spin kernel; ``run_kernel_ms(cycles)`` times one run in ms.
+
+    An idle GPU sits at a low clock and raises it only once loaded (an H200 ran a 2000 ms step in
+    1314 ms calibrated without this), so a spin of about ``ramp_ms`` runs first, sized by one
+    short run, and the fitted lengths come after it."""
     run_kernel_ms(start_cycles)  # warm-up: first launch pays module loading
+    if ramp_ms > 0:
+        first_ms = run_kernel_ms(start_cycles)
+        if first_ms > 0:
+            run_kernel_ms(int(start_cycles * ramp_ms / first_ms))
     samples = []
     cycles = start_cycles
     for _ in range(rounds):
         samples.append((cycles, run_kernel_ms(cycles)))
         cycles *= 2
     return fit_cycles_per_ms(samples)
+
+
+def retarget_cycles(cycles: int, kernel_ms: float, target_ms: float) -> int:
+    """The spin length for the next step after one of ``cycles`` took ``kernel_ms``: unchanged within
+    RETARGET_TOLERANCE of ``target_ms``, else rescaled (at most 2x either way a step), so a clock
+    that changes mid-run (boost, power or thermal limits) leaves the simulated step as long as asked."""
+    if cycles <= 0 or kernel_ms <= 0 or target_ms <= 0:
+        return cycles
+    ratio = target_ms / kernel_ms
+    if abs(ratio - 1.0) <= RETARGET_TOLERANCE:
+        return cycles
+    return max(1, int(cycles * min(2.0, max(0.5, ratio))))
 
 
 class CudaConsumer:  # pragma: no cover - needs a GPU; not available in CI
@@ -131,6 +156,7 @@ class CudaConsumer:  # pragma: no cover - needs a GPU; not available in CI
         self.torch = torch
         self.device = torch.device(device)
         torch.cuda.init()
+        self.step_ms = step_ms
         self.cycles_per_ms = calibrate_spin(self._time_kernel_ms)
         self.cycles = int(self.cycles_per_ms * step_ms)
 
@@ -144,11 +170,18 @@ class CudaConsumer:  # pragma: no cover - needs a GPU; not available in CI
         return float(start.elapsed_time(end))
 
     def step(self, batch: Any) -> None:
+        torch = self.torch
         move_to(batch, self.device, non_blocking=True)
+        timed = None
         if self.cycles > 0:
-            self.torch.cuda._sleep(self.cycles)
+            timed = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            timed[0].record()
+            torch.cuda._sleep(self.cycles)
+            timed[1].record()
         # a real loop syncs at least once per step (loss.item(), optimizer bookkeeping)
-        self.torch.cuda.current_stream(self.device).synchronize()
+        torch.cuda.current_stream(self.device).synchronize()
+        if timed is not None:
+            self.cycles = retarget_cycles(self.cycles, float(timed[0].elapsed_time(timed[1])), self.step_ms)
 
     def h2d_times_ms(self, batch: Any) -> tuple[float | None, float | None]:
         """Copy time of this batch from pinned and from pageable host memory."""

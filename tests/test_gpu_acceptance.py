@@ -93,15 +93,21 @@ def test_the_synthetic_folder_replays_as_passed_and_says_it_is_synthetic():
     assert proc.stdout.rstrip().splitlines()[-1].startswith("PASSED: 48 checks, 48 ok")
 
 
-def test_the_measured_h100_run_replays_as_it_printed_there():
-    """The folder the script wrote on a real H100 (2026-11-27): judged again here it prints the
-    table it printed on that machine, every check within tolerance."""
-    folder = RECORDED / "h100-2026-11-27"
-    proc = script("--replay", str(folder))
+@pytest.mark.parametrize("folder, header, checks", [
+    ("h100-2026-11-27", "NVIDIA H100 80GB HBM3, 580.159.04, 2.11.0+cu130", 48),
+    ("h200-2026-11-28", "NVIDIA H200, 580.159.04, 2.11.0+cu130", 56),  # with probe-jpeg (issue 48)
+    # --only consumer after the spin's calibration changed (no facts step: no GPU name in the header)
+    ("h200-2026-11-28-consumer-calibrated", "2.11.0+cu130", 9),
+])
+def test_the_measured_gpu_runs_replay_as_they_printed_there(folder, header, checks):
+    """The folders the script wrote on real GPUs: judged again here each prints the table it
+    printed on that machine, every check within tolerance."""
+    proc = script("--replay", str(RECORDED / folder))
     assert proc.returncode == gc.EXIT_PASSED, proc.stdout + proc.stderr
-    assert proc.stdout == (folder / "table.txt").read_text()
+    assert proc.stdout == (RECORDED / folder / "table.txt").read_text()
     assert "SYNTHETIC" not in proc.stdout
-    assert proc.stdout.startswith("GPU acceptance on NVIDIA H100 80GB HBM3, 580.159.04, 2.11.0+cu130")
+    assert proc.stdout.startswith(f"GPU acceptance on {header} (2026-11-2")
+    assert proc.stdout.rstrip().splitlines()[-1].startswith(f"PASSED: {checks} checks, {checks} ok")
 
 
 @pytest.mark.parametrize("folder", sorted(p.name for p in RECORDED.iterdir() if p.is_dir()))

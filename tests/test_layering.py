@@ -39,7 +39,7 @@ FEATURES: dict[str, set[str]] = {
     "cluster": {"advice"},
     "watching": {"advice", "config"},
     "tuning": {"advice", "probing", "watching"},
-    "reports": {"cluster", "tuning", "watching"},
+    "reports": {"cluster", "probing", "tuning", "watching"},
     "export": {"advice", "config"},
     "session": {"advice", "cluster", "export", "probing", "reports", "watching"},
 }

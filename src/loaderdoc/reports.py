@@ -19,6 +19,7 @@ from loaderdoc.cluster.job_file import job_report_from
 from loaderdoc.cluster.job_report import JOB_SCHEMA, JobReport
 from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
+from loaderdoc.probing.real_loop import RealLoop
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
 from loaderdoc.visible import visible_data
 from loaderdoc.watching.report_file import watch_report_from
@@ -135,3 +136,26 @@ def _value(container: dict, key: str, tp: Any, where: str) -> Any:
     if tp in (int, float, str, dict, list):
         return get(container, key, tp, where, signed=key == "exit_code")
     raise Bad(f"{at}: unreadable ({kind(value)})")  # a type tuning.result started using after this reader
+
+
+def real_loops(opened: WatchReport | TuneRun | None) -> list[RealLoop]:
+    """The real training loop's measured rates in an opened report, the likeliest match for a
+    probe first: a watched run's loaders (the train loader, then the busiest), or a tune's
+    measured trials (fastest first); none for a job report or none at all."""
+    loops: list[RealLoop] = []
+    if isinstance(opened, WatchReport):
+        for lo in sorted(opened.loaders, key=lambda lo: (lo.role != "train", -lo.totals.steps)):
+            per_batch = lo.totals.per_batch_s
+            workers, batch, pin = (lo.settings.get(k) for k in ("num_workers", "batch_size", "pin_memory"))
+            if per_batch and isinstance(workers, int):
+                loops.append(RealLoop(1.0 / per_batch, workers, batch if isinstance(batch, int) else None,
+                                      pin if isinstance(pin, bool) else None,
+                                      f"the watched run {opened.path}, {lo.title()}"))
+    elif isinstance(opened, TuneRun):
+        written = (opened.report.loader or {}).get("asked") or (opened.report.loader or {}).get("settings") or {}
+        batch = written.get("batch_size") if isinstance(written.get("batch_size"), int) else None
+        pin = written.get("pin_memory") if isinstance(written.get("pin_memory"), bool) else None
+        for trial in sorted((t for t in opened.report.trials if t.ok), key=lambda t: -t.steps_per_s):
+            loops.append(RealLoop(trial.steps_per_s, trial.settings.num_workers, batch, pin,
+                                  f"tune trial {trial.number}"))
+    return loops

@@ -23,9 +23,10 @@ from loaderdoc.advice.tradeoffs import KnobTradeoff, tradeoffs
 from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError, UserError
 from loaderdoc.export import export_header
+from loaderdoc.probing.real_loop import RealLoop, VersusRealLoop, versus_real_loop
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
-from loaderdoc.reports import TuneRun
+from loaderdoc.reports import TuneRun, real_loops
 from loaderdoc.settings import LoaderSettings, coerce_torch_threads, split_process
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
@@ -228,6 +229,18 @@ class Session:
         if self.job_run is not None:
             return f"the job report {self.job_run.path}"
         return None
+
+    @property
+    def real_loops(self) -> list[RealLoop]:
+        """The real training loop's measured rates in the report opened with --report."""
+        return real_loops(self.watch_run or self.tune_run)
+
+    @property
+    def probe_versus_real(self) -> VersusRealLoop | None:
+        """The probe's rate against the real loop's, where both were measured."""
+        if self.report is None or not self.report_complete:
+            return None
+        return versus_real_loop(self.report, self.real_loops)
 
     def evidence_from(self, finding: Finding) -> str:
         """Where a finding's evidence was found, as the diagnoses head it."""

@@ -93,6 +93,11 @@ def make_iterable():
     return Stream()
 
 
+def make_io_4ms():
+    """Every sample sleeps 4 ms: the dataset of tests/fixtures/tune/io-bound.json's loop."""
+    return Squares(n=100_000, io_ms=4.0)
+
+
 def make_slow():
     """Every sample sleeps 20 ms: a probe of it is still running when the tests interrupt it."""
     return Squares(n=100_000, io_ms=20.0)

@@ -134,6 +134,16 @@ class LoaderTotals:
     gpu_idle_s: float | None = None
     gpu_idle_share: float | None = None
 
+    @property
+    def per_batch_s(self) -> float | None:
+        """A batch's wait and step together, from the per-batch figures (a report that predates
+        them: from the sums); None where nothing was timed."""
+        wait = self.wait_per_batch_s if self.wait_per_batch_s is not None else (
+            self.wait_s / self.waits if self.waits else 0.0)
+        step = self.step_per_batch_s if self.step_per_batch_s is not None else (
+            self.step_s / self.steps if self.steps else 0.0)
+        return wait + step or None
+
     @classmethod
     def of(cls, epochs: list[WatchedEpoch]) -> LoaderTotals:
         wait = sum(e.wait_s for e in epochs)

@@ -16,6 +16,7 @@ from textual.message import Message
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import Recommendation
 from loaderdoc.advice.tradeoffs import KnobTradeoff
+from loaderdoc.probing.real_loop import VersusRealLoop
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.session import ProbeRequest
 from loaderdoc.settings import LoaderSettings
@@ -149,6 +150,7 @@ class ProbeShown(Message, bubble=False):
     complete: bool = False
     error: str | None = None
     can_adopt: bool = False  # a complete probe's recommendation differs from the chosen settings
+    versus: VersusRealLoop | None = None  # the real loop's rate (opened report) against the probe's
 
     @property
     def running(self) -> bool:
@@ -162,4 +164,4 @@ class ProbeShown(Message, bubble=False):
         return cls(dataclasses.replace(session.workload), session.dataset_arg, session.probe_state,
                    session.probe_progress, tuple(results), report, session.report_complete, session.probe_error,
                    report is not None and session.report_complete and rec is not None
-                   and rec.settings != session.settings)
+                   and rec.settings != session.settings, session.probe_versus_real)

@@ -19,6 +19,7 @@ from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError
 from loaderdoc.policy import still_growing
+from loaderdoc.probing.real_loop import VersusRealLoop
 from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
 from loaderdoc.summary import settings_diff, settings_line  # noqa: F401  (the views' text)
@@ -290,9 +291,10 @@ def chart_series(results: Iterable[ConfigResult]) -> ChartSeries:
     return out
 
 
-def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
-    """Lines saying how the probe ended and what it recommends. A cancelled (incomplete) run
-    shows what it measured but no recommendation: its search did not finish."""
+def report_summary(report: ProbeReport, *, complete: bool = True, versus: VersusRealLoop | None = None) -> list[str]:
+    """Lines saying how the probe ended and what it recommends, and ``versus`` the real loop's
+    rate where the opened report measured one. A cancelled (incomplete) run shows what it
+    measured but no recommendation: its search did not finish."""
     w = report.workload
     lines = [
         f"{w.name or 'workload'}: batch {w.batch_size}"
@@ -315,6 +317,8 @@ def report_summary(report: ProbeReport, *, complete: bool = True) -> list[str]:
         note = step_note(w.consumer) if report.prediction is not None else ""
         if note:
             lines.append(f"  note: {note}")
+        if versus is not None:
+            lines += [f"  {line}" for line in versus.lines()]
         lines += [f"  {r}" for r in report.reasons]
     elif report.results:
         lines.append("no recommendation: no configuration was measured successfully")

@@ -80,7 +80,7 @@ class ProbePane(View, VerticalScroll):
         if probe.error:
             summary.update(Text(f"Probe failed: {probe.error}", style="bold red"))
         elif probe.report is not None:
-            summary.update("\n".join(model.report_summary(probe.report, complete=probe.complete)))
+            summary.update("\n".join(model.report_summary(probe.report, complete=probe.complete, versus=probe.versus)))
         elif not probe.results and not running:
             summary.update("No probe run yet: choose a workload and press ctrl+r. "
                            "The probe runs real DataLoaders on this machine.")

@@ -9,9 +9,9 @@ the pick with ``--export`` in any export format and the whole report with ``--re
 nor textual.
 
 Exit code: 0 the script's own settings are within the tolerance of the fastest trial; 1 the pick
-is faster (worth changing); 4 the script's own settings could not be measured (it failed, hung
-before its first batch, or never iterated a DataLoader); 3 bad usage; 130 interrupted (the trials
-so far are printed and written).
+is faster (worth changing); 4 nothing to compare: the script's own settings could not be measured
+(it failed, hung before its first batch, or never iterated a DataLoader) or no other trial was; 3
+bad usage; 130 interrupted (the trials so far are printed and written; no pick, no --export).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "                      [--export FILE [--format F] [--force]] [--report FILE] -- COMMAND [ARGS...]")
     parser.epilog = (
         "exit code: 0 your settings are within tolerance of the fastest trial; 1 the pick is faster (worth\n"
-        "  changing); 4 your own settings could not be measured (the command failed, hung before its first\n"
-        "  batch or never iterated a DataLoader); 3 bad usage, before anything runs; 130 interrupted\n"
+        "  changing); 4 nothing to compare: your own settings could not be measured (the command failed, hung\n"
+        "  before its first batch or never iterated a DataLoader), or no other trial was; 3 bad usage, before\n"
+        "  anything runs; 130 interrupted (no pick, no --export: the search did not finish)\n"
         "\nThe command runs for real, a few times (3-6 trials), each stopped once its steady window settled\n"
         "  (its whole process tree: workers and helpers too). Every trial sets LOADERDOC_TUNE_TRIAL=<n> in\n"
         "  its environment: a script may skip checkpoints and uploads when it is set. Only the training\n"
@@ -91,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoc.export import format_for
     from loaderdoc.safe_write import check_writable
 
+    if args.trials < 2:  # one trial is your settings alone: nothing to compare, so nothing to conclude
+        raise UserError(f"tune: --trials {args.trials} measures only your own settings, with nothing to compare "
+                        "them with; give --trials 2 or more (or 'loaderdoc watch -- COMMAND' to measure them alone)")
     command = command_of(args)
     if args.budget is None:  # the top-level --budget (the probe's) shares the name and kept its None
         args.budget = DEFAULT_BUDGET_S
@@ -147,6 +151,7 @@ class Tuner:
                                  budget_s=args.budget)
         self.search_state = TuneSearch(run=self._trial, per_rank=self.per_rank, room=policy.Room.of(self.facts),
                                        max_trials=args.trials, deadline=self.deadline)
+        self.running = None  # the trial under way: listed as interrupted should a signal stop tune in it
 
     def search(self) -> None:
         from loaderdoc.tuning.trial import ENV_TRIAL
@@ -179,7 +184,13 @@ class Tuner:
                                                   on_gpu=on_gpu))
 
         deadline = self.deadline if number > 1 else None  # your own settings are always measured
+        from loaderdoc.tuning.result import STOPPED, Trial, TrialSettings
+
+        self.running = Trial(number=number, settings=settings or TrialSettings(), purpose=purpose, status=STOPPED,
+                             reason="interrupted: tune was stopped during this trial", predicted_per_s=predicted,
+                             settings_seen=settings is not None)
         run = run_trial(self.command, number, settings, self.key, self.limits, evidence=evidence, deadline=deadline)
+        self.running = None
         trial = run.trial
         if number == 1 and len(run.windows) > 1 and self.per_rank is not None:
             # ranks of one job on this node (torchrun): each rank's share of the CPUs and /dev/shm
@@ -205,9 +216,11 @@ class Tuner:
 
     def finish(self):
         report = self.report
-        report.trials = list(self.search_state.trials)
-        report.pick = self.search_state.pick() if report.trials and report.trials[0].ok else None
+        report.trials = list(self.search_state.trials) + ([self.running] if self.running is not None else [])
         report.stopped = report.stopped or self.search_state.stopped
+        # a pick claims a comparison: none from an interrupted search or from your settings alone
+        compared = sum(t.ok for t in report.trials) >= 2 and report.trials[0].ok
+        report.pick = self.search_state.pick() if compared and report.stopped != "interrupted" else None
         if report.stopped == "settled" and report.pick is not None:
             why = self.search_state.settled_reason()
             if why:
@@ -250,7 +263,8 @@ def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
         if written is not None:
             _say(f"wrote {written} ({fmt})")
     elif args.export is not None:
-        _say(f"--export {args.export} not written: nothing was measured to pick from")
+        why = "nothing was measured to pick from" if not report.user_measured else f"no pick: {report.no_pick_reason}"
+        _say(f"--export {args.export} not written: {why}")
     if args.report is not None:
         _check_report(args, tuner.command)  # again as it is written: a trial may have made a file there
         write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)

@@ -23,7 +23,7 @@ def render(report) -> str:
     out.append(f"{'trial':<6}{'workers':>7}{'prefetch':>9}{'steps/s':>9}{'predicted':>10}{'wait':>6}{'step ms':>9}"
                f"{'workers mem':>13}")
     for t in report.trials:
-        workers, pf = t.settings.columns()
+        workers, pf = t.columns()
         if t.ok:
             out.append(f"{t.number:<6}{workers:>7}{pf:>9}{t.steps_per_s:>9.1f}"
                        f"{(f'{t.predicted_per_s:.1f}' if t.predicted_per_s else '-'):>10}{fmt_share(t.wait_share):>6}"

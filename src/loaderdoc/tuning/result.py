@@ -109,10 +109,16 @@ class Trial:
     duration_s: float = 0.0  # the whole trial, start-up and stop included
     applied: bool | None = None  # the settings reached the loader (the hook says so)
     torch_threads: int | None = None  # the intra-op threads the training process ran with (the hook read them)
+    settings_seen: bool = True  # False: trial 1's loader never showed itself, so the script's settings are unknown
 
     @property
     def ok(self) -> bool:
         return self.status in (OK, SHORT) and bool(self.steps_per_s)
+
+    def columns(self) -> tuple[str, str]:
+        """The trials table's workers and prefetch cells: "?" where the script's own were never seen
+        (a first trial stopped before its loader showed itself is not a 0-worker run)."""
+        return self.settings.columns() if self.settings_seen else ("?", "?")
 
 
 @dataclass
@@ -161,10 +167,25 @@ class TuneReport:
         return self.trials[0] if self.trials else None
 
     @property
+    def user_measured(self) -> bool:
+        return self.user is not None and self.user.ok
+
+    @property
     def no_pick_reason(self) -> str:
+        """Why there is no pick: your settings unmeasured, the search interrupted, or nothing else measured."""
         user = self.user
-        why = user.reason if user is not None and user.reason else "no trial measured"
-        return f"your own settings could not be measured ({why})"
+        if not self.user_measured:
+            why = user.reason if user is not None and user.reason else "no trial measured"
+            return f"your own settings could not be measured ({why})"
+        if self.stopped == "interrupted":
+            return (f"interrupted in trial {len(self.trials)}: the search did not finish, so nothing is picked "
+                    "(each trial above is as measured)")
+        others = self.trials[1:]
+        if not others:
+            return (f"only your own settings were measured ({self.stopped_text} after trial 1): "
+                    "nothing to compare them with")
+        failed = ", ".join(f"trial {t.number} {t.status}" for t in others)
+        return f"only your own settings were measured ({failed}): nothing to compare them with"
 
     @property
     def stopped_text(self) -> str:

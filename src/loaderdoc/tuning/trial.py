@@ -152,6 +152,12 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
         _measure(trial, windows, records, key, settings)
         if evidence is not None:
             evidence(trial, windows, records)
+    elif settings is None:  # the script's own settings, unmeasured: as its loader showed them, if it did
+        ran = win.settings_of(records, key) if key else None
+        if ran is not None:
+            trial.settings = _as_ran(ran["settings"])
+        else:
+            trial.settings_seen = False
     return TrialRun(trial=trial, key=key, records=records, windows=windows, log_tail=tail)
 
 

@@ -62,7 +62,7 @@ def trial_cells(trial: Trial, pick: Pick | None) -> list[Text]:
     picked = pick is not None and pick.trial == trial.number
     style = PICKED if picked else ""
     number = Text(f"{trial.number} {PICK_MARK}" if picked else str(trial.number), style=style)
-    settings = [Text(cell, style=style, justify="right") for cell in trial.settings.columns()]
+    settings = [Text(cell, style=style, justify="right") for cell in trial.columns()]
     if not trial.ok:  # its status where its rate would be (seen at 80 columns), in full in the last column
         blank = [Text("-", style="dim", justify="right") for _ in MEASURES[1:]]
         return [number, *settings, Text(trial.status, style=NOT_MEASURED, justify="right"), *blank,

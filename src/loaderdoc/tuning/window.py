@@ -13,7 +13,8 @@ epoch (torch shuts non-persistent workers down in it), not what the script does
 between epochs (validation, checkpoints), which the training loader's settings do not change and
 which would make a window that holds one validation pass slower than one that holds none.
 
-The training loader is the one that returned the most batches; it is known across trials by the
+The training loader is the one a framework names "train", else the shuffled one, else the one whose
+loop took the most time (:func:`training_key`); it is known across trials by the
 line that built it (``site``), else its role, else its number (a loader re-built each epoch at one
 line is one loader here); by its role also where one line built loaders of several roles (the
 Hugging Face Trainer builds train and eval at one line). Under torchrun each rank writes its own records: every rank's window is
@@ -70,16 +71,33 @@ def matches(raw: dict[str, Any], key: str) -> bool:
     return not raw.get("site") and not raw.get("role") and str(raw.get("loader")) == name
 
 
+EVAL_ROLES = frozenset({"val", "validation", "test", "predict", "eval", "evaluation"})
+
+
 def training_key(records: list[dict[str, Any]]) -> str | None:
-    """The loader that returned the most batches in any process (the training loop's)."""
+    """The training loop's loader, by what says most about it: the one a framework names "train";
+    else, among the loaders that shuffle (the script asked for it; an evaluation loader seldom
+    does) or, where none does, those not named for evaluation, the one whose loop took the most
+    time (a training step, with its backward pass, outlasts an evaluation step); the most batches
+    break ties. Most batches alone took a validation set at batch 1 for the training set at batch
+    8 (issue 49)."""
     shared = shared_sites(records)
-    steps: dict[str, int] = {}
+    seen: dict[str, dict[str, Any]] = {}
     for rec in records:
         for raw in rec.get("loaders") or []:
             key = loader_key(raw, shared)
-            n = sum(e.get("steps", 0) for e in raw.get("epochs") or [])
-            steps[key] = max(steps.get(key, 0), n)
-    return max(steps, key=lambda k: steps[k]) if steps else None
+            epochs = raw.get("epochs") or []
+            one = seen.setdefault(key, {"role": raw.get("role"), "shuffles": False, "seconds": 0.0, "steps": 0})
+            one["shuffles"] = one["shuffles"] or (raw.get("asked") or {}).get("shuffle") is True
+            # per process: a rank's own loop (under torchrun each rank iterates the same loader)
+            one["seconds"] = max(one["seconds"], sum((e.get("wait_s") or 0.0) + (e.get("step_s") or 0.0) for e in epochs))
+            one["steps"] = max(one["steps"], sum(e.get("steps", 0) for e in epochs))
+    if not seen:
+        return None
+    named = [k for k, one in seen.items() if one["role"] == "train"]
+    candidates = (named or [k for k, one in seen.items() if one["shuffles"]]
+                  or [k for k, one in seen.items() if one["role"] not in EVAL_ROLES] or list(seen))
+    return max(candidates, key=lambda k: (seen[k]["seconds"], seen[k]["steps"]))
 
 
 def loaders_of(rec: dict[str, Any], key: str) -> list[dict[str, Any]]:

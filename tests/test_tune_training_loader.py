@@ -1,0 +1,64 @@
+"""Which loader tune tunes (issue 49, family 1), through the real command: the training loader is
+the one a framework names "train", else the one that shuffles, else the one whose loop took the
+most time; never the loader with the most batches for that alone (a validation set at batch 1)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from support.jobs import LIGHTNING_TINY
+from test_tune_faults import NOTE_SEEN, PRELUDE, QUICK, TRAIN, env_with_src, read_report, tune, write_script
+from test_tune_frameworks import DATASET
+from test_watch_frameworks import needs
+
+from loaderdoc._compat import tomllib
+
+
+def test_a_validation_loader_with_more_batches_is_not_taken_for_the_training_loader(tmp_path):
+    """Train: 256 samples at batch 8, shuffled (32 batches an epoch); val: 200 at batch 1 (200
+    batches). Was: val tuned, and exported as batch_size = 1, shuffle = false."""
+    script = write_script(tmp_path, PRELUDE + TRAIN + NOTE_SEEN + """\
+val_loader = note("val", DataLoader(Slow(200), batch_size=1))  # built once, iterated after every epoch
+
+def validate():
+    for batch in val_loader:
+        pass
+
+train(note("train", DataLoader(Slow(256), batch_size=8, shuffle=True)), after_epoch=validate)
+""")
+    export, report_path = tmp_path / "loader.toml", tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--export", str(export), "--report", str(report_path), "--",
+                sys.executable, str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    lines = script.read_text().splitlines()
+    train_line = 1 + next(i for i, line in enumerate(lines) if 'note("train"' in line)
+    report = read_report(report_path)
+    assert report["loader"]["site"].startswith(f"{script}:{train_line}"), report["loader"]
+    assert f"training loader: train.py:{train_line}" in proc.stdout and "batch_size=8)" in proc.stdout
+    table = tomllib.loads(export.read_text(encoding="utf-8"))["dataloader"]
+    assert table["batch_size"] == 8 and table["shuffle"] is True
+    # trial 2 changed the training loader alone
+    tried = report["trials"][1]["settings"]["num_workers"]
+    seen2 = json.loads((tmp_path / "seen-2.json").read_text())
+    assert tried > 0 and seen2["train"] == [tried] and seen2["val"] == [0]
+
+
+@needs("lightning")
+def test_under_lightning_the_train_role_wins_over_a_longer_validation_loader(tmp_path):
+    """Lightning names its loaders' roles: the validation loader (200 batches at batch 1) has far
+    more batches than the training one (16 at batch 8), and still is not tuned."""
+    script = write_script(tmp_path, DATASET + LIGHTNING_TINY + """
+train = note("train", DataLoader(Slow(128, item), batch_size=8, num_workers=0))
+val = note("val", DataLoader(Slow(200, item), batch_size=1, num_workers=0))
+trainer.fit(Tiny(), train, val)
+""")
+    report_path = tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--report", str(report_path), "--", sys.executable, str(script),
+                env=env_with_src(), timeout=180)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = read_report(report_path)
+    assert report["loader"]["role"] == "train" and report["loader"]["settings"]["batch_size"] == 8, report["loader"]
+    tried = report["trials"][1]["settings"]["num_workers"]
+    seen2 = json.loads((tmp_path / "seen-2.json").read_text())
+    assert tried > 0 and seen2["train"] == [tried] and set(seen2["val"]) == {0}

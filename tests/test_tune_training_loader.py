@@ -62,3 +62,50 @@ trainer.fit(Tiny(), train, val)
     tried = report["trials"][1]["settings"]["num_workers"]
     seen2 = json.loads((tmp_path / "seen-2.json").read_text())
     assert tried > 0 and seen2["train"] == [tried] and set(seen2["val"]) == {0}
+
+
+STREAM = PRELUDE + """\
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+class Stream(IterableDataset):
+    def __init__(self, n, sharded):
+        self.n, self.sharded = n, sharded
+    def __iter__(self):
+        info = get_worker_info()
+        start, step = (info.id, info.num_workers) if self.sharded and info is not None else (0, 1)
+        for i in range(start, self.n, step):
+            time.sleep(0.002)
+            yield torch.full((8,), float(i))
+
+loader = DataLoader(Stream(160, sharded=SHARDED), batch_size=4)
+for _ in range(100000):  # until tune stops it
+    for batch in loader:
+        time.sleep(0.005)
+"""
+
+
+def test_an_iterable_dataset_that_repeats_in_every_worker_is_no_candidate(tmp_path):
+    """Was: "pick 2 workers, 2.50x" while every sample came twice an epoch."""
+    script = write_script(tmp_path, STREAM.replace("SHARDED", "False"))
+    export, report_path = tmp_path / "loader.toml", tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--export", str(export), "--report", str(report_path), "--",
+                sys.executable, str(script))
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    first, second = read_report(report_path)["trials"]
+    workers = second["settings"]["num_workers"]
+    assert first["status"] == "ok" and second["status"] == "failed" and workers >= 2
+    assert second["reason"].startswith(f"its epochs held {40 * workers} batches against your settings' 40 "
+                                       f"({workers:.1f}x at num_workers={workers}): the dataset yields every sample "
+                                       "in each worker")
+    assert "no pick: only your own settings were measured (trial 2 failed)" in proc.stdout
+    assert not export.exists()
+
+
+def test_an_iterable_dataset_sharded_per_worker_is_measured_as_usual(tmp_path):
+    script = write_script(tmp_path, STREAM.replace("SHARDED", "True"))
+    report_path = tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--report", str(report_path), "--", sys.executable, str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    first, second = read_report(report_path)["trials"]
+    assert first["status"] == second["status"] == "ok" and second["settings"]["num_workers"] >= 2

@@ -152,6 +152,7 @@ class Tuner:
         self.search_state = TuneSearch(run=self._trial, per_rank=self.per_rank, room=policy.Room.of(self.facts),
                                        max_trials=args.trials, deadline=self.deadline)
         self.running = None  # the trial under way: listed as interrupted should a signal stop tune in it
+        self.epoch_batches: int | None = None  # a finished epoch of the script's own settings, in batches
 
     def search(self) -> None:
         from loaderdoc.tuning.trial import ENV_TRIAL
@@ -198,10 +199,19 @@ class Tuner:
             search.room.ranks = len(run.windows)
             self.report.cpu_budget = search.per_rank
         if number == 1 and run.key is not None:
-            from loaderdoc.tuning.window import settings_of
+            from loaderdoc.tuning.window import epoch_batches, settings_of
 
             self.key = run.key
             self.report.loader = {"key": run.key, **(settings_of(run.records, run.key) or {})}
+            self.epoch_batches = epoch_batches(run.records, run.key)
+        elif trial.ok and self.key is not None:
+            from loaderdoc.tuning.result import FAILED
+            from loaderdoc.tuning.window import epoch_batches, repeated_stream
+
+            repeated = repeated_stream(self.epoch_batches, epoch_batches(run.records, self.key),
+                                       trial.settings.num_workers)
+            if repeated is not None:
+                trial.status, trial.reason = FAILED, repeated
         if trial.ok:
             predicted_text = f", predicted {predicted:.1f}" if predicted else ""
             _say(f"trial {number}: {trial.steps_per_s:.1f} steps/s{predicted_text}, waited "

@@ -276,3 +276,25 @@ def settings_of(records: list[dict[str, Any]], key: str) -> dict[str, Any] | Non
             return {"settings": dict(raw.get("settings") or {}), "asked": raw.get("asked"), "role": raw.get("role"),
                     "site": raw.get("site"), "class": raw.get("class")}
     return None
+
+
+def epoch_batches(records: list[dict[str, Any]], key: str) -> int | None:
+    """The batches of one finished epoch of the training loader (the most any process saw: every
+    rank iterates its own share); None where no epoch finished (an endless stream, a short trial)."""
+    ends = [e.get("steps", 0) for rec in records for raw in loaders_of(rec, key)
+            for e in raw.get("epochs") or [] if e.get("finished")]
+    return max(ends) if ends else None
+
+
+def repeated_stream(written: int | None, tried: int | None, workers: int) -> str | None:
+    """Why a trial's epochs cannot be compared with the script's own, where they grew with the
+    workers: a dataset that yields every sample in each worker (an IterableDataset that does not
+    split its stream with ``get_worker_info()``) gives ``workers`` times the batches, so its rate
+    counts every sample again (issue 49). None where the epochs match (a worker's partial last
+    batch adds at most one batch per worker)."""
+    if not written or not tried or workers < 2 or tried < 1.5 * written or tried - written <= workers:
+        return None
+    return (f"its epochs held {tried} batches against your settings' {written} ({tried / written:.1f}x at "
+            f"num_workers={workers}): the dataset yields every sample in each worker (an IterableDataset "
+            "that does not split its stream with torch.utils.data.get_worker_info()); its rate counts "
+            "samples again, so it is not a candidate; shard the stream per worker")

@@ -106,6 +106,13 @@ class CpuLedger:
         with self._lock:
             self._settle()
 
+    def live(self) -> list:
+        """The epochs a later settle may still add CPU time to: those a worker serves now (a
+        persistent worker's ended epoch until the next begins), those a reaped worker's life is
+        still to be found for. The recorder freezes an epoch only once it is in neither."""
+        with self._lock:
+            return [*self._owner.values(), *(epoch for epoch, _ in self._pending)]
+
     def settled(self, epoch) -> tuple[float | None, float | None]:
         """Settle, then the epoch's workers' (CPU, run-queue) seconds, read under the lock."""
         with self._lock:

@@ -32,7 +32,7 @@ class EpochRecord:
                  "workers_cpu_s", "busy_start", "busy_s", "workers_cpu_at_end", "torch_threads", "workers_runq_s",
                  "workers_cpu_first", "workers_runq_first", "cpu_wait_wall_s", "cpu_step_wall_s",
                  "cpu_wait_loop_s", "cpu_step_loop_s", "iter_s", "stop_s",
-                 "io_main_start", "io_main", "io_workers", "io_first", "io_traced")
+                 "io_main_start", "io_main", "io_workers", "io_first", "io_traced", "iterator", "settled")
 
     def __init__(self, index: int, started: float) -> None:
         self.index = index
@@ -79,6 +79,10 @@ class EpochRecord:
         self.torch_threads: int | None = None  # torch.get_num_threads() when the epoch began
         # reads (ioacct: rchar, read calls, bytes from a device; None: not read)
         self.io_main_start = self.io_main = self.io_workers = self.io_first = self.io_traced = None
+        # for the recorder's freeze (issue 49): the WatchedIterator counting into this epoch (a weak
+        # reference: while it lives it may count more), and whether the epoch's end was accounted
+        self.iterator = None
+        self.settled = False
 
     def to_dict(self, t0: float) -> dict:
         waits = sorted(self.samples)  # sorted() copies first: safe while the loop appends

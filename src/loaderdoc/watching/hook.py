@@ -18,9 +18,16 @@ a sampler thread (:mod:`sampler`) reads memory, workers and ``/dev/shm`` every
 ``LOADERDOC_WATCH_INTERVAL`` seconds (longer where a tick would use more than
 ``LOADERDOC_WATCH_MAX_BUSY``, 1 %, of a core), and when the program itself initialised CUDA the data waits
 are also timed on the GPU (:mod:`gpuidle`). Each process writes its own records
-``$LOADERDOC_WATCH_DIR/records-<pid>.json`` (schema ``loaderdoc.watch-records/2``) atomically at
-each epoch end, every ``LOADERDOC_WATCH_WRITE_S`` seconds from the sampler, and at exit; a forked
-copy (a DataLoader worker) neither samples nor writes.
+``$LOADERDOC_WATCH_DIR/records-<pid>.json`` (schema ``loaderdoc.watch-records/2``) atomically: at
+an epoch's end or from the sampler once the last write is ``LOADERDOC_WATCH_WRITE_S`` seconds old
+(the first epoch's end always; longer apart where writing takes more than ``WRITE_BUSY`` of the
+time), and at exit; a forked copy (a DataLoader worker) neither samples nor writes.
+
+The file holds every epoch, and what watching costs must not grow with them (issue 49: a rewrite
+of every epoch so far at each epoch's end made a 1-batch loader iterated 2000 times take 43 s
+watched against 1.5 s bare): an epoch nothing can change any more is frozen
+(:meth:`Recorder.freeze`): serialized once, its counters summed once for the sampler's ticks; a
+write joins those texts to the few epochs still open.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ import atexit
 import contextlib
 import os
 import sys
+import threading
 import time
+import weakref
 
 RECORDS_SCHEMA = "loaderdoc.watch-records/2"
 ENV_DIR = "LOADERDOC_WATCH_DIR"  # where every process writes its records-<pid>.json
@@ -41,6 +50,7 @@ DEFAULT_WRITE_S = 2.0
 MIN_INTERVAL = 0.01
 TARGET = "torch.utils.data.dataloader"  # the module whose import triggers the patch
 SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
+WRITE_BUSY = 0.01  # share of the wall time the records' writes may take: the next waits cost / this
 _MARK = "_loaderdoc_watch"
 
 clock = time.perf_counter
@@ -69,6 +79,7 @@ if __package__:  # imported as loaderdoc.watching.hook
         apply,
         cpuacct,
         epochs,
+        frozen,
         gpuidle,
         importpatch,
         ioacct,
@@ -79,9 +90,10 @@ if __package__:  # imported as loaderdoc.watching.hook
     EpochRecord = epochs.EpochRecord
     cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 else:  # loaded by path under ``loaderdoc watch``
-    # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses
-    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs"
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs = map(_sibling, _NAMES.split())
+    # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses; frozen last
+    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen"
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen = map(
+        _sibling, _NAMES.split())
 EpochRecord = epochs.EpochRecord
 cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 
@@ -90,7 +102,7 @@ class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
     __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_returned_loop", "_on_end", "_on_first",
-                 "_trace")
+                 "_trace", "__weakref__")  # weak: its epoch is not frozen while it lives
 
     def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None, trace=None) -> None:
         self._it = iterator
@@ -179,7 +191,8 @@ class WatchedIterator:
 
 
 class LoaderRecord:
-    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site")
+    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site",
+                 "frozen", "frozen_json")
 
     def __init__(self, number: int, loader) -> None:
         self.number = number
@@ -199,16 +212,26 @@ class LoaderRecord:
         self.tables = getattr(loader, apply.TABLES_USED, None)
         self.settings = apply.loader_settings(loader, [k for k in self.applied or () if k not in apply.SETTINGS])
         self.epochs: list[EpochRecord] = []
+        # epochs[:n] are frozen (Recorder.freeze): (n, the sampler's sums over them), one tuple so
+        # that a reader in another thread gets a count and sums that agree; frozen_json: the JSON
+        # text of each frozen epoch written so far, serialized once
+        self.frozen: tuple[int, tuple | None] = (0, None)
+        self.frozen_json: list[str] = []
 
     def is_for(self, loader) -> bool:
         return self.ref is None or self.ref() is loader
 
     def to_dict(self, t0: float) -> dict:
-        out = {"loader": self.number, "role": self.role, "site": self.site, "class": self.cls, "settings": self.settings,
-               "epochs": [e.to_dict(t0) for e in list(self.epochs)]}
-        if self.asked is not None:  # under --apply only: readers take a record without them
-            out.update(asked=self.asked, applied=self.applied or [], apply_tables=self.tables or [])
-        return out
+        return {**self._head(), "epochs": [e.to_dict(t0) for e in list(self.epochs)], **self._applied()}
+
+    def _head(self) -> dict:
+        return {"loader": self.number, "role": self.role, "site": self.site, "class": self.cls,
+                "settings": self.settings}
+
+    def _applied(self) -> dict:
+        if self.asked is None:  # under --apply only: readers take a record without them
+            return {}
+        return {"asked": self.asked, "applied": self.applied or [], "apply_tables": self.tables or []}
 
 
 class Recorder:
@@ -241,6 +264,8 @@ class Recorder:
         self.tracer = None  # a trace.Tracer under --trace (install() sets it)
         self._write_failed = False
         self._exited = False
+        self._next_write = float("-inf")  # clock() from which an epoch's end or the sampler writes again
+        self._freeze_lock = threading.Lock()  # one freezer (and one serializer of frozen epochs) at a time
         self.cpu = cpuacct.CpuLedger()  # the workers' CPU time per epoch
         self.io = ioacct.IoLedger()  # this process's and its workers' reads per epoch
         try:
@@ -278,6 +303,7 @@ class Recorder:
         rec.epochs.append(epoch)
         watched = WatchedIterator(iterator, epoch, self.epoch_ended, self.first_batch,
                                   trace.per_batch(self.tracer, rec.number, os.getpid() == self.pid))
+        epoch.iterator = weakref.ref(watched)
         if os.getpid() == self.pid:  # per epoch, not per batch: a fork's copy does neither
             cpuacct.begin_epoch(self, epoch, iterator)
             ioacct.begin_epoch(self, epoch, iterator)
@@ -297,6 +323,14 @@ class Recorder:
         self.sampler.start()
 
     def to_dict(self) -> dict:
+        return {**self._head(), "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)],
+                **({"trace": self.tracer.to_dict()} if self.tracer is not None else {})}
+
+    def to_json(self) -> str:
+        """``json.dumps(self.to_dict())``, each frozen epoch serialized once (:mod:`frozen`)."""
+        return frozen.records_json(self)
+
+    def _head(self) -> dict:
         smp = self.sampler
         samples = list(smp.samples) if smp is not None else []
         return {"schema": RECORDS_SCHEMA, "pid": os.getpid(), "written_at": time.time(),
@@ -306,9 +340,13 @@ class Recorder:
                 "sampler": {"ticks": smp.ticks if smp else 0, "busy_s": smp.busy_s if smp else 0.0},
                 "io": {"readable": self.io.readable, "reason": self.io.reason},
                 "gpu": {"timing": gpuidle.CUDA_EVENTS if self.gpu is not None else gpuidle.UNAVAILABLE,
-                        "reason": None if self.gpu is not None else self.gpu_reason},
-                "loaders": [rec.to_dict(self.t0) for rec in list(self.loaders)],
-                **({"trace": self.tracer.to_dict()} if self.tracer is not None else {})}
+                        "reason": None if self.gpu is not None else self.gpu_reason}}
+
+    def freeze(self, by=None) -> None:
+        """Each loader's oldest epochs that can no longer change: summed and serialized once from
+        now on (:func:`frozen.freeze`; ``by``: the sampler ticking)."""
+        if os.getpid() == self.pid:  # a forked copy never writes
+            frozen.freeze(self, by)
 
     def first_batch(self, epoch: EpochRecord) -> None:
         if os.getpid() == self.pid:
@@ -324,11 +362,15 @@ class Recorder:
             trace.ended(self.tracer, epoch)
         if self.gpu is not None:
             self.gpu.resolve()
+        if epoch is not None:
+            epoch.settled = True  # its end is accounted: the recorder may freeze it
         if self._per_epoch and self.sampler is not None:
             self.sampler.stop()
             self._final_sample()
         if self.directory:
-            self.write()
+            # not a write at every end (issue 49): each rewrote every epoch so far, and a fast
+            # loop's many short epochs made watching quadratic; one once the last is write_s old
+            self.write_if_due()
 
     def _final_sample(self) -> None:
         with contextlib.suppress(Exception):  # /proc read errors are Nones; anything else: no sample
@@ -350,21 +392,28 @@ class Recorder:
                 cpuacct.end_epoch(self, epoch)
                 ioacct.end_epoch(self, epoch)
                 trace.ended(self.tracer, epoch)
-        self.write()
+        self.write(full=True)
 
-    def write(self) -> None:
+    def write_if_due(self) -> None:
+        """Write once the last write is ``write_s`` old, and longer apart where a write took more
+        than ``WRITE_BUSY`` of the time between two: an epoch's end and the sampler's tick call it."""
+        if clock() >= self._next_write:
+            self.write()
+
+    def write(self, full: bool = False) -> None:
         """Atomically replace this process's records file; never raises into the user's program.
         Called from the loop's thread and the sampler's: each writes its own temporary file (no
-        tempfile module: its lock could be held by the other thread at a fork)."""
+        tempfile module: its lock could be held by the other thread at a fork). ``full``: every
+        epoch serialized afresh (the last write, at exit), not the frozen epochs' texts."""
         path = self.path
         if not path or not self.loaders or os.getpid() != self.pid:
             return
         tmp = None
+        started = clock()
         try:
             import json
-            import threading
 
-            text = json.dumps(self.to_dict())
+            text = json.dumps(self.to_dict()) if full else self.to_json()
             tmp = os.path.join(self.directory, f".records-{self.pid}.{threading.get_ident()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -379,6 +428,8 @@ class Recorder:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+            now = clock()  # a write that took long (a file of many epochs) waits longer for the next
+            self._next_write = now + max(self.write_s, (now - started) / WRITE_BUSY)
 
 
 def patch(module, recorder: Recorder, applier=None) -> bool:

@@ -89,6 +89,12 @@ class IoLedger:
         with self._lock:
             self._settle()
 
+    def live(self) -> list:
+        """The epochs a later settle may still add reads to (begun and not ended, served by a
+        worker now, or owed a reaped worker's last reads), as :meth:`CpuLedger.live`."""
+        with self._lock:
+            return [*self._open, *self._owner.values(), *(epoch for epoch, _ in self._pending)]
+
     def loading(self, epoch) -> tuple:
         """The epoch's loading's reads so far (:func:`loading`), settled now."""
         if self.reason is not None or epoch.io_main is None:

@@ -140,7 +140,7 @@ class Children:
 
 
 class Sampler:
-    """Samples for ``recorder`` (a hook ``Recorder``: ``t0``, ``loaders``, ``write()``)."""
+    """Samples for ``recorder`` (a hook ``Recorder``: ``t0``, ``loaders``, ``write_if_due()``, ``freeze()``)."""
 
     def __init__(self, recorder, interval: float, write_s: float | None, cap: int = SAMPLE_CAP,
                  max_busy: float = MAX_BUSY) -> None:
@@ -160,7 +160,6 @@ class Sampler:
         self._memory: dict | None = None  # the memory figures last read, and when (perf_counter)
         self._memory_at: float | None = None
         self._memory_next = 0.0  # when they are read again
-        self._written = clock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failed = False
@@ -204,11 +203,20 @@ class Sampler:
             self._memory = self._read_memory()
             memory_cost = cpu_clock() - before
             self._memory_next = t + max(self.base, memory_cost / (self.max_busy / 2))
+        # the epochs nothing changes any more are summed once (the recorder's freeze, issue 49): a
+        # tick adds the rest to those sums, so its cost follows the epochs running, not all so far
+        freeze = getattr(rec, "freeze", None)
+        freeze_cost = 0.0
+        if freeze is not None:
+            before = cpu_clock()
+            freeze(self)
+            freeze_cost = cpu_clock() - before
         loaders = {}
         since = self._memory_at if self._memory_at is not None else rec.t0
         for lrec in list(rec.loaders):
-            epochs = list(lrec.epochs)
-            loaders[str(lrec.number)] = cumulative(epochs)
+            done, sums = getattr(lrec, "frozen", (0, None))  # one tuple: the count and its sums agree
+            epochs = lrec.epochs[done:]  # a frozen epoch ended before `since`: never attributed
+            loaders[str(lrec.number)] = cumulative(epochs, sums)
             if fresh:
                 _attribute(epochs, self._memory["workers_pss_bytes"], since, self._memory["workers_heap_grown_bytes"])
         if fresh:
@@ -223,7 +231,8 @@ class Sampler:
         self.ticks += 1
         cost = cpu_clock() - spent
         self.busy_s += cost
-        self.period = max(self.base, (cost - memory_cost) / (self.max_busy / 2))
+        # freezing is per epoch, not per tick (each epoch once): it does not stretch the period
+        self.period = max(self.base, (cost - memory_cost - freeze_cost) / (self.max_busy / 2))
 
     def _read_memory(self) -> dict:
         """This process's and its workers' memory and ``/dev/shm``, as a sample holds them."""
@@ -256,9 +265,8 @@ class Sampler:
     def _step(self) -> None:
         try:
             self.tick()
-            if self.write_s is not None and clock() - self._written >= self.write_s:
-                self._written = clock()
-                self.recorder.write()
+            if self.write_s is not None:  # the recorder spaces its writes (write_s, their cost)
+                self.recorder.write_if_due()
         except Exception as exc:  # a bug here must not become the user's problem: stop sampling
             self._failed = True
             self._stop.set()
@@ -273,10 +281,22 @@ CUMULATIVE = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s",
               "iter_s", "stop_s", "starts", "workers_cpu_first_s")
 
 
-def cumulative(epochs: list) -> list:
-    """The :data:`CUMULATIVE` sums over ``epochs`` (hook EpochRecords) as they stand now."""
-    steps = wait = step = cw = cs = cww = csw = wcpu = wq = first = cwl = csl = started = stopped = wfirst = 0.0
-    waits = timed = starts = 0
+def cumulative(epochs: list, start: tuple | None = None) -> list:
+    """The :data:`CUMULATIVE` sums over ``epochs`` (hook EpochRecords) as they stand now, added to
+    ``start`` (:func:`accumulate`'s sums over the epochs before them; None: none)."""
+    sums = accumulate(epochs, start)
+    return [int(sums[0]), *sums[1:]]
+
+
+def accumulate(epochs, start: tuple | None = None) -> tuple:
+    """:func:`cumulative`'s running sums, steps still a float: adding epochs one chunk after
+    another, in order, gives the very floats one pass over them all gives."""
+    if start is None:
+        steps = wait = step = cw = cs = cww = csw = wcpu = wq = first = cwl = csl = started = stopped = wfirst = 0.0
+        waits = timed = starts = 0
+    else:
+        (steps, wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first, cwl, csl, started, stopped, starts,
+         wfirst) = start
     for e in epochs:
         steps += e.steps
         wait += e.wait_s
@@ -296,8 +316,8 @@ def cumulative(epochs: list) -> list:
         stopped += e.stop_s or 0.0
         starts += e.first_batch_s is not None
         wfirst += e.workers_cpu_first or 0.0
-    return [int(steps), wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first, cwl, csl, started, stopped, starts,
-            wfirst]
+    return (steps, wait, step, waits, timed, cw, cs, cww, csw, wcpu, wq, first, cwl, csl, started, stopped, starts,
+            wfirst)
 
 
 def _attribute(epochs: list, workers_pss: int, since: float, heap_grown: int | None = None) -> None:

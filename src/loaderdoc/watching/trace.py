@@ -263,3 +263,8 @@ def per_batch(tracer: Tracer | None, loader_number: int, own_process: bool):
 def ended(tracer: Tracer | None, epoch) -> None:
     if tracer is not None:
         tracer.ended(epoch)
+
+
+def holds(tracer: Tracer | None, epoch) -> bool:
+    """Whether the tracer is recording ``epoch`` (it sets the epoch's ``io_traced`` when it stops)."""
+    return tracer is not None and tracer.state == "recording" and tracer._epoch is epoch

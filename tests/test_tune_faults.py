@@ -80,11 +80,12 @@ def write_script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
 
 
 def tune(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120,
-         ) -> subprocess.CompletedProcess:
-    """``loaderdoc tune ARGS`` as a user runs it (ARGS holds '-- COMMAND'). Past ``timeout`` it is
-    stopped as a scheduler would (SIGTERM: tune stops its trial), never killed outright, which
-    would leave the trial's processes running."""
-    proc = subprocess.Popen([sys.executable, "-m", "loaderdoc", "tune", *args], stdout=subprocess.PIPE,
+         prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """``loaderdoc tune ARGS`` as a user runs it (ARGS holds '-- COMMAND'; ``prefix`` runs it
+    through another command that execs it). Past ``timeout`` it is stopped as a scheduler would
+    (SIGTERM: tune stops its trial), never killed outright, which would leave the trial's processes
+    running."""
+    proc = subprocess.Popen([*prefix, sys.executable, "-m", "loaderdoc", "tune", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env or env_with_src(), cwd=tmp_path)
     try:
         out, err = proc.communicate(timeout=timeout)

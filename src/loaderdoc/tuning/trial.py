@@ -6,9 +6,14 @@ in its environment), with ``LOADERDOC_TUNE_TRIAL`` set to the trial's number, in
 own, its output in a log file (the last lines are shown where it fails). The launcher polls the
 records every quarter second. A trial ends when the window settled, when the command exits, when
 no batch came within the time allowed for the first one, or when the trial's time is up. Stopping
-it: SIGTERM to its process group, a grace period, then SIGKILL to everything below the launcher
-that the trial started, in whatever session (the launcher is a child subreaper while tune runs:
-``probing.reaper.contained``), so no worker, helper or daemon of a trial outlives it.
+it: SIGINT to the command (Python raises KeyboardInterrupt, so its ``finally`` and ``with`` blocks
+run: a lock file is removed, a file being written is closed; a script may stop cleanly on it),
+INT_GRACE_S for it to exit; then SIGTERM to the command alone (a preemption handler runs), GRACE_S;
+then SIGTERM to what is left of its process group, GROUP_GRACE_S; then SIGKILL to everything below
+the launcher that the trial started, in whatever
+session (the launcher is a child subreaper while tune runs: ``probing.reaper.contained``), so no
+worker, helper or daemon of a trial outlives it. The command's output is read through a pipe and
+only its last LOG_KEEP bytes are kept: a chatty script fills no disk and no memory.
 """
 
 from __future__ import annotations
@@ -42,8 +47,11 @@ ENV_TRIAL = "LOADERDOC_TUNE_TRIAL"  # set in every trial: a script may skip chec
 SAMPLE_INTERVAL_S = "0.2"  # the hook's sampler, in trials (a window's edges are its ticks)
 WRITE_S = "0.5"  # the hook's writes of the records, in trials
 POLL_S = 0.25
-GRACE_S = 3.0  # SIGTERM, then this long before everything left is killed
+INT_GRACE_S = 5.0  # SIGINT (KeyboardInterrupt: the script's cleanup runs), then this long before SIGTERM
+GRACE_S = 10.0  # SIGTERM to the command (a preemption handler saving its state), then this long at most
+GROUP_GRACE_S = 1.0  # SIGTERM to what is left of its group (helpers), then this long before SIGKILL
 LOG_TAIL = 6  # lines of a failed trial's output shown
+LOG_KEEP = 64 * 1024  # bytes of the command's output kept (the end): enough for LOG_TAIL long lines
 
 
 @dataclass
@@ -113,7 +121,6 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
     trial = Trial(number=number, settings=settings or TrialSettings())
     started = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="loaderdoc-tune-")
-    log_path = Path(tmp) / "output.log"
     records_dir = Path(tmp) / "records"
     records_dir.mkdir()
     reader = RecordsReader(records_dir, stderr=io.StringIO())  # its warnings are not the user's: a trial reads mid-write
@@ -127,16 +134,17 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
     records: list[dict[str, Any]] = []
     windows: list[win.Window] = []
     proc = None
+    log = None
     try:
-        with open(log_path, "wb") as log:
-            try:
-                proc = subprocess.Popen(command, env=_env(str(records_dir), number, apply_tables(key, settings),
-                                                         settings.torch_threads if settings else None),
-                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-            except OSError as exc:
-                raise cannot_start("tune", command[0], exc) from None
-            records, windows, key = _follow(proc, trial, reader, key, limits, started, deadline)
+        try:
+            proc = subprocess.Popen(command, env=_env(str(records_dir), number, apply_tables(key, settings),
+                                                     settings.torch_threads if settings else None),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise cannot_start("tune", command[0], exc) from None
+        log = LogTail(proc.stdout)
+        records, windows, key = _follow(proc, trial, reader, key, limits, started, deadline)
     except KeyboardInterrupt:
         trial.status, trial.reason = STOPPED, "interrupted"
         raise
@@ -144,7 +152,7 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
         if proc is not None:
             _stop(proc, me, before)
         trial.duration_s = time.monotonic() - started
-        tail = _tail(log_path)
+        tail = log.lines(LOG_TAIL) if log is not None else []
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
@@ -238,12 +246,21 @@ def _ended(trial: Trial, records: list, windows: list, code: int) -> None:
 
 
 def _stop(proc, me: int, before: set[int]) -> None:
-    """The trial's whole process tree, gone: SIGTERM to its group, then SIGKILL to every process the
-    trial started that is still alive (orphans in other sessions included: we are their subreaper)."""
+    """The trial's whole process tree, gone: SIGINT to the command (its cleanup runs, as on Ctrl+C),
+    then SIGTERM to it alone (a preemption handler saves its state while its DataLoader workers live
+    on: signalled too, they would die under it and torch would raise in the middle of the save),
+    then SIGTERM to what is left of its group, and SIGKILL to every process the trial started that
+    is still alive (orphans in other sessions included: we are their subreaper)."""
+    # a command started with SIGINT ignored (tune run in the background of a script) would only wait
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        _signal_and_wait(proc, signal.SIGINT, INT_GRACE_S)
+    _signal_and_wait(proc, signal.SIGTERM, GRACE_S)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=GRACE_S)
+        deadline = time.monotonic() + GROUP_GRACE_S
+        while time.monotonic() < deadline:
+            os.killpg(proc.pid, 0)  # raises ProcessLookupError once the group is empty
+            time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
@@ -256,12 +273,43 @@ def _stop(proc, me: int, before: set[int]) -> None:
         reaper.reap(reaper.kill_descendants(me, spare=before))
 
 
-def _tail(path: Path) -> list[str]:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    return [line for line in lines if line.strip()][-LOG_TAIL:]
+def _signal_and_wait(proc, signum: int, grace_s: float) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        proc.send_signal(signum)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+class LogTail:
+    """The command's output, read as it comes (the pipe never fills, nothing goes to disk), of
+    which only the last LOG_KEEP bytes are kept."""
+
+    def __init__(self, pipe) -> None:
+        import threading
+
+        self._pipe = pipe
+        self._kept = bytearray()
+        self._thread = threading.Thread(target=self._read, name="loaderdoc-trial-log", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            fd = self._pipe.fileno()
+            while chunk := os.read(fd, 65536):
+                self._kept += chunk
+                if len(self._kept) > 2 * LOG_KEEP:  # trimmed now and then, not at every chunk
+                    del self._kept[:-LOG_KEEP]
+
+    def lines(self, count: int) -> list[str]:
+        """The last ``count`` non-blank lines, once the output ended (a process that escaped the
+        trial and still holds the pipe is not waited for)."""
+        self._thread.join(timeout=2.0)
+        text = bytes(self._kept[-LOG_KEEP:]).decode("utf-8", errors="replace")
+        with contextlib.suppress(OSError):
+            self._pipe.close()
+        return [line for line in text.splitlines() if line.strip()][-count:]
 
 
 def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | None, settings) -> None:

@@ -1,0 +1,97 @@
+"""How tune stops a trial, and what it keeps of its output (issue 49, family 3), through the real
+command: SIGINT first (the script's ``finally`` blocks run, as on Ctrl+C), SIGTERM after
+INT_GRACE_S (a preemption handler gets GRACE_S), SIGKILL last; the output read through a pipe,
+its end kept in memory, nothing written to the temporary folder."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from faults_support import namespaces_usable
+from test_tune_faults import PRELUDE, QUICK, TRAIN, env_with_src, read_report, tune, write_script
+
+from loaderdoc.tuning import trial as trial_module
+
+
+def test_a_scripts_finally_runs_when_its_trial_is_stopped(tmp_path):
+    """Was: SIGTERM then SIGKILL, so a `finally` that removes a lock file never ran, and every later
+    trial (and the user's next real run) refused to start."""
+    script = write_script(tmp_path, PRELUDE + TRAIN + """\
+if os.path.exists("train.lock"):
+    sys.exit("train.lock exists: another run is training here")
+open("train.lock", "w").close()
+try:
+    train(DataLoader(Slow(160), batch_size=4))
+finally:
+    os.remove("train.lock")
+    open("cleaned-" + TRIAL, "w").close()
+""")
+    report_path = tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--report", str(report_path), "--", sys.executable, str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert [t["status"] for t in read_report(report_path)["trials"]] == ["ok", "ok"]
+    assert (tmp_path / "cleaned-1").exists() and (tmp_path / "cleaned-2").exists()
+    assert not (tmp_path / "train.lock").exists()
+
+
+def test_a_preemption_handler_gets_time_to_finish_its_checkpoint(tmp_path):
+    """A script that ignores Ctrl+C and saves a 50 MiB checkpoint on SIGTERM, in about 3.5 s (a
+    slow disk). Was: killed 3 s after SIGTERM, the checkpoint cut at 30 of 50 MiB."""
+    assert trial_module.GRACE_S >= 5.0
+    script = write_script(tmp_path, PRELUDE + TRAIN + """\
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def save_and_exit(signum, frame):
+    with open("ckpt-" + TRIAL + ".part", "wb") as f:
+        for _ in range(50):
+            f.write(bytes(1 << 20))
+            time.sleep(0.07)
+    os.replace("ckpt-" + TRIAL + ".part", "ckpt-" + TRIAL + ".pt")
+    sys.exit(0)
+
+signal.signal(signal.SIGTERM, save_and_exit)
+train(DataLoader(Slow(160), batch_size=4))
+""")
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--", sys.executable, str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    for n in (1, 2):
+        assert (tmp_path / f"ckpt-{n}.pt").stat().st_size == 50 << 20
+        assert not (tmp_path / f"ckpt-{n}.part").exists()
+
+
+@pytest.mark.skipif(namespaces_usable() is not None, reason=str(namespaces_usable()))
+def test_a_chatty_script_fills_no_small_temporary_folder(tmp_path, request):
+    """A script that prints 16 KiB a batch (about 1 MiB a second), with TMPDIR a 4 MiB tmpfs. Was: the
+    trial's log filled it, the script died of ENOSPC, "your settings could not be measured"."""
+    # a short path: DataLoader workers pass tensors over a Unix socket in TMPDIR, whose path must
+    # stay under 108 bytes (pytest's tmp_path under xdist is longer)
+    small = Path(tempfile.mkdtemp(prefix="ldt-", dir="/tmp"))
+    request.addfinalizer(lambda: small.rmdir())
+    script = write_script(tmp_path, PRELUDE + TRAIN.replace(
+        "time.sleep(0.005)", "time.sleep(0.005); print('x' * 16384, flush=True)") + """\
+train(DataLoader(Slow(160), batch_size=4))
+""")
+    report_path = tmp_path / "tune.json"
+    mount = ("unshare", "--mount", "sh", "-c", f'mount -t tmpfs -o size=4m tmpfs {small} && exec "$@"', "sh")
+    # --budget 40: a window that the output's pace keeps from settling is measured as it stands
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--budget", "40", "--report", str(report_path), "--",
+                sys.executable, str(script), env=env_with_src(TMPDIR=str(small)), prefix=mount)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    assert all(t["steps_per_s"] for t in read_report(report_path)["trials"]), proc.stderr[-3000:]
+
+
+def test_the_log_keeps_the_end_of_a_long_output_and_no_more():
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys\nfor i in range(20000): print('line', i, 'x' * 100)\n"
+                             "print('the last words', file=sys.stderr)"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    log = trial_module.LogTail(proc.stdout)
+    proc.wait(timeout=30)
+    lines = log.lines(3)
+    assert lines == ["line 19998 " + "x" * 100, "line 19999 " + "x" * 100, "the last words"]
+    assert len(log._kept) <= 2 * trial_module.LOG_KEEP + 65536  # ~2 MiB went through it

@@ -189,9 +189,10 @@ class Applier:
         return out, used
 
 
-def wrap_init(cls, applier: Applier) -> bool:
+def wrap_init(cls, applier: Applier, on_class=None) -> bool:
     """Wrap ``cls.__init__`` once; True when it is (now) wrapped. The hook's ``patch()`` calls it as
-    torch's dataloader module is imported: torch is there, so --apply's ``torch_threads`` is set first."""
+    torch's dataloader module is imported: torch is there, so --apply's ``torch_threads`` is set first.
+    ``on_class(type(loader))`` runs at each construction (the hook wraps a subclass's own ``__iter__``)."""
     applier.set_torch_threads()
     original = cls.__dict__.get("__init__")
     if original is None:
@@ -206,6 +207,9 @@ def wrap_init(cls, applier: Applier) -> bool:
 
     @functools.wraps(original)  # __wrapped__: inspect.signature (Lightning reads it) sees torch's
     def __init__(self, *args, **kwargs):
+        if on_class is not None and type(self) is not cls:
+            with contextlib.suppress(Exception):
+                on_class(type(self))
         try:
             role, source = role_from_stack(sys._getframe(1), self)
             site = getattr(source, SITE, None) if source is not None else site_of(sys._getframe(1), self)

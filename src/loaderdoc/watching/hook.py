@@ -51,7 +51,6 @@ MIN_INTERVAL = 0.01
 TARGET = "torch.utils.data.dataloader"  # the module whose import triggers the patch
 SAMPLE_CAP = 1024  # waits kept per epoch for the percentiles
 WRITE_BUSY = 0.01  # share of the wall time the records' writes may take: the next waits cost / this
-_MARK = "_loaderdoc_watch"
 
 clock = time.perf_counter
 # the wait and step of an epoch's first CPU_ALL batches are CPU-timed, then every CPU_EVERY-th:
@@ -83,6 +82,7 @@ if __package__:  # imported as loaderdoc.watching.hook
         gpuidle,
         importpatch,
         ioacct,
+        iterwrap,
         procinfo,
         sampler,
         trace,
@@ -91,11 +91,12 @@ if __package__:  # imported as loaderdoc.watching.hook
     cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 else:  # loaded by path under ``loaderdoc watch``
     # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses; frozen last
-    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen"
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen = map(
+    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen iterwrap"
+    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen, iterwrap = map(
         _sibling, _NAMES.split())
 EpochRecord = epochs.EpochRecord
 cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
+_MARK = iterwrap.MARK
 
 
 class WatchedIterator:
@@ -433,30 +434,20 @@ class Recorder:
 
 
 def patch(module, recorder: Recorder, applier=None) -> bool:
-    """Wrap ``module.DataLoader.__iter__`` and ``__init__`` once (:mod:`apply`: roles, --apply's tables)."""
+    """Wrap ``module.DataLoader.__iter__`` and ``__init__`` once (:mod:`apply`: roles, --apply's
+    tables), and the own ``__iter__`` of each subclass as its first loader is built."""
     cls = getattr(module, "DataLoader", None)
     original = getattr(cls, "__iter__", None)
     if original is None:
         return False
     applier = applier if applier is not None else apply.Applier(None)
     try:
-        apply.wrap_init(cls, applier)
+        apply.wrap_init(cls, applier,
+                        on_class=lambda klass: iterwrap.patch_subclass(klass, cls, recorder, applier, clock))
     except Exception as exc:  # the measurement goes on without the names
         _warn(f"could not name the DataLoaders: {exc}")
-    if getattr(original, _MARK, False):
-        return True
-
-    def __iter__(self):
-        started = clock()
-        with contextlib.suppress(Exception):  # a name (and --apply's table) by the loop iterating it
-            apply.at_iteration(self, applier, sys._getframe(1))
-        return recorder.wrap(self, original(self), started)
-
-    __iter__.__wrapped__ = original  # type: ignore[attr-defined]
-    __iter__.__doc__ = original.__doc__
-    __iter__.__qualname__ = getattr(original, "__qualname__", "DataLoader.__iter__")
-    setattr(__iter__, _MARK, True)
-    cls.__iter__ = __iter__
+    if not getattr(original, _MARK, False):
+        cls.__iter__ = iterwrap.watched_iter(original, recorder, applier, clock)
     return True
 
 

@@ -84,8 +84,10 @@ def test_the_app_says_the_tuned_jobs_rate_beside_a_real_probe_of_its_dataset(mon
     trial = next(t for t in tune.report.trials if f"tune trial {t.number}" == versus.real.source)
     same = [r.batches_per_s for r in report.results if r.ok and r.settings.num_workers == trial.settings.num_workers]
     assert versus.ratio == pytest.approx(trial.steps_per_s / (sum(same) / len(same)))
-    # both loops sleep the same per sample and per step: the stand-in is close to this job
-    assert 0.5 < versus.ratio < 2.0
+    # both loops sleep the same per sample and per step: the stand-in is near this job (0.99x on a
+    # quiet machine; beside the suite a loaded probe measured 42 against the trial's 89, 2.1x): the
+    # bounds catch a rate of samples taken for batches (8x at batch 8), not the machine's load
+    assert 0.25 < versus.ratio < 4.0
     lines = model.report_summary(report, complete=True, versus=versus)
     assert f"  the real loop ({versus.real.source}): {trial.steps_per_s:.1f} steps/s at num_workers=" \
            f"{trial.settings.num_workers}" in lines

@@ -166,6 +166,9 @@ def _store(place: Place, timeout: float):
         raise UserError(
             f"rank {place.rank}: no store answered at {where(place)} within {timeout:g} s: is rank 0 running, and are "
             "MASTER_ADDR and MASTER_PORT the same for every rank?") from None
+    # from here on the store's C++ threads live until the process ends: Python's finalization must
+    # not tear them down (a SIGTERM between two torch calls aborted the process, SIGABRT, exit -6)
+    end_without_finalizing()
     return PrefixStore(f"loaderdoc/check/{place.restart}", store), listens_on
 
 

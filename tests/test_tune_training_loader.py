@@ -109,3 +109,39 @@ def test_an_iterable_dataset_sharded_per_worker_is_measured_as_usual(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     first, second = read_report(report_path)["trials"]
     assert first["status"] == second["status"] == "ok" and second["settings"]["num_workers"] >= 2
+
+
+def test_one_helper_that_builds_both_loaders_changes_only_the_training_one(tmp_path):
+    """`build_loader(split)` -> `_make(...)` -> `DataLoader`: both loaders are built at one line,
+    called from one line. Was: one site, and trials changed the validation loader too. The callers
+    above tell them apart (the lines that called build_loader)."""
+    script = write_script(tmp_path, PRELUDE + TRAIN + NOTE_SEEN + """\
+def _make(dataset, batch_size, shuffle):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle)
+
+def build_loader(split):
+    n, batch_size = {"train": (160, 4), "val": (12, 4)}[split]
+    return note(split, _make(Slow(n), batch_size, shuffle=split == "train"))
+
+val = build_loader("val")
+def validate():
+    for batch in val:
+        pass
+
+train(build_loader("train"), after_epoch=validate)
+""")
+    export, report_path = tmp_path / "loader.toml", tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--export", str(export), "--report", str(report_path), "--",
+                sys.executable, str(script))
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = read_report(report_path)
+    lines = script.read_text().splitlines()
+    train_call = 1 + next(i for i, line in enumerate(lines) if 'train(build_loader("train")' in line)
+    # the key: the DataLoader line, _make's call and the call of build_loader for the training set
+    assert report["loader"]["key"].endswith(f"{script}:{train_call}"), report["loader"]
+    tried = report["trials"][1]["settings"]["num_workers"]
+    seen2 = json.loads((tmp_path / "seen-2.json").read_text())
+    assert tried > 0 and seen2["train"] == [tried] and seen2["val"] == [0], seen2
+    assert report["trials"][1]["applied"] is True
+    table = tomllib.loads(export.read_text(encoding="utf-8"))["dataloader"]
+    assert table["batch_size"] == 4 and table["shuffle"] is True

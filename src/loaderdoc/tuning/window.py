@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loaderdoc.advice.watched import load_per_batch, wait_share_of
+from loaderdoc.watching.apply import chain_matches
 
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",
@@ -39,15 +40,31 @@ MAX_STEPS_FACTOR = 4  # past 4x the steps asked, a window that never settled is 
 MAX_WINDOW_S = 30.0  # ... or past 30 s of the loop's time (a slow loop on a busy machine would take minutes)
 
 
-def loader_key(raw: dict[str, Any], shared: set[str] | frozenset[str] = frozenset()) -> str:
+def loader_key(raw: dict[str, Any], shared: set[str] | frozenset[str] = frozenset(),
+               split: dict[str, set[str]] | None = None) -> str:
     """How a loader is known across runs of the same script: the line that built it, else its role;
     by its role also where that line built loaders of other roles too (``shared``: a framework's one
-    construction site, the Hugging Face Trainer's ``_get_dataloader``, builds train and eval)."""
+    construction site, the Hugging Face Trainer's ``_get_dataloader``, builds train and eval); by a
+    longer chain of its callers where that line built loaders through different callers (``split``:
+    one helper, ``build_loader(split) -> _make(...)``, builds train and val)."""
     if raw.get("site") and not (raw["site"] in shared and raw.get("role")):
+        stacks = (split or {}).get(raw["site"])
+        if stacks and raw.get("stack"):
+            return f"site:{_own_chain(raw['stack'], stacks)}"
         return f"site:{raw['site']}"
     if raw.get("role"):
         return f"role:{raw['role']}"
     return f"loader:{raw.get('loader')}"
+
+
+def _own_chain(stack: str, stacks: set[str]) -> str:
+    """The fewest of ``stack``'s lines (two at least) that no other of ``stacks`` starts with."""
+    lines = stack.split(" < ")
+    for n in range(2, len(lines) + 1):
+        chain = " < ".join(lines[:n])
+        if not any(chain_matches(chain, other) for other in stacks if other != stack):
+            return chain
+    return stack
 
 
 def shared_sites(records: list[dict[str, Any]]) -> set[str]:
@@ -60,12 +77,22 @@ def shared_sites(records: list[dict[str, Any]]) -> set[str]:
     return {site for site, seen in roles.items() if len(seen) > 1}
 
 
+def split_sites(records: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Lines that built loaders through different callers, and the chains of callers seen at each."""
+    stacks: dict[str, set[str]] = {}
+    for rec in records:
+        for raw in rec.get("loaders") or []:
+            if raw.get("site") and raw.get("stack"):
+                stacks.setdefault(raw["site"], set()).add(raw["stack"])
+    return {site: seen for site, seen in stacks.items() if len(seen) > 1}
+
+
 def matches(raw: dict[str, Any], key: str) -> bool:
-    """``raw`` is the loader ``key`` names: by its line, its role or its number, as the key says
-    (a role key matches whatever line built the loader)."""
+    """``raw`` is the loader ``key`` names: by its line (or its first lines of callers), its role or
+    its number, as the key says (a role key matches whatever line built the loader)."""
     kind, _, name = key.partition(":")
     if kind == "site":
-        return raw.get("site") == name
+        return raw.get("site") == name or chain_matches(name, raw.get("stack"))
     if kind == "role":
         return raw.get("role") == name
     return not raw.get("site") and not raw.get("role") and str(raw.get("loader")) == name
@@ -81,11 +108,11 @@ def training_key(records: list[dict[str, Any]]) -> str | None:
     time (a training step, with its backward pass, outlasts an evaluation step); the most batches
     break ties. Most batches alone took a validation set at batch 1 for the training set at batch
     8 (issue 49)."""
-    shared = shared_sites(records)
+    shared, split = shared_sites(records), split_sites(records)
     seen: dict[str, dict[str, Any]] = {}
     for rec in records:
         for raw in rec.get("loaders") or []:
-            key = loader_key(raw, shared)
+            key = loader_key(raw, shared, split)
             epochs = raw.get("epochs") or []
             one = seen.setdefault(key, {"role": raw.get("role"), "shuffles": False, "seconds": 0.0, "steps": 0})
             one["shuffles"] = one["shuffles"] or (raw.get("asked") or {}).get("shuffle") is True

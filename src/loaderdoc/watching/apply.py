@@ -52,6 +52,10 @@ ASKED = "_loaderdoc_asked"
 APPLIED_KEYS = "_loaderdoc_applied"
 TABLES_USED = "_loaderdoc_tables"
 SITE = "_loaderdoc_site"  # where the script built it ("data.py:12 < train.py:42"): a table "site:" + that is its own
+# ... and the callers above those two lines ("data.py:12 < data.py:20 < train.py:42"): where one helper
+# builds every loader, "site:" + a longer chain names one (issue 49: build_loader(split) -> _make)
+STACK = "_loaderdoc_stack"
+STACK_DEPTH = 8
 SITE_PREFIX = "site:"
 _MARK = "_loaderdoc_watch"
 
@@ -97,18 +101,31 @@ def site_of(frame, loader) -> str | None:
     train.py:40"): one helper that builds the train and the val loader is two sites. The same
     lines in the next run of the script build the same loader, which is how ``loaderdoc tune``
     changes one loader and leaves the others."""
+    stack = stack_of(frame, loader)
+    return None if stack is None else " < ".join(stack.split(" < ")[:2])
+
+
+def stack_of(frame, loader) -> str | None:
+    """The site and its callers above, up to STACK_DEPTH lines ("a.py:12 < a.py:20 < train.py:42")."""
     try:
         for _ in range(MAX_FRAMES):
             if frame is None:
                 return None
             if frame.f_code.co_name != "__init__" or frame.f_locals.get("self") is not loader:
-                here = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-                caller = frame.f_back
-                return here if caller is None else f"{here} < {caller.f_code.co_filename}:{caller.f_lineno}"
+                lines = []
+                while frame is not None and len(lines) < STACK_DEPTH:
+                    lines.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+                    frame = frame.f_back
+                return " < ".join(lines)
             frame = frame.f_back
         return None
     finally:
         del frame
+
+
+def chain_matches(chain: str, stack: str | None) -> bool:
+    """``chain`` (a site table's) names the loader built at ``stack``: the same lines, or its first ones."""
+    return stack is not None and (stack == chain or stack.startswith(chain + " < "))
 
 
 def role_from_stack(frame, loader) -> tuple[str | None, object | None]:
@@ -176,12 +193,15 @@ class Applier:
             self._said.add(message)
             _say(f"--apply {self.file}: {message}")
 
-    def table_for(self, role: str | None, site: str | None = None) -> tuple[dict, list[str]]:
-        """The settings for a loader of ``role`` built at ``site`` and the tables they came from
-        ("" first, then the role's, then the site's: the more particular one wins)."""
+    def table_for(self, role: str | None, site: str | None = None, stack: str | None = None) -> tuple[dict, list[str]]:
+        """The settings for a loader of ``role`` built at ``site`` (``stack``: with its callers) and
+        the tables they came from ("" first, then the role's, then the site's: the more particular
+        one wins; of the site tables, the one naming the longest chain of the loader's lines)."""
         out: dict = {}
         used = []
-        for key in ("", table_key(role), SITE_PREFIX + site if site else None):
+        sites = [k for k in self.tables or {} if k.startswith(SITE_PREFIX)
+                 and chain_matches(k[len(SITE_PREFIX):], stack or site)]
+        for key in ("", table_key(role), max(sites, key=len) if sites else None):
             table = (self.tables or {}).get(key) if key is not None else None
             if table:
                 out.update(table)
@@ -212,22 +232,26 @@ def wrap_init(cls, applier: Applier, on_class=None) -> bool:
                 on_class(type(self))
         try:
             role, source = role_from_stack(sys._getframe(1), self)
-            site = getattr(source, SITE, None) if source is not None else site_of(sys._getframe(1), self)
+            stack = getattr(source, STACK, None) if source is not None else stack_of(sys._getframe(1), self)
+            site = getattr(source, SITE, None) if source is not None else (
+                " < ".join(stack.split(" < ")[:2]) if stack else None)
         except Exception:  # naming is a nicety: never a reason to fail a construction
-            role, source, site = None, None, None
+            role, source, site, stack = None, None, None, None
         if signature is None:
             original(self, *args, **kwargs)
             _set(self, ROLE, role)
             _set(self, SITE, site)
+            _set(self, STACK, stack)
             return
-        _construct(applier, signature, original, self, role, source, args, kwargs, site)
+        _construct(applier, signature, original, self, role, source, args, kwargs, site, stack)
 
     setattr(__init__, _MARK, True)
     cls.__init__ = __init__
     return True
 
 
-def _construct(applier: Applier, signature, original, loader, role, source, args, kwargs, site=None) -> None:
+def _construct(applier: Applier, signature, original, loader, role, source, args, kwargs, site=None,
+               stack=None) -> None:
     try:
         bound = signature.bind(loader, *args, **kwargs)
     except TypeError:  # the script's own call is wrong: torch says how, as it would without us
@@ -236,7 +260,7 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
     bound.apply_defaults()
     received = bound.arguments
     asked = dict(getattr(source, ASKED, None) or {k: as_torch_reads(k, received[k]) for k in RECORDED if k in received})
-    table, used = applier.table_for(role, site)
+    table, used = applier.table_for(role, site, stack)
     name = f"the {role} loader" if role else "a loader"
     final = {k: received[k] for k in APPLIED if k in received}
     for key, value in table.items():
@@ -267,6 +291,7 @@ def _construct(applier: Applier, signature, original, loader, role, source, args
             changes = {}
     _set(loader, ROLE, role)
     _set(loader, SITE, site)
+    _set(loader, STACK, stack)
     _set(loader, ASKED, asked)
     _set(loader, TABLES_USED, used)
     # a re-build copies its source's values (accelerate passes prefetch_factor=2 where the script

@@ -193,7 +193,7 @@ class WatchedIterator:
 
 class LoaderRecord:
     __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site",
-                 "frozen", "frozen_json")
+                 "stack", "frozen", "frozen_json")
 
     def __init__(self, number: int, loader) -> None:
         self.number = number
@@ -208,6 +208,7 @@ class LoaderRecord:
         # what the script asked, the keys --apply changed and the tables that matched
         self.role = getattr(loader, apply.ROLE, None)
         self.site = getattr(loader, apply.SITE, None)  # the line that built it ("train.py:42")
+        self.stack = getattr(loader, apply.STACK, None)  # ... with its callers (apply.STACK_DEPTH lines)
         self.asked = getattr(loader, apply.ASKED, None)
         self.applied = getattr(loader, apply.APPLIED_KEYS, None)
         self.tables = getattr(loader, apply.TABLES_USED, None)
@@ -226,7 +227,7 @@ class LoaderRecord:
         return {**self._head(), "epochs": [e.to_dict(t0) for e in list(self.epochs)], **self._applied()}
 
     def _head(self) -> dict:
-        return {"loader": self.number, "role": self.role, "site": self.site, "class": self.cls,
+        return {"loader": self.number, "role": self.role, "site": self.site, "stack": self.stack, "class": self.cls,
                 "settings": self.settings}
 
     def _applied(self) -> dict:

@@ -5,6 +5,7 @@ its end kept in memory, nothing written to the temporary folder."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -95,3 +96,35 @@ def test_the_log_keeps_the_end_of_a_long_output_and_no_more():
     lines = log.lines(3)
     assert lines == ["line 19998 " + "x" * 100, "line 19999 " + "x" * 100, "the last words"]
     assert len(log._kept) <= 2 * trial_module.LOG_KEEP + 65536  # ~2 MiB went through it
+
+
+def test_an_export_folder_removed_during_the_trials_loses_the_export_alone(tmp_path):
+    """Was: the --report (in a folder that exists) was lost with it."""
+    (tmp_path / "out").mkdir()
+    script = write_script(tmp_path, PRELUDE + TRAIN + """\
+import shutil
+shutil.rmtree("out", ignore_errors=True)  # a clean-up step of the script's own
+train(DataLoader(Slow(160), batch_size=4))
+""")
+    report_path = tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--export", str(tmp_path / "out" / "loader.toml"), "--report",
+                str(report_path), "--", sys.executable, str(script))
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("loaderdoc: error: ")
+    assert "out" in proc.stderr.strip().splitlines()[-1]
+    assert read_report(report_path)["pick"] is not None  # the report is whole
+    assert not (tmp_path / "out").exists()
+
+
+def test_trials_leave_no_temporary_folders_behind(tmp_path):
+    """A trial stopped while its DataLoader workers run left their pymp-* folders in /tmp (issue 49,
+    family 8): each trial's temporary files go in its own folder, removed with it."""
+    scratch = Path(tempfile.mkdtemp(prefix="ldt-", dir="/tmp"))  # short: see the chatty test
+    try:
+        script = write_script(tmp_path, PRELUDE + TRAIN + "train(DataLoader(Slow(160), batch_size=4, num_workers=2))\n")
+        proc = tune(tmp_path, *QUICK, "--trials", "2", "--", sys.executable, str(script),
+                    env=env_with_src(TMPDIR=str(scratch)))
+        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        assert sorted(p.name for p in scratch.iterdir()) == []
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

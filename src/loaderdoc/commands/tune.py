@@ -259,26 +259,41 @@ def _check_report(args, command: list[str]) -> None:
 
 
 def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
+    """The report, then the export: each written whatever became of the other's path during the
+    trials (an --export folder removed meanwhile lost the report too); the first failure is raised
+    once both were tried."""
     import json
     from pathlib import Path
 
+    from loaderdoc.errors import UserError
     from loaderdoc.safe_write import write_text
 
+    failed: list[UserError] = []
+    if args.report is not None:
+        try:
+            _check_report(args, tuner.command)  # again as it is written: a trial may have made a file there
+            write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)
+            _say(f"wrote {args.report} (open it with: loaderdoc --report {args.report})")
+        except UserError as exc:
+            failed.append(exc)
     if args.export is not None and report.pick is not None:
         from loaderdoc.export import write_export
 
-        written = write_export(args.export, report.pick_settings(), fmt=fmt, force=args.force,
-                               header=export_lines(report, tuner.facts),
-                               torch_threads=report.pick.settings.torch_threads)
-        if written is not None:
-            _say(f"wrote {written} ({fmt})")
+        try:
+            written = write_export(args.export, report.pick_settings(), fmt=fmt, force=args.force,
+                                   header=export_lines(report, tuner.facts),
+                                   torch_threads=report.pick.settings.torch_threads)
+            if written is not None:
+                _say(f"wrote {written} ({fmt})")
+        except UserError as exc:
+            failed.append(exc)
     elif args.export is not None:
         why = "nothing was measured to pick from" if not report.user_measured else f"no pick: {report.no_pick_reason}"
         _say(f"--export {args.export} not written: {why}")
-    if args.report is not None:
-        _check_report(args, tuner.command)  # again as it is written: a trial may have made a file there
-        write_text(Path(args.report), json.dumps(report.to_dict(), indent=2) + "\n", force=True)
-        _say(f"wrote {args.report} (open it with: loaderdoc --report {args.report})")
+    for exc in failed[1:]:
+        _say(str(exc))
+    if failed:
+        raise failed[0]
 
 
 def export_lines(report, facts) -> list[str]:

@@ -51,6 +51,7 @@ INT_GRACE_S = 5.0  # SIGINT (KeyboardInterrupt: the script's cleanup runs), then
 GRACE_S = 10.0  # SIGTERM to the command (a preemption handler saving its state), then this long at most
 GROUP_GRACE_S = 1.0  # SIGTERM to what is left of its group (helpers), then this long before SIGKILL
 LOG_TAIL = 6  # lines of a failed trial's output shown
+MAX_SOCKET_PATH = 107  # a Unix socket's path, in bytes, on Linux
 LOG_KEEP = 64 * 1024  # bytes of the command's output kept (the end): enough for LOG_TAIL long lines
 
 
@@ -105,6 +106,13 @@ def _env(records_dir: str, number: int, apply: str | None, threads: int | None =
     env[ENV_TRIAL] = str(number)
     env[ENV_INTERVAL] = SAMPLE_INTERVAL_S
     env[ENV_WRITE_S] = WRITE_S
+    scratch = os.path.join(os.path.dirname(records_dir), "tmp")
+    # the trial's temporary files in the trial's own folder, removed with it: a DataLoader worker
+    # stopped mid-run leaves its pymp-* folder behind (issue 49); not where that would make the path
+    # of multiprocessing's sockets (TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX) pass Linux's 107 bytes
+    if len(scratch) + len("/pymp-XXXXXXXX/listener-XXXXXXXX") <= MAX_SOCKET_PATH:
+        os.makedirs(scratch, exist_ok=True)
+        env["TMPDIR"] = scratch
     return env
 
 

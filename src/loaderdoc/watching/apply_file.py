@@ -104,6 +104,7 @@ def plan_from_file(path: str) -> ApplyPlan:
     invalid, or it sets nothing --apply would change."""
     from loaderdoc.config import read_config
     from loaderdoc.errors import SettingsError
+    from loaderdoc.jsondoc import MEASURED_BOUNDS
 
     try:
         config = read_config(path, flag="--apply")
@@ -119,6 +120,10 @@ def plan_from_file(path: str) -> ApplyPlan:
         key = role_of_name(loader.name)
         for setting in loader.keys:  # only what the file states (not a layout's implied default)
             value = getattr(settings, setting)
+            bound = MEASURED_BOUNDS.get(setting) if setting in APPLIED else None
+            if bound is not None and isinstance(value, int) and value > bound:  # 100000 workers would be forked
+                raise UserError(f"watch: --apply {path}: {_label(key)}{setting}={value:,} is beyond any machine's "
+                                f"(at most {bound:,}); nothing was started")
             if setting not in APPLIED:
                 item = f"{_label(key)}{setting}={value!r}"
                 if item not in left:

@@ -11,7 +11,7 @@ import pytest
 
 from loaderdoc.probing.real_loop import RealLoop, versus_real_loop
 from loaderdoc.probing.result import ProbeReport
-from loaderdoc.reports import open_report
+from loaderdoc.reports import open_report, real_loops
 from loaderdoc.session import ProbeRequest, Session
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui import model
@@ -54,8 +54,7 @@ def test_a_loop_at_another_batch_size_is_not_compared_and_unmeasured_workers_giv
 
 def test_a_watched_runs_loader_is_a_real_loop_at_its_own_settings():
     run = open_report(FIXTURES / "watch" / "healthy.json")
-    session = Session(watch_run=run)
-    [loop] = session.real_loops
+    [loop] = real_loops(run)
     totals = run.loaders[0].totals
     # a report from before the per-batch figures: its sums, 0.36 s over 297 waits and 29.61 s over 300 steps
     assert loop.steps_per_s == pytest.approx(1 / (totals.wait_s / totals.waits + totals.step_s / totals.steps))
@@ -72,7 +71,7 @@ def test_the_app_says_the_tuned_jobs_rate_beside_a_real_probe_of_its_dataset(mon
     tune = open_report(FIXTURES / "tune" / "io-bound.json")
     session = Session(tune_run=tune, workload=ProbeRequest(dataset="probe_userdata:make_io_4ms", batch_size=8, step_ms=10.0,
                                             budget_s=6.0))
-    assert [(lo.num_workers, lo.source) for lo in session.real_loops] == [
+    assert [(lo.num_workers, lo.source) for lo in real_loops(tune)] == [
         (4, "tune trial 3"), (3, "tune trial 2"), (2, "tune trial 4"), (0, "tune trial 1")]
     assert session.probe_versus_real is None  # no probe yet
     session.facts_arrived(load_machine("ci-2core"))

@@ -159,6 +159,21 @@ async def test_the_diagnoses_view_leads_with_the_runs_findings_and_applies_its_f
         assert app.session.findings[0].rule_id == "watch-data-starved"  # a past run's measurement stays
 
 
+async def test_the_chosen_settings_are_the_ones_the_watched_run_used():
+    """Issue 49, family 6: opened on a watched run (batch 2, 0 workers) the app said "Chosen ...
+    batch_size=32, num_workers=1" and called the run's findings "for the chosen settings"."""
+    app = app_with(EPOCHS)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        chosen = app.session.settings
+        assert (chosen.batch_size, chosen.num_workers) == (2, 0)
+        assert app.session.settings_origin == "as the watched run epochs-only.json used them, its loader 1"
+        await app.action_show_tab("diagnoses")
+        await pilot.pause()
+        note = str(app.screen.query_one("#diagnoses-note", Static).render())
+        assert "for the chosen settings" not in note and f"the watched run {EPOCHS}" in note
+
+
 async def test_a_healthy_run_shows_its_ok_finding_and_a_low_wait():
     app = app_with(HEALTHY)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -144,7 +144,7 @@ def real_loops(opened: WatchReport | TuneRun | None) -> list[RealLoop]:
     measured trials (fastest first); none for a job report or none at all."""
     loops: list[RealLoop] = []
     if isinstance(opened, WatchReport):
-        for lo in sorted(opened.loaders, key=lambda lo: (lo.role != "train", -lo.totals.steps)):
+        for lo in _training_first(opened):
             per_batch = lo.totals.per_batch_s
             workers, batch, pin = (lo.settings.get(k) for k in ("num_workers", "batch_size", "pin_memory"))
             if per_batch and isinstance(workers, int):
@@ -159,3 +159,21 @@ def real_loops(opened: WatchReport | TuneRun | None) -> list[RealLoop]:
             loops.append(RealLoop(trial.steps_per_s, trial.settings.num_workers, batch, pin,
                                   f"tune trial {trial.number}"))
     return loops
+
+
+def _training_first(run: WatchReport) -> list:
+    """A watched run's loaders, the training loop's likeliest first: the train loader, then the busiest."""
+    return sorted(run.loaders, key=lambda lo: (lo.role != "train", -lo.totals.steps))
+
+
+def watched_choice(run: WatchReport):
+    """(the settings the watched run's training loader ran with, where they come from), the app's
+    chosen settings for that run (its findings are about them); None where none is plain values."""
+    from loaderdoc.watching.report import loader_settings
+
+    for lo in _training_first(run):
+        settings = loader_settings(lo.settings)
+        if settings is not None:
+            name = f"its {lo.role} loader" if lo.role else f"its loader {lo.number}"
+            return settings, f"as the watched run {Path(run.path or 'report').name} used them, {name}"
+    return None

@@ -23,10 +23,10 @@ from loaderdoc.advice.tradeoffs import KnobTradeoff, tradeoffs
 from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError, UserError
 from loaderdoc.export import export_header
-from loaderdoc.probing.real_loop import RealLoop, VersusRealLoop, versus_real_loop
+from loaderdoc.probing.real_loop import VersusRealLoop, versus_real_loop
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
-from loaderdoc.reports import TuneRun, real_loops
+from loaderdoc.reports import TuneRun, real_loops, watched_choice
 from loaderdoc.settings import LoaderSettings, coerce_torch_threads, split_process
 from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
@@ -183,6 +183,10 @@ class Session:
             self.settings = config.settings
             self.settings_origin = config.origin
             self.user_touched = True
+        chosen = watched_choice(watch_run) if watch_run is not None and settings is None and config is None else None
+        if chosen is not None:  # what the run used: its findings are about these
+            self.settings, self.settings_origin = chosen
+            self.user_touched = True
         picked = tune_run.report.pick_settings() if tune_run is not None and settings is None else None
         if picked is not None:  # measured on the real job: chosen, and what Export writes
             self.settings = picked
@@ -231,16 +235,11 @@ class Session:
         return None
 
     @property
-    def real_loops(self) -> list[RealLoop]:
-        """The real training loop's measured rates in the report opened with --report."""
-        return real_loops(self.watch_run or self.tune_run)
-
-    @property
     def probe_versus_real(self) -> VersusRealLoop | None:
         """The probe's rate against the real loop's, where both were measured."""
         if self.report is None or not self.report_complete:
             return None
-        return versus_real_loop(self.report, self.real_loops)
+        return versus_real_loop(self.report, real_loops(self.watch_run or self.tune_run))
 
     def evidence_from(self, finding: Finding) -> str:
         """Where a finding's evidence was found, as the diagnoses head it."""

@@ -53,8 +53,9 @@ class DiagnosesPane(View, Vertical):
             basis = "machine facts and the probe's measurements" if advice.measured else "machine facts (no probe yet)"
             if opened is not None:
                 basis = f"{opened}, " + ("and " + basis if advice.facts_read else "(machine facts: reading)")
-            note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'} for the chosen settings, "
-                        f"from {basis}.")
+            # a report's findings are about the run it watched, not about settings chosen here
+            about = "" if opened is not None else " for the chosen settings"
+            note.update(f"{crit} critical, {warn} warning{'' if warn == 1 else 's'}{about}, from {basis}.")
         for i, f in enumerate(findings):
             label = Text()
             label.append(model.SEVERITY_LABEL.get(f.severity, f.severity.upper()), style=SEVERITY_STYLE.get(f.severity, ""))

@@ -169,6 +169,8 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
         if evidence is not None:
             evidence(trial, windows, records)
     elif settings is None:  # the script's own settings, unmeasured: as its loader showed them, if it did
+        records = reader.read() or records  # what the command wrote as it stopped (the hook writes at exit)
+        key = key or win.training_key(records)
         ran = win.settings_of(records, key) if key else None
         if ran is not None:
             trial.settings = _as_ran(ran["settings"])

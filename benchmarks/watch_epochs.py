@@ -19,10 +19,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.watch_overhead
+from benchmarks.watch_overhead import timed_child  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,17 +44,7 @@ def child(epochs: int) -> None:
 
 
 def run_once(watched: bool, epochs: int, env: dict[str, str]) -> tuple[float, float]:
-    cmd = [sys.executable, __file__, "--child", "--epochs", str(epochs)]
-    if watched:
-        cmd = [sys.executable, "-m", "loaderdoc", "watch", "--", *cmd]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-800:]}")
-    result = json.loads(proc.stdout.splitlines()[0])
-    assert result["batches"] == epochs, result
-    return result["loop_s"], wall
+    return timed_child(__file__, ["--epochs", str(epochs)], epochs, watched, env)
 
 
 def main() -> None:

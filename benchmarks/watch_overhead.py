@@ -46,7 +46,13 @@ def child(batches: int, step_us: float) -> None:
 
 
 def run_once(watched: bool, batches: int, step_us: float, env: dict[str, str]) -> tuple[float, float]:
-    cmd = [sys.executable, __file__, "--child", "--batches", str(batches), "--step-us", str(step_us)]
+    return timed_child(__file__, ["--batches", str(batches), "--step-us", str(step_us)], batches, watched, env)
+
+
+def timed_child(script: str, args: list[str], batches: int, watched: bool, env: dict[str, str]) -> tuple[float, float]:
+    """``script --child ARGS``, bare or under ``loaderdoc watch``: (the seconds its loop timed itself,
+    the whole process's); the child prints ``{"loop_s", "batches"}`` first and must have run ``batches``."""
+    cmd = [sys.executable, script, "--child", *args]
     if watched:
         cmd = [sys.executable, "-m", "loaderdoc", "watch", "--", *cmd]
     started = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,11 +47,27 @@ def load_json(path: Path, *, what: str, error: type[Exception], how_to_write: st
         raise error(f"{path}: holds a number of thousands of digits; not a {what}") from None
 
 
+def other_version(schema: Any, readable: list[str]) -> str | None:
+    """Where ``schema`` is another version of one of ``readable`` (``loaderdoc.watch/2`` where this
+    build reads ``loaderdoc.watch/1``): the one line saying so; None otherwise."""
+    if not isinstance(schema, str) or schema in readable or "/" not in schema:
+        return None
+    family = schema.rsplit("/", 1)[0] + "/"
+    same = [r for r in readable if r.startswith(family)]
+    if not same:
+        return None
+    return (f"schema {schema} is not one this build reads ({', '.join(same)}): written by another "
+            "loaderdoc; upgrade this one, or write the report again with it")
+
+
 def not_schema(data: Any, expected: str, what: str, how_to_write: str) -> Bad:
     """Why ``data`` is not a document of the ``expected`` schema(s), saying what it looks like instead."""
     if not isinstance(data, dict):
         return Bad(f"expected a JSON object ({what}), got {kind(data)}; {how_to_write}")
     schema = data.get("schema")
+    newer = other_version(schema, re.findall(r"loaderdoc\.[\w-]+/\d+", expected))
+    if newer is not None:  # another loaderdoc's report: not "write one with ..."
+        return Bad(newer)
     if "workload" in data and "results" in data:
         instead = "a probe report, which 'loaderdoc tradeoffs --probe-report' reads"
     elif "schema_version" in data and "cpu" in data:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import beyond_measured, kind, load_json, shown
+from loaderdoc.jsondoc import beyond_measured, kind, load_json, other_version, shown
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings, recorded_counts_problem
 
@@ -60,10 +60,7 @@ def report_problem(data: Any) -> str | None:
         return f"not a probe report ({what}); {HOW_TO_WRITE}"
     schema = data.get("schema")
     if schema is not None and schema not in READABLE_SCHEMAS:
-        if isinstance(schema, str) and schema.startswith("loaderdoc.probe/"):
-            return (f"schema {schema} is not one this build reads ({', '.join(READABLE_SCHEMAS)}): written by "
-                    "another loaderdoc; upgrade this one, or write the report again with it")
-        return f"not a probe report (schema {schema!r}); {HOW_TO_WRITE}"[:300]
+        return other_version(schema, list(READABLE_SCHEMAS)) or f"not a probe report (schema {schema!r}); {HOW_TO_WRITE}"[:300]
     problem = _object(ProbeReport, data, "")
     if problem:
         return problem

@@ -32,10 +32,15 @@ class Tagged(Unread):
 
 HUGE_NUMBER = "holds a number of thousands of digits; no DataLoader setting is that large"
 
+# formats a config may come in that are not read: said as such (each was "not valid TOML", issue 49)
+NOT_READ = {".json5": "JSON5", ".jsonc": "JSON with comments", ".ini": "INI", ".cfg": "INI (setup.cfg-style)",
+            ".env": "dotenv", ".jsonnet": "Jsonnet", ".libsonnet": "Jsonnet", ".dhall": "Dhall",
+            ".hocon": "HOCON", ".properties": "Java properties", ".xml": "XML"}
+
 
 def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
                notes: list[str] | None = None) -> Table:
-    suffix = path.suffix.lower()
+    suffix = path.suffix.lower() or (path.name.lower() if path.name.startswith(".") else "")
     where = str(path)
     try:
         if suffix == ".py":
@@ -46,6 +51,12 @@ def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
             return _with_origins(_parse_json(text, path), where, (), {})
         if suffix == ".toml":
             return _with_origins(_parse_toml(text, path), where, (), {})
+        if suffix in NOT_READ:  # read where its text is also TOML or YAML (an INI section often is)
+            try:
+                return _sniffed(text, path)
+            except SettingsError:
+                raise SettingsError(f"{path}: {NOT_READ[suffix]} files are not read; loaderdoc reads TOML, YAML, "
+                                    "JSON and Python (.py) configs: put the DataLoader settings in one of those") from None
         return _sniffed(text, path)
     except RecursionError:
         raise SettingsError(f"{path}: nested too deeply to be a config file") from None

@@ -1,0 +1,33 @@
+"""Config formats loaderdoc does not read (issue 49, family 6): JSON5, JSON with comments, an INI
+`setup.cfg`, a `.env` holding a path, Jsonnet and Dhall each drew "not valid TOML". Now one line
+naming the format and the ones that are read, exit 3, through `check --config`. A file of such a
+suffix whose text is also TOML (an INI section often is) is still read."""
+
+from __future__ import annotations
+
+import pytest
+from faults_support import loaderdoc, one_line_error
+
+READS = "loaderdoc reads TOML, YAML, JSON and Python (.py) configs: put the DataLoader settings in one of those"
+
+
+@pytest.mark.parametrize("name, text, fmt", [
+    ("loader.json5", "{\n  // the loader\n  num_workers: 4,\n}\n", "JSON5"),
+    ("loader.jsonc", '{\n  // the loader\n  "num_workers": 4\n}\n', "JSON with comments"),
+    ("setup.cfg", "[metadata]\nname = proj\n[options]\ninstall_requires =\n    torch\n", "INI (setup.cfg-style)"),
+    (".env", "DATA_DIR=/data/my images\nNUM_WORKERS=4\n", "dotenv"),
+    ("data.jsonnet", "local w = 4;\n{ num_workers: w }\n", "Jsonnet"),
+    ("data.dhall", "let w = 4 in { num_workers = w }\n", "Dhall"),
+])
+def test_a_format_not_read_is_named_in_one_line(tmp_path, name, text, fmt):
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    proc = loaderdoc("check", "--config", name, cwd=tmp_path)
+    one_line_error(proc, 3, f"{name}: {fmt} files are not read; {READS}")
+    assert "TOML:" not in proc.stderr
+
+
+def test_an_ini_file_whose_text_is_also_toml_is_still_read(tmp_path):
+    (tmp_path / "train.cfg").write_text("[dataloader]\nnum_workers = 4\nbatch_size = 64\n", encoding="utf-8")
+    proc = loaderdoc("check", "--config", "train.cfg", cwd=tmp_path)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    assert "num_workers <- dataloader.num_workers:2" in proc.stdout

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from loaderdoc.errors import ExportError
+from loaderdoc.visible import encodable
 
 # paths that name an open descriptor, whatever it is (a pipe, a terminal, a file the shell opened)
 _DESCRIPTOR_PATH = re.compile(r"^/(dev/(stdout|stderr|fd/\d+)|proc/(self|\d+)/fd/\d+)$")
@@ -148,7 +149,7 @@ def _atomic_write(target: Path, text: str, *, force: bool) -> None:
         raise ExportError(f"cannot write to {target.parent}: {exc.strerror or exc}; choose another path") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            fh.write(encodable(text))  # a command line's non-UTF-8 byte, escaped: UTF-8 cannot hold it
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp_name, _mode_to_keep(target))

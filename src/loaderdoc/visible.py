@@ -13,12 +13,23 @@ import re
 from typing import Any
 
 # newline and tab lay text out; everything else here is obeyed by a terminal or reorders the line
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# ... and a lone surrogate: a byte that was not UTF-8 in a command line or a path (Python keeps it as
+# U+DC80-U+DCFF), which no UTF-8 text can hold (issue 49: `--run-name $'caf\xe9'` was exit 70)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # the byte it stands for, as the shell would show it
+        return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def encodable(text: str) -> str:
+    """``text`` with each lone surrogate (a byte that was not UTF-8) written as its escape, so that
+    it can be written as UTF-8; everything else as it is."""
+    return _SURROGATE.sub(_escape, text)
 
 
 def visible(text: str) -> str:

@@ -12,13 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.config.python import ImportFile, read_python
-from loaderdoc.config.tree import Origin, Seq, Table, Unread
+from loaderdoc.config.tree import MAX_CONFIG_VALUES, Origin, Seq, Table, Unread
 from loaderdoc.errors import SettingsError
 from loaderdoc.textfile import first_line
-
-# A DataLoader config holds dozens of values; a few thousand covers any real project's file. YAML
-# aliases can make a 1 KB file expand to billions ("billion laughs"): count before building it.
-MAX_CONFIG_VALUES = 100_000
 
 
 class Tagged(Unread):
@@ -40,6 +36,29 @@ NOT_READ = {".json5": "JSON5", ".jsonc": "JSON with comments", ".ini": "INI", ".
 
 def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
                notes: list[str] | None = None) -> Table:
+    table = _parse_file(path, text, import_file=import_file, notes=notes)
+    if _has_huge_int(table):  # 0x and 4000 hex digits parse (a power of two base has no digit limit), then
+        raise SettingsError(f"{path}: {HUGE_NUMBER}")  # nothing can print it: exit 70 (issue 49)
+    return table
+
+
+MAX_INT_BITS = 256  # far past any DataLoader setting; a decimal of about 77 digits
+
+
+def _has_huge_int(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value.bit_length() > MAX_INT_BITS
+    if depth > 200:  # nested that deep: the parsers refused it already
+        return False
+    if isinstance(value, dict):
+        return any(_has_huge_int(v, depth + 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_huge_int(v, depth + 1) for v in value)
+    return False
+
+
+def _parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
+                notes: list[str] | None = None) -> Table:
     suffix = path.suffix.lower() or (path.name.lower() if path.name.startswith(".") else "")
     where = str(path)
     try:

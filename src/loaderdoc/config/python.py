@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loaderdoc.config.tree import Origin, Seq, Table, Unread, merge_into
+from loaderdoc.config.tree import MAX_CONFIG_VALUES, Origin, Seq, Table, Unread, merge_into
 from loaderdoc.errors import SettingsError
 
 EXPORT_FUNCTION = "make_loader"  # the function of loaderdoc's own Python export
@@ -61,6 +61,16 @@ class _Reader:
         self.import_file = import_file
         self.notes = notes
         self.namespace = Table()
+        self.built = 0  # values made so far, each copy of a bound name counted whole
+
+    def copied(self, value: Any) -> Any:
+        """A copy of a bound name's value, within MAX_CONFIG_VALUES in all: ten lines that each list
+        the last name ten times make 10^10 values (a 443-byte file took 2.4 GB and hung, issue 49)."""
+        self.built += _size(value, MAX_CONFIG_VALUES - self.built + 1)
+        if self.built > MAX_CONFIG_VALUES:
+            raise SettingsError(f"{self.where}: its names copied into one another make over {MAX_CONFIG_VALUES:,} "
+                                "values; not a config file loaderdoc reads")
+        return copy.deepcopy(value)
 
     def origin(self, path: tuple[str, ...], node: ast.AST) -> Origin:
         return Origin(self.where, path, getattr(node, "lineno", None))
@@ -227,7 +237,7 @@ class _Reader:
             return seq
         if isinstance(node, ast.Name):
             if node.id in self.namespace:
-                return copy.deepcopy(self.namespace[node.id])
+                return self.copied(self.namespace[node.id])
             if node.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[node.id]
             return Unread(node.id, "a name the file does not bind")
@@ -235,7 +245,7 @@ class _Reader:
             target = self.target_path(node)
             found = self.lookup(target) if target else None
             if found is not None and target and target[0] in self.namespace:
-                return copy.deepcopy(found)
+                return self.copied(found)
         return Unread(ast.unparse(node)[:60])
 
     def call_value(self, node: ast.Call, path: tuple[str, ...]) -> Any:
@@ -263,6 +273,19 @@ class _Reader:
             key_path = (*path, keyword.arg)
             out.put(keyword.arg, self.value(keyword.value, key_path), self.origin(key_path, keyword))
         return out
+
+
+def _size(value: Any, limit: int) -> int:
+    """How many values ``value`` holds (itself and everything nested), counted up to ``limit``."""
+    count, stack = 0, [value]
+    while stack and count < limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
 
 
 def _number(value: Any) -> bool:

@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# A DataLoader config holds dozens of values; a few thousand covers any real project's file. YAML
+# aliases, or Python names copied into one another, can make a 1 KB file expand to billions
+# ("billion laughs"): the readers count before building.
+MAX_CONFIG_VALUES = 100_000
+
 
 @dataclass(frozen=True)
 class Origin:

@@ -181,7 +181,12 @@ def _parse_yaml(text: str, path: Path) -> Table:
     for prefix in ("!", "tag:"):
         ConfigLoader.add_multi_constructor(prefix, unknown_tag)
 
-    loader = ConfigLoader(text)
+    try:  # the reader refuses a control character (NUL, BEL, DEL: a binary file, /proc/self/environ) at once
+        loader = ConfigLoader(text)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, max(0, exc.position)) + 1
+        raise SettingsError(f"{path}:{line}: not valid YAML: it holds the control character U+{exc.character:04X} "
+                            "(a config file is text)") from None
     lines: dict[tuple[str, ...], int] = {}
     try:
         node = loader.get_single_node()  # aliases are shared nodes here: cheap, whatever they expand to

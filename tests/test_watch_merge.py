@@ -83,3 +83,34 @@ def test_merge_on_the_command_line_writes_the_report_and_refuses_bad_input(tmp_p
         lines = bad.stderr.strip().splitlines()
         assert bad.returncode == 3 and len(lines) == 1 and words in lines[0], (args, bad.stderr)
     assert (tmp_path / "node0.json").read_text() == before  # nothing overwritten
+
+
+def test_reports_of_two_programs_are_not_one_job(tmp_path):
+    """Issue 49, family 7: `watch --merge` joined a train.py run and an eval.py run as one job."""
+    for n, script in ((0, "train.py"), (1, "eval.py")):
+        report = node_report(n, 1.0 + n, node=n)
+        report["command"] = ["torchrun", "--nnodes", "2", f"--node-rank={n}", script, "--epochs", "1"]
+        (tmp_path / f"node{n}.json").write_text(json.dumps(report))
+    proc = _merge_cli("--merge", "node0.json", "node1.json", "--report", "job.json", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "loaderdoc: error: watch --merge: node0.json ran train.py and node1.json ran eval.py: two programs, not "
+        "one job's nodes; merge the reports of one job"]
+    assert not (tmp_path / "job.json").exists()
+
+
+def test_one_run_in_two_reports_is_refused_whatever_was_edited(tmp_path):
+    """Issue 49, family 7: a copy of node 0's report with its rank and host edited was merged as a
+    second node, its run counted twice."""
+    first = node_report(0, 1.0, node=0)
+    copy = json.loads(json.dumps(first))
+    copy["processes"][0].update(rank=1, hostname="other-node", group_rank=1)
+    copy["loaders"][0].update(rank=1)
+    (tmp_path / "node0.json").write_text(json.dumps(first))
+    (tmp_path / "node1.json").write_text(json.dumps(copy))
+    proc = _merge_cli("--merge", "node0.json", "node1.json", "--report", "job.json", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "loaderdoc: error: watch --merge: node0.json and node1.json are the same run (their loaders' waits and "
+        "steps are timed alike to the last digit); merge each node's report once"]
+    assert not (tmp_path / "job.json").exists()

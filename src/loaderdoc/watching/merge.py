@@ -48,12 +48,48 @@ def stragglers(ranks: list[dict[str, Any]], loaders: list[LoaderReport]) -> list
     return out
 
 
+def program_of(command: list[str] | None) -> str | None:
+    """The program a command runs: the first ``*.py`` argument's file name, or the module after
+    ``-m`` (``torch.distributed.run``'s own skipped: its script is the program); None where unknown."""
+    args = list(command or [])
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args) and args[i + 1] not in ("torch.distributed.run", "torch.distributed.launch"):
+            return args[i + 1]
+        if arg.endswith(".py"):
+            return arg.rsplit("/", 1)[-1]
+    return None
+
+
+def _one_program(reports: list[WatchReport], names: list[str]) -> None:
+    """Every report's command runs the same program (a job's nodes run one script)."""
+    programs = [(program_of(r.command), name) for r, name in zip(reports, names, strict=True)]
+    known = [(p, name) for p, name in programs if p is not None]
+    for program, name in known[1:]:
+        if program != known[0][0]:
+            raise UserError(f"watch --merge: {known[0][1]} ran {known[0][0]} and {name} ran {program}: two "
+                            "programs, not one job's nodes; merge the reports of one job")
+
+
+def _no_run_twice(reports: list[WatchReport], names: list[str]) -> None:
+    """No run in two reports: two runs never time their loaders' waits and steps to the same
+    figures, so equal figures are one run, whatever else of a copy was edited (a host, a rank)."""
+    where: dict[tuple, str] = {}
+    for report, name in zip(reports, names, strict=True):
+        measured = tuple((lo.totals.steps, lo.totals.wait_s, lo.totals.step_s) for lo in report.loaders)
+        if not any(steps for steps, _, _ in measured):
+            continue
+        if where.setdefault(measured, name) != name:
+            raise UserError(f"watch --merge: {where[measured]} and {name} are the same run (their loaders' waits "
+                            "and steps are timed alike to the last digit); merge each node's report once")
+
+
 def merge(reports: list[WatchReport], names: list[str]) -> WatchReport:
     """One report from several (``names``: where each came from)."""
     processes, loaders, memory = [], [], []
     kept: list[Finding] = []
     seen: set[tuple[str, str]] = set()
     where_rank: dict[int, str] = {}
+    _one_program(reports, names)
     for source, report in enumerate(reports):
         for proc in report.processes:
             rank = proc.get("rank")
@@ -66,6 +102,7 @@ def merge(reports: list[WatchReport], names: list[str]) -> WatchReport:
         loaders += report.loaders
         memory += _tagged(report.memory, source)
         kept += new_findings([f for f in report.findings if f.rule_id != STRAGGLER_RULE], seen)
+    _no_run_twice(reports, names)  # after the ranks: a copy left as it was is first a rank twice
     ranks = rank_table(loaders, processes, memory,
                        {i: (r.machine or {}).get("cpu_quota") for i, r in enumerate(reports)})
     findings = sorted(kept + stragglers(ranks, loaders), key=lambda f: -f.rank)

@@ -35,3 +35,16 @@ def test_a_count_at_the_bound_is_applied_as_asked(tmp_path):
     proc = loaderdoc("watch", "--apply", "edge.toml", "--", sys.executable, str(script), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("rest", ["batch_size = 32\n", "prefetch_factor = 4\n"], ids=["with-batch-size", "with-prefetch"])
+def test_two_keys_that_disagree_on_a_setting_are_said_and_nothing_is_applied(tmp_path, rest):
+    """Issue 49, family 6: `num_workers = 4` beside `workers = 8` drew "sets only batch_size=32" (or
+    applied the prefetch factor alone, as if the file were whole)."""
+    (tmp_path / "two.toml").write_text(f"[dataloader]\nnum_workers = 4\nworkers = 8\n{rest}", encoding="utf-8")
+    script = tmp_path / "train.py"
+    script.write_text("open('ran', 'w').close()\n", encoding="utf-8")
+    proc = loaderdoc("watch", "--apply", "two.toml", "--", sys.executable, str(script), cwd=tmp_path)
+    one_line_error(proc, 3, "watch: --apply two.toml: num_workers: dataloader.num_workers = 4, dataloader.workers = 8 "
+                            "disagree; which one a loader uses depends on the code; keep one of them")
+    assert not (tmp_path / "ran").exists()

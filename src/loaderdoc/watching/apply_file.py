@@ -132,6 +132,11 @@ def plan_from_file(path: str) -> ApplyPlan:
                 tables.setdefault("", {})[setting] = value
             else:
                 tables.setdefault(key, {})[setting] = value
+    # two keys that disagree on a setting --apply sets are left out of the loader: say so, never
+    # apply the rest as if the file were whole ("sets only batch_size=32", issue 49)
+    disagree = [note for note in config.unattributed if "disagree" in note and note.split(":")[0] in APPLIED]
+    if disagree:
+        raise UserError(f"watch: --apply {path}: {disagree[0]}; keep one of them")
     if not tables and not config.process:
         says = (f"sets only {', '.join(left)}, which change the training itself" if left
                 else "names no DataLoader setting")

@@ -200,7 +200,10 @@ def _scan_for(text: str, path: tuple[str, ...]) -> int | None:
     for key in path:
         if key.isdigit():
             continue  # a list item: its key is the list's
-        pattern = re.compile(rf"""(^|[\s{{,(])["']?{re.escape(key)}["']?\s*[=:]|^\s*\[+[^\]]*\b{re.escape(key)}\]""")
+        # a key (`key =`, `"key":`) or a component of a table header (`[key]`, `[tool.key.data]`: a
+        # dotted header lost its line, issue 49)
+        pattern = re.compile(rf"""(^|[\s{{,(])["']?{re.escape(key)}["']?\s*[=:]"""
+                             rf"""|^\s*\[+\s*(?:[^\]]*[.\s"'])?["']?{re.escape(key)}["']?\s*[.\]]""")
         for number in range(start, len(lines)):
             if pattern.search(lines[number]):
                 found, start = number + 1, number  # the next key may sit on the same line (JSON)

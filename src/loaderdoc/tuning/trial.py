@@ -47,7 +47,10 @@ ENV_TRIAL = "LOADERDOC_TUNE_TRIAL"  # set in every trial: a script may skip chec
 SAMPLE_INTERVAL_S = "0.2"  # the hook's sampler, in trials (a window's edges are its ticks)
 WRITE_S = "0.5"  # the hook's writes of the records, in trials
 POLL_S = 0.25
-INT_GRACE_S = 5.0  # SIGINT (KeyboardInterrupt: the script's cleanup runs), then this long before SIGTERM
+# SIGINT (KeyboardInterrupt: the script's cleanup runs), then this long before SIGTERM: twice the 5 s
+# torch gives each DataLoader worker to exit as its iterator shuts down (beside busy CPUs 5 s cut a
+# `finally` short)
+INT_GRACE_S = 10.0
 GRACE_S = 10.0  # SIGTERM to the command (a preemption handler saving its state), then this long at most
 GROUP_GRACE_S = 1.0  # SIGTERM to what is left of its group (helpers), then this long before SIGKILL
 LOG_TAIL = 6  # lines of a failed trial's output shown

@@ -152,7 +152,7 @@ def real_loops(opened: WatchReport | TuneRun | None) -> list[RealLoop]:
                                       pin if isinstance(pin, bool) else None,
                                       f"the watched run {opened.path}, {lo.title()}"))
     elif isinstance(opened, TuneRun):
-        written = (opened.report.loader or {}).get("asked") or (opened.report.loader or {}).get("settings") or {}
+        written = opened.report.written
         batch = written.get("batch_size") if isinstance(written.get("batch_size"), int) else None
         pin = written.get("pin_memory") if isinstance(written.get("pin_memory"), bool) else None
         for trial in sorted((t for t in opened.report.trials if t.ok), key=lambda t: -t.steps_per_s):

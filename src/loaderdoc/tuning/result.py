@@ -198,6 +198,13 @@ class TuneReport:
         site = (self.loader or {}).get("site") or ""
         return " < ".join(part.rsplit("/", 1)[-1] for part in site.split(" < ") if part)
 
+    @property
+    def written(self) -> dict:
+        """The training loader's settings as the script asked for them (as it ran, where the hook
+        did not record the asking); empty where no loader was seen."""
+        loader = self.loader or {}
+        return dict(loader.get("asked") or loader.get("settings") or {})
+
     def pick_settings(self):
         """The training loader as the script built it, with the pick's workers, prefetch depth and
         persistence (None without a pick): what --export writes and the app takes as chosen."""
@@ -205,8 +212,7 @@ class TuneReport:
 
         if self.pick is None:
             return None
-        loader = self.loader or {}
-        ran = dict(loader.get("asked") or loader.get("settings") or {})
+        ran = self.written
         pick = self.pick.settings
         return LoaderSettings(
             batch_size=ran.get("batch_size") if isinstance(ran.get("batch_size"), int) else None,

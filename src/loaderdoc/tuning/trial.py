@@ -2,18 +2,17 @@
 with the trial's settings, measured until its steady window settles, then stopped.
 
 The command runs as ``loaderdoc watch`` runs it (the hook on its PYTHONPATH, ``--apply``'s tables
-in its environment), with ``LOADERDOC_TUNE_TRIAL`` set to the trial's number, in a session of its
-own, its output in a log file (the last lines are shown where it fails). The launcher polls the
-records every quarter second. A trial ends when the window settled, when the command exits, when
+in its environment), with ``LOADERDOC_TUNE_TRIAL`` set to the trial's number and ``TMPDIR`` a folder
+of the trial's own, in a session of its own; its output is read through a pipe and only its last
+LOG_KEEP bytes are kept, in memory (the last lines are shown where it fails): a chatty script fills
+no disk. The launcher polls the records every quarter second. A trial ends when the window settled, when the command exits, when
 no batch came within the time allowed for the first one, or when the trial's time is up. Stopping
 it: SIGINT to the command (Python raises KeyboardInterrupt, so its ``finally`` and ``with`` blocks
 run: a lock file is removed, a file being written is closed; a script may stop cleanly on it),
 INT_GRACE_S for it to exit; then SIGTERM to the command alone (a preemption handler runs), GRACE_S;
 then SIGTERM to what is left of its process group, GROUP_GRACE_S; then SIGKILL to everything below
-the launcher that the trial started, in whatever
-session (the launcher is a child subreaper while tune runs: ``probing.reaper.contained``), so no
-worker, helper or daemon of a trial outlives it. The command's output is read through a pipe and
-only its last LOG_KEEP bytes are kept: a chatty script fills no disk and no memory.
+the launcher that the trial started, in whatever session (the launcher is a child subreaper while
+tune runs: ``probing.reaper.contained``), so no worker, helper or daemon of a trial outlives it.
 """
 
 from __future__ import annotations

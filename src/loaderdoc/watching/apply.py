@@ -101,8 +101,12 @@ def site_of(frame, loader) -> str | None:
     train.py:40"): one helper that builds the train and the val loader is two sites. The same
     lines in the next run of the script build the same loader, which is how ``loaderdoc tune``
     changes one loader and leaves the others."""
-    stack = stack_of(frame, loader)
-    return None if stack is None else " < ".join(stack.split(" < ")[:2])
+    return site_in(stack_of(frame, loader))
+
+
+def site_in(stack: str | None) -> str | None:
+    """The site a chain of lines starts with: its first two."""
+    return None if not stack else " < ".join(stack.split(" < ")[:2])
 
 
 def stack_of(frame, loader) -> str | None:
@@ -233,8 +237,7 @@ def wrap_init(cls, applier: Applier, on_class=None) -> bool:
         try:
             role, source = role_from_stack(sys._getframe(1), self)
             stack = getattr(source, STACK, None) if source is not None else stack_of(sys._getframe(1), self)
-            site = getattr(source, SITE, None) if source is not None else (
-                " < ".join(stack.split(" < ")[:2]) if stack else None)
+            site = getattr(source, SITE, None) if source is not None else site_in(stack)
         except Exception:  # naming is a nicety: never a reason to fail a construction
             role, source, site, stack = None, None, None, None
         if signature is None:

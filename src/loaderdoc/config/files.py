@@ -44,6 +44,7 @@ class ConfigFile:
     notes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # bases named but not read
     unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
+    disagreeing: dict[str, str] = field(default_factory=dict)  # setting -> its note: two keys that disagree
     references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
     process: dict[str, int] = field(default_factory=dict)  # loaderdoc's [process] table, checked: torch_threads
 
@@ -170,6 +171,7 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     found = group(hits, native=native_owners(loaded.tree), referenced=referenced)
     config.loaders = found.loaders
     config.unattributed = found.unattributed + opaque
+    config.disagreeing = found.disagreeing
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
     return config
 

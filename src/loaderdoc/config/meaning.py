@@ -178,6 +178,7 @@ class FoundLoader:
 class Found:
     loaders: list[FoundLoader]
     unattributed: list[str] = field(default_factory=list)  # settings found that no loader could take
+    disagreeing: dict[str, str] = field(default_factory=dict)  # setting -> its note in unattributed
 
 
 LOADER_WORDS = {"dataloader", "dataloaders", "loader", "loaders"}
@@ -264,12 +265,13 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
     for hit in kept:
         by_split.setdefault(splits[hit.path], []).append(hit)
     unattributed: list[str] = []
-    shared = _settle(by_split.pop(None, []), unattributed)
+    disagreeing: dict[str, str] = {}
+    shared = _settle(by_split.pop(None, []), unattributed, disagreeing)
     loaders: list[FoundLoader] = []
     owners: dict[str | None, list[tuple[str, ...]]] = {}
     for split, split_hits in by_split.items():
         loader = FoundLoader(split or "")
-        _fill(loader, _settle(split_hits, unattributed))
+        _fill(loader, _settle(split_hits, unattributed, disagreeing))
         owners[loader.name] = [h.owner for h in split_hits]
         loaders.append(loader)
     for setting, hit_list in shared.items():
@@ -289,7 +291,7 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
         loader = FoundLoader("train" if loaders else "")  # beside named loaders: the training one
         _fill(loader, shared)
         loaders.insert(0, loader)
-    return Found(loaders=loaders, unattributed=unattributed)
+    return Found(loaders=loaders, unattributed=unattributed, disagreeing=disagreeing)
 
 
 def _enclosing_split(owner: tuple[str, ...]) -> str | None:
@@ -300,9 +302,10 @@ def _enclosing_split(owner: tuple[str, ...]) -> str | None:
     return None
 
 
-def _settle(hits: list[Hit], unattributed: list[str]) -> dict[str, list[Hit]]:
+def _settle(hits: list[Hit], unattributed: list[str], disagreeing: dict[str, str]) -> dict[str, list[Hit]]:
     """Setting -> the hits that state it, one value each; two keys that disagree (in the same scope)
-    are said and left out, never one picked at random."""
+    are said (in ``unattributed``, and by setting in ``disagreeing``) and left out, never one picked
+    at random."""
     out: dict[str, list[Hit]] = {}
     for hit in hits:
         out.setdefault(hit.setting, []).append(hit)
@@ -318,7 +321,9 @@ def _settle(hits: list[Hit], unattributed: list[str]) -> dict[str, list[Hit]]:
         values = {repr(h.value) for h in chosen}
         if len(values) > 1:
             where = ", ".join(f"{'.'.join(h.path)} = {h.value!r}" for h in chosen)
-            unattributed.append(f"{setting}: {where} disagree; which one a loader uses depends on the code")
+            note = f"{setting}: {where} disagree; which one a loader uses depends on the code"
+            unattributed.append(note)
+            disagreeing.setdefault(setting, note)
             del out[setting]
     return out
 

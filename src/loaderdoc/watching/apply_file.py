@@ -134,7 +134,7 @@ def plan_from_file(path: str) -> ApplyPlan:
                 tables.setdefault(key, {})[setting] = value
     # two keys that disagree on a setting --apply sets are left out of the loader: say so, never
     # apply the rest as if the file were whole ("sets only batch_size=32", issue 49)
-    disagree = [note for note in config.unattributed if "disagree" in note and note.split(":")[0] in APPLIED]
+    disagree = [note for setting, note in config.disagreeing.items() if setting in APPLIED]
     if disagree:
         raise UserError(f"watch: --apply {path}: {disagree[0]}; keep one of them")
     if not tables and not config.process:

@@ -41,8 +41,9 @@ from loaderdoc.tuning.result import (
     Trial,
     TrialSettings,
 )
+from loaderdoc.watching.hook import ENV_TUNE_TRIAL
 
-ENV_TRIAL = "LOADERDOC_TUNE_TRIAL"  # set in every trial: a script may skip checkpoints and uploads
+ENV_TRIAL = ENV_TUNE_TRIAL  # set in every trial: a script may skip checkpoints and uploads
 SAMPLE_INTERVAL_S = "0.2"  # the hook's sampler, in trials (a window's edges are its ticks)
 WRITE_S = "0.5"  # the hook's writes of the records, in trials
 POLL_S = 0.25

@@ -45,6 +45,7 @@ ENV_DIR = "LOADERDOC_WATCH_DIR"  # where every process writes its records-<pid>.
 ENV_INTERVAL = "LOADERDOC_WATCH_INTERVAL"  # the sampler's period, seconds
 ENV_WRITE_S = "LOADERDOC_WATCH_WRITE_S"  # seconds between the sampler's writes
 ENV_MAX_BUSY = "LOADERDOC_WATCH_MAX_BUSY"  # share of one core the sampler may use (default 0.01)
+ENV_TUNE_TRIAL = "LOADERDOC_TUNE_TRIAL"  # set in a tune trial (its number), which tune stops with SIGINT
 DEFAULT_INTERVAL = 1.0
 DEFAULT_WRITE_S = 2.0
 MIN_INTERVAL = 0.01
@@ -452,10 +453,24 @@ def patch(module, recorder: Recorder, applier=None) -> bool:
     return True
 
 
+def _quiet_interrupt() -> None:
+    """In a tune trial the KeyboardInterrupt of tune's SIGINT ends the program without a traceback:
+    the last lines of its output, which tune shows, stay the program's own."""
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+
+    sys.excepthook = excepthook
+
+
 def install(directory: str | None) -> Recorder:
     """Measure every DataLoader this process iterates and write the records into ``directory`` at
     each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
     recorder = Recorder(directory)
+    if os.environ.get(ENV_TUNE_TRIAL):
+        _quiet_interrupt()
     recorder.tracer = trace.Tracer.from_env(recorder.io)  # --trace DIR: a profiler trace of a few steady steps
     applier = apply.Applier.from_env()  # --apply's tables (none: the loaders are only named)
 

@@ -24,7 +24,7 @@ PACKAGE = SRC / "loaderdoc"
 BASE: list[set[str]] = [
     {"units", "errors", "_compat", "_serde", "_version", "visible", "torchload"},
     {"output", "safe_write", "own_files", "textfile", "preflight"},
-    {"jsondoc", "usercode"},
+    {"jsondoc", "usercode", "batches"},
     {"settings"},
     {"system"},
     {"policy", "summary"},

@@ -8,16 +8,13 @@ import time
 import pytest
 import torch
 
+from loaderdoc.batches import batch_digest, batch_nbytes, iter_tensors, repeated_streams
 from loaderdoc.probing.consumer import (
     SleepConsumer,
-    batch_digest,
-    batch_nbytes,
     calibrate_spin,
     fit_cycles_per_ms,
-    iter_tensors,
     make_consumer,
     move_to,
-    repeated_streams,
     retarget_cycles,
 )
 

@@ -102,6 +102,20 @@ def test_an_iterable_dataset_that_repeats_in_every_worker_is_no_candidate(tmp_pa
     assert not export.exists()
 
 
+def test_an_endless_stream_repeated_in_every_worker_is_no_candidate(tmp_path):
+    """No epoch ends, so no epoch's batches can be counted: the hook's digests of the first batches
+    (two rounds, one per worker) show the replay."""
+    script = write_script(tmp_path, STREAM.replace("SHARDED", "False").replace("Stream(160", "Stream(10**9"))
+    report_path = tmp_path / "tune.json"
+    proc = tune(tmp_path, *QUICK, "--trials", "2", "--report", str(report_path), "--", sys.executable, str(script))
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    first, second = read_report(report_path)["trials"]
+    workers = second["settings"]["num_workers"]
+    assert first["status"] == "ok" and second["status"] == "failed" and workers >= 2
+    assert second["reason"].startswith(f"its {workers} workers each returned the same batches (two rounds of its "
+                                       "first epoch, digested): the dataset yields every sample in each worker")
+
+
 def test_an_iterable_dataset_sharded_per_worker_is_measured_as_usual(tmp_path):
     script = write_script(tmp_path, STREAM.replace("SHARDED", "True"))
     report_path = tmp_path / "tune.json"

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loaderdoc._version import __version__
 from loaderdoc.textfile import read_input
 
 T = TypeVar("T")
@@ -47,17 +48,34 @@ def load_json(path: Path, *, what: str, error: type[Exception], how_to_write: st
         raise error(f"{path}: holds a number of thousands of digits; not a {what}") from None
 
 
-def other_version(schema: Any, readable: list[str]) -> str | None:
+# The key naming the loaderdoc that wrote a report, so that a report from another build says which.
+WRITTEN_BY = "loaderdoc_version"
+
+
+def stamped(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` with this build's version after its "schema" key (the reports the app reads back)."""
+    out = {"schema": document["schema"], WRITTEN_BY: __version__} if "schema" in document else {WRITTEN_BY: __version__}
+    out.update((k, v) for k, v in document.items() if k not in out)
+    return out
+
+
+def other_version(schema: Any, readable: list[str], data: Any = None) -> str | None:
     """Where ``schema`` is another version of one of ``readable`` (``loaderdoc.watch/2`` where this
-    build reads ``loaderdoc.watch/1``): the one line saying so; None otherwise."""
+    build reads ``loaderdoc.watch/1``): the one line saying so, naming the build that wrote it when
+    the document ``data`` says; None otherwise."""
     if not isinstance(schema, str) or schema in readable or "/" not in schema:
         return None
     family = schema.rsplit("/", 1)[0] + "/"
     same = [r for r in readable if r.startswith(family)]
     if not same:
         return None
-    return (f"schema {schema} is not one this build reads ({', '.join(same)}): written by another "
-            "loaderdoc; upgrade this one, or write the report again with it")
+    writer = data.get(WRITTEN_BY) if isinstance(data, dict) else None
+    if isinstance(writer, str) and re.fullmatch(r"[\w.+-]{1,40}", writer):
+        who = f"written by loaderdoc {writer}, this is {__version__}"
+    else:
+        who = f"written by another loaderdoc (this is {__version__})"
+    return (f"schema {schema} is not one this build reads ({', '.join(same)}): {who}; upgrade this one, "
+            "or write the report again with it")
 
 
 def not_schema(data: Any, expected: str, what: str, how_to_write: str) -> Bad:
@@ -65,7 +83,7 @@ def not_schema(data: Any, expected: str, what: str, how_to_write: str) -> Bad:
     if not isinstance(data, dict):
         return Bad(f"expected a JSON object ({what}), got {kind(data)}; {how_to_write}")
     schema = data.get("schema")
-    newer = other_version(schema, re.findall(r"loaderdoc\.[\w-]+/\d+", expected))
+    newer = other_version(schema, re.findall(r"loaderdoc\.[\w-]+/\d+", expected), data)
     if newer is not None:  # another loaderdoc's report: not "write one with ..."
         return Bad(newer)
     if "workload" in data and "results" in data:

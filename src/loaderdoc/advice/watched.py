@@ -209,6 +209,9 @@ class LoaderReport:
     io: dict[str, Any] | None = None  # the reads, once judged (or why they were not measured)
     proposed: dict[str, Any] | None = None  # what its findings propose, once judged
     source: int | None = None  # a merged report's: the index of the node's report it came from
+    # its workers each yielded the whole stream (True), split it (False), or it is unknown (None:
+    # a map-style dataset, fewer than 2 workers, a stream that never changes): watching/replays.py
+    replays: bool | None = None
     # what the rules read beside the loader, never written: the /dev/shm of its node, whether its
     # name says its rank (several processes), why its reads were not measured, and on the loader
     # each rank trained from, every rank's (the straggler rule compares them)
@@ -331,6 +334,8 @@ class LoaderReport:
                "judged": self.judged, "cpu": self.cpu, "io": self.io, "proposed": self.proposed}
         if self.source is not None:
             out["source"] = self.source
+        if self.replays is not None:
+            out["replays"] = self.replays
         return out
 
     @property

@@ -15,6 +15,7 @@ from typing import Any
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, worst
 from loaderdoc.errors import EXIT_FOR_STATUS
+from loaderdoc.jsondoc import stamped
 from loaderdoc.units import ranges
 
 JOB_SCHEMA = "loaderdoc.job/1"
@@ -128,4 +129,4 @@ class JobReport:
         }
         if self.store is not None:
             out["store"] = self.store
-        return out
+        return stamped(out)

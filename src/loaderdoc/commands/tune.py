@@ -206,10 +206,10 @@ class Tuner:
             self.epoch_batches = epoch_batches(run.records, run.key)
         elif trial.ok and self.key is not None:
             from loaderdoc.tuning.result import FAILED
-            from loaderdoc.tuning.window import epoch_batches, repeated_stream
+            from loaderdoc.tuning.window import epoch_batches, repeated_stream, replayed
 
             repeated = repeated_stream(self.epoch_batches, epoch_batches(run.records, self.key),
-                                       trial.settings.num_workers)
+                                       trial.settings.num_workers, replayed(run.records, self.key))
             if repeated is not None:
                 trial.status, trial.reason = FAILED, repeated
         if trial.ok:

@@ -136,7 +136,8 @@ def measure_in_process(
     import psutil
     from torch.utils.data import DataLoader, IterableDataset
 
-    from loaderdoc.probing.consumer import batch_nbytes, make_consumer
+    from loaderdoc.batches import batch_nbytes
+    from loaderdoc.probing.consumer import make_consumer
     from loaderdoc.probing.instrument import Tally, wrap_collate, wrap_dataset
 
     consumer = make_consumer(workload.step_ms, workload.device)
@@ -413,7 +414,7 @@ def _workers_repeat(dataset: Any, workload: LoadJob, kwargs: dict[str, Any], kee
     Anything going wrong (the stream ends, a timeout) is no verdict, not a failed configuration."""
     from torch.utils.data import DataLoader
 
-    from loaderdoc.probing.consumer import batch_digest, repeated_streams
+    from loaderdoc.batches import batch_digest, repeated_streams
 
     workers = 2
     loader = DataLoader(dataset, collate_fn=workload.collate_fn,

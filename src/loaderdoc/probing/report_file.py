@@ -60,7 +60,7 @@ def report_problem(data: Any) -> str | None:
         return f"not a probe report ({what}); {HOW_TO_WRITE}"
     schema = data.get("schema")
     if schema is not None and schema not in READABLE_SCHEMAS:
-        return other_version(schema, list(READABLE_SCHEMAS)) or f"not a probe report (schema {schema!r}); {HOW_TO_WRITE}"[:300]
+        return other_version(schema, list(READABLE_SCHEMAS), data) or f"not a probe report (schema {schema!r}); {HOW_TO_WRITE}"[:300]
     problem = _object(ProbeReport, data, "")
     if problem:
         return problem

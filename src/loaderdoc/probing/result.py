@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loaderdoc._serde import Recorded
+from loaderdoc.jsondoc import stamped
 from loaderdoc.settings import LoaderSettings
 
 
@@ -238,6 +239,9 @@ class ProbeReport(Recorded):
     epoch_steps: int | None = None  # steps per epoch the start-up cost was weighed against
     breakdown: list[Breakdown] = field(default_factory=list)
     prediction: Prediction | None = None
+
+    def to_dict(self) -> dict:
+        return stamped(super().to_dict())
 
     @property
     def ok_results(self) -> list[ConfigResult]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loaderdoc._serde import from_dict, to_dict
+from loaderdoc.jsondoc import stamped
 
 TUNE_SCHEMA = "loaderdoc.tune/1"
 
@@ -225,7 +226,7 @@ class TuneReport:
         )
 
     def to_dict(self) -> dict:
-        return to_dict(self)
+        return stamped(to_dict(self))
 
     @classmethod
     def from_dict(cls, data: dict) -> TuneReport:

@@ -313,15 +313,25 @@ def epoch_batches(records: list[dict[str, Any]], key: str) -> int | None:
     return max(ends) if ends else None
 
 
-def repeated_stream(written: int | None, tried: int | None, workers: int) -> str | None:
+def replayed(records: list[dict[str, Any]], key: str) -> bool:
+    """Whether the hook saw the training loader's workers each yield the whole stream (its first
+    epoch's batches, digested: watching/replays.py), which an endless stream's epochs cannot show."""
+    return any(raw.get("replays") is True for rec in records for raw in loaders_of(rec, key))
+
+
+def repeated_stream(written: int | None, tried: int | None, workers: int, replays: bool = False) -> str | None:
     """Why a trial's epochs cannot be compared with the script's own, where they grew with the
-    workers: a dataset that yields every sample in each worker (an IterableDataset that does not
-    split its stream with ``get_worker_info()``) gives ``workers`` times the batches, so its rate
-    counts every sample again (issue 49). None where the epochs match (a worker's partial last
-    batch adds at most one batch per worker)."""
-    if not written or not tried or workers < 2 or tried < 1.5 * written or tried - written <= workers:
+    workers or the hook saw its workers replay the stream (``replays``): a dataset that yields every
+    sample in each worker (an IterableDataset that does not split its stream with
+    ``get_worker_info()``) gives ``workers`` times the batches, so its rate counts every sample
+    again (issue 49). None where the epochs match (a worker's partial last batch adds at most one
+    batch per worker) and no replay was seen."""
+    grew = bool(written and tried and workers >= 2 and tried >= 1.5 * written and tried - written > workers)
+    if not grew and not replays:
         return None
-    return (f"its epochs held {tried} batches against your settings' {written} ({tried / written:.1f}x at "
-            f"num_workers={workers}): the dataset yields every sample in each worker (an IterableDataset "
+    seen = (f"its epochs held {tried} batches against your settings' {written} ({tried / written:.1f}x at "
+            f"num_workers={workers})" if grew else
+            f"its {workers} workers each returned the same batches (two rounds of its first epoch, digested)")
+    return (f"{seen}: the dataset yields every sample in each worker (an IterableDataset "
             "that does not split its stream with torch.utils.data.get_worker_info()); its rate counts "
             "samples again, so it is not a candidate; shard the stream per worker")

@@ -59,15 +59,16 @@ clock = time.perf_counter
 CPU_ALL, CPU_EVERY = 64, 16
 
 
-def _sibling(name: str):
-    """A module beside this file, loaded by path as sitecustomize loads this one (the child need
-    not be able to import loaderdoc)."""
+def _sibling(name: str, up: bool = False):
+    """A module beside this file (``up``: in the package folder above it), loaded by path as
+    sitecustomize loads this one (the child need not be able to import loaderdoc)."""
     import importlib.util
 
     full = f"_loaderdoc_watch_{name}"
     if full not in sys.modules:
+        folder = os.path.dirname(os.path.abspath(__file__))
         spec = importlib.util.spec_from_file_location(
-            full, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+            full, os.path.join(os.path.dirname(folder) if up else folder, f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[full] = module
         spec.loader.exec_module(module)
@@ -85,16 +86,17 @@ if __package__:  # imported as loaderdoc.watching.hook
         ioacct,
         iterwrap,
         procinfo,
+        replays,
         sampler,
         trace,
     )
-    EpochRecord = epochs.EpochRecord
-    cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 else:  # loaded by path under ``loaderdoc watch``
-    # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses; frozen last
-    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen iterwrap"
-    sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen, iterwrap = map(
-        _sibling, _NAMES.split())
+    # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses; frozen last;
+    # the package's batches.py before replays, which reads with it
+    _sibling("batches", up=True)
+    _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen iterwrap replays"
+    (sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen, iterwrap,
+     replays) = map(_sibling, _NAMES.split())
 EpochRecord = epochs.EpochRecord
 cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 _MARK = iterwrap.MARK
@@ -104,7 +106,7 @@ class WatchedIterator:
     """Wraps the iterator ``DataLoader.__iter__`` returned; everything else is delegated."""
 
     __slots__ = ("_it", "_next", "_epoch", "_returned", "_returned_cpu", "_returned_loop", "_on_end", "_on_first",
-                 "_trace", "__weakref__")  # weak: its epoch is not frozen while it lives
+                 "_trace", "_look", "__weakref__")  # weak: its epoch is not frozen while it lives
 
     def __init__(self, iterator, epoch: EpochRecord, on_end, on_first=None, trace=None) -> None:
         self._it = iterator
@@ -116,6 +118,7 @@ class WatchedIterator:
         self._on_end = on_end
         self._on_first = on_first  # once an epoch, at its first batch: the workers' start-up is over
         self._trace = trace  # under --trace, called at the top of each next(): may start or stop the profiler
+        self._look = None  # replays.looker's look(self, batch), untimed, until it has its verdict
 
     def __iter__(self):
         return self
@@ -161,6 +164,9 @@ class WatchedIterator:
                     e.stride *= 2
         e.steps += 1
         e.last = t1
+        if self._look is not None:  # its time is neither this wait nor the next step
+            self._look(self, batch)
+            t1 = clock()
         self._returned = t1
         # the next batch is CPU-timed: read the CPU clock where its step starts
         if e.steps < CPU_ALL or e.steps % CPU_EVERY == 0:
@@ -194,7 +200,7 @@ class WatchedIterator:
 
 class LoaderRecord:
     __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site",
-                 "stack", "frozen", "frozen_json")
+                 "stack", "frozen", "frozen_json", "replays")
 
     def __init__(self, number: int, loader) -> None:
         self.number = number
@@ -220,6 +226,7 @@ class LoaderRecord:
         # text of each frozen epoch written so far, serialized once
         self.frozen: tuple[int, tuple | None] = (0, None)
         self.frozen_json: list[str] = []
+        self.replays: bool | None = None  # its workers each yield the whole stream (replays.looker)
 
     def is_for(self, loader) -> bool:
         return self.ref is None or self.ref() is loader
@@ -228,8 +235,11 @@ class LoaderRecord:
         return {**self._head(), "epochs": [e.to_dict(t0) for e in list(self.epochs)], **self._applied()}
 
     def _head(self) -> dict:
-        return {"loader": self.number, "role": self.role, "site": self.site, "stack": self.stack, "class": self.cls,
+        head = {"loader": self.number, "role": self.role, "site": self.site, "stack": self.stack, "class": self.cls,
                 "settings": self.settings}
+        if self.replays is not None:
+            head["replays"] = self.replays
+        return head
 
     def _applied(self) -> dict:
         if self.asked is None:  # under --apply only: readers take a record without them
@@ -315,6 +325,8 @@ class Recorder:
                 self.gpu, self.gpu_reason = gpuidle.from_torch()
             if self.gpu is not None:
                 watched._next = self.gpu.timed(watched._next, epoch)
+            if len(rec.epochs) == 1:
+                watched._look = replays.looker(loader, rec)
         return watched
 
     def _start_sampler(self) -> None:
@@ -453,24 +465,12 @@ def patch(module, recorder: Recorder, applier=None) -> bool:
     return True
 
 
-def _quiet_interrupt() -> None:
-    """In a tune trial the KeyboardInterrupt of tune's SIGINT ends the program without a traceback:
-    the last lines of its output, which tune shows, stay the program's own."""
-    previous = sys.excepthook
-
-    def excepthook(kind, value, tb) -> None:
-        if not issubclass(kind, KeyboardInterrupt):
-            previous(kind, value, tb)
-
-    sys.excepthook = excepthook
-
-
 def install(directory: str | None) -> Recorder:
     """Measure every DataLoader this process iterates and write the records into ``directory`` at
     each epoch end, from the sampler and at exit (nothing is written by a process that iterated none)."""
     recorder = Recorder(directory)
     if os.environ.get(ENV_TUNE_TRIAL):
-        _quiet_interrupt()
+        procinfo.quiet_interrupt()
     recorder.tracer = trace.Tracer.from_env(recorder.io)  # --trace DIR: a profiler trace of a few steady steps
     applier = apply.Applier.from_env()  # --apply's tables (none: the loaders are only named)
 

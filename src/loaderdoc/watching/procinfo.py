@@ -1,5 +1,5 @@
 """Which process of a job the watch hook runs in (host, torchrun / SLURM rank variables, CPUs),
-and the hook's settings read from its environment.
+and the hook's settings read from its environment (in a tune trial: a quiet interrupt).
 
 Standard library only, no loaderdoc import: under ``loaderdoc watch`` this file is loaded by path
 beside ``hook.py``.
@@ -44,3 +44,15 @@ def env_positive(name: str, default: float, floor: float, warn) -> float:
         warn(f"{name}={raw!r} is not a positive number; using {default:g}")
         return default
     return max(value, floor)
+
+
+def quiet_interrupt() -> None:
+    """In a tune trial the KeyboardInterrupt of tune's SIGINT ends the program without a traceback:
+    the last lines of its output, which tune shows, stay the program's own."""
+    previous = sys.excepthook
+
+    def excepthook(kind, value, tb) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+
+    sys.excepthook = excepthook

@@ -15,6 +15,7 @@ from typing import Any
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, worst
 from loaderdoc.advice.watched import LoaderReport, wait_share_of
+from loaderdoc.jsondoc import stamped
 
 WATCH_SCHEMA = "loaderdoc.watch/1"
 
@@ -108,4 +109,4 @@ class WatchReport:
             out["apply"] = self.apply
         if self.merged_from is not None:
             out.update(merged_from=self.merged_from, commands=self.commands, machines=self.machines)
-        return out
+        return stamped(out)

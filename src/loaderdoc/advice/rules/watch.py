@@ -26,8 +26,9 @@ _JUDGED = f"over >= {policy.WATCH_MIN_BATCHES} steady batches (loaderdoc.policy.
 
 
 def _judged(w: LoaderReport | None) -> LoaderReport | None:
-    """The evidence when it has enough steady batches to judge the data wait."""
-    if w is None or w.waits < policy.WATCH_MIN_BATCHES or w.wait_share is None:
+    """The evidence when it has enough steady batches to judge the data wait (never a loader whose
+    workers replayed its stream: its waits are of data counted again, watch-stream-replayed says so)."""
+    if w is None or w.waits < policy.WATCH_MIN_BATCHES or w.wait_share is None or w.replays:
         return None
     return w
 

@@ -212,6 +212,7 @@ class LoaderReport:
     # its workers each yielded the whole stream (True), split it (False), or it is unknown (None:
     # a map-style dataset, fewer than 2 workers, a stream that never changes): watching/replays.py
     replays: bool | None = None
+    iter_error: str | None = None  # what iter(loader) raised: its epoch never began (watching/epochs.py)
     # what the rules read beside the loader, never written: the /dev/shm of its node, whether its
     # name says its rank (several processes), why its reads were not measured, and on the loader
     # each rank trained from, every rank's (the straggler rule compares them)
@@ -336,6 +337,8 @@ class LoaderReport:
             out["source"] = self.source
         if self.replays is not None:
             out["replays"] = self.replays
+        if self.iter_error is not None:
+            out["iter_error"] = self.iter_error
         return out
 
     @property

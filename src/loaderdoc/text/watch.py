@@ -48,6 +48,8 @@ def _head(report: WatchReport) -> str:
 
 def _loader_lines(entry: LoaderReport, where: bool) -> list[str]:
     t = entry.totals
+    if entry.iter_error and not t.steps:  # its finding says what iter() raised and why
+        return _wrap(f"{entry.title(where)}: no batch, iter(loader) raised{_applied_text(entry)}", "  ", "    ")
     text = (f"{entry.title(where)}: {t.epochs} epoch{'s' if t.epochs != 1 else ''}, "
             f"{t.steps} batches, wait {fmt_share_fine(t.wait_share)}")
     if t.waits:  # the percentiles are the longest epoch's

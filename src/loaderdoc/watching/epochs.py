@@ -1,8 +1,9 @@
-"""One epoch of a watched DataLoader, as the hook counts it: :class:`EpochRecord`, updated in place
-by the wrapped iterator (``hook.WatchedIterator``) and read when the records are written.
+"""A watched DataLoader as the hook records it: :class:`LoaderRecord` (what it is, how it was
+built, what --apply changed) and one :class:`EpochRecord` per ``iter()``, updated in place by the
+wrapped iterator (``hook.WatchedIterator``) and read when the records are written.
 
 Standard library only: under ``loaderdoc watch`` it is loaded by path beside ``hook.py``, after
-``cpuacct.py`` and ``ioacct.py``, whose fields it writes out.
+``apply.py``, ``cpuacct.py`` and ``ioacct.py``, whose fields it writes out.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import sys
 import time
 
 if __package__:  # imported as loaderdoc.watching.epochs
-    from loaderdoc.watching import cpuacct, ioacct
-else:  # loaded by path beside hook.py, which loads cpuacct.py and ioacct.py first
+    from loaderdoc.watching import apply, cpuacct, ioacct
+else:  # loaded by path beside hook.py, which loads apply.py, cpuacct.py and ioacct.py first
+    apply = sys.modules["_loaderdoc_watch_apply"]
     cpuacct = sys.modules["_loaderdoc_watch_cpuacct"]
     ioacct = sys.modules["_loaderdoc_watch_ioacct"]
 
@@ -127,3 +129,55 @@ class EpochRecord:
 
 def _quantile(ordered: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+
+class LoaderRecord:
+    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site",
+                 "stack", "frozen", "frozen_json", "replays", "iter_error")
+
+    def __init__(self, number: int, loader) -> None:
+        self.number = number
+        try:
+            import weakref
+
+            self.ref = weakref.ref(loader)
+        except TypeError:  # not weak-referenceable: identity by id() alone
+            self.ref = None
+        self.cls = type(loader).__name__
+        # set by apply.wrap_init at construction: the role ("train", ... or None) and, under --apply,
+        # what the script asked, the keys --apply changed and the tables that matched
+        self.role = getattr(loader, apply.ROLE, None)
+        self.site = getattr(loader, apply.SITE, None)  # the line that built it ("train.py:42")
+        self.stack = getattr(loader, apply.STACK, None)  # ... with its callers (apply.STACK_DEPTH lines)
+        self.asked = getattr(loader, apply.ASKED, None)
+        self.applied = getattr(loader, apply.APPLIED_KEYS, None)
+        self.tables = getattr(loader, apply.TABLES_USED, None)
+        self.settings = apply.loader_settings(loader, [k for k in self.applied or () if k not in apply.SETTINGS])
+        self.epochs: list[EpochRecord] = []
+        # epochs[:n] are frozen (Recorder.freeze): (n, the sampler's sums over them), one tuple so
+        # that a reader in another thread gets a count and sums that agree; frozen_json: the JSON
+        # text of each frozen epoch written so far, serialized once
+        self.frozen: tuple[int, tuple | None] = (0, None)
+        self.frozen_json: list[str] = []
+        self.replays: bool | None = None  # its workers each yield the whole stream (replays.looker)
+        self.iter_error: str | None = None  # what iter(loader) raised ("AttributeError: Can't pickle ...")
+
+    def is_for(self, loader) -> bool:
+        return self.ref is None or self.ref() is loader
+
+    def to_dict(self, t0: float) -> dict:
+        return {**self._head(), "epochs": [e.to_dict(t0) for e in list(self.epochs)], **self._applied()}
+
+    def _head(self) -> dict:
+        head = {"loader": self.number, "role": self.role, "site": self.site, "stack": self.stack, "class": self.cls,
+                "settings": self.settings}
+        if self.replays is not None:
+            head["replays"] = self.replays
+        if self.iter_error is not None:
+            head["iter_error"] = self.iter_error
+        return head
+
+    def _applied(self) -> dict:
+        if self.asked is None:  # under --apply only: readers take a record without them
+            return {}
+        return {"asked": self.asked, "applied": self.applied or [], "apply_tables": self.tables or []}

@@ -97,7 +97,7 @@ else:  # loaded by path under ``loaderdoc watch``
     _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen iterwrap replays"
     (sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen, iterwrap,
      replays) = map(_sibling, _NAMES.split())
-EpochRecord = epochs.EpochRecord
+EpochRecord, LoaderRecord = epochs.EpochRecord, epochs.LoaderRecord
 cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 _MARK = iterwrap.MARK
 
@@ -198,55 +198,6 @@ class WatchedIterator:
         return getattr(object.__getattribute__(self, "_it"), name)
 
 
-class LoaderRecord:
-    __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site",
-                 "stack", "frozen", "frozen_json", "replays")
-
-    def __init__(self, number: int, loader) -> None:
-        self.number = number
-        try:
-            import weakref
-
-            self.ref = weakref.ref(loader)
-        except TypeError:  # not weak-referenceable: identity by id() alone
-            self.ref = None
-        self.cls = type(loader).__name__
-        # set by apply.wrap_init at construction: the role ("train", ... or None) and, under --apply,
-        # what the script asked, the keys --apply changed and the tables that matched
-        self.role = getattr(loader, apply.ROLE, None)
-        self.site = getattr(loader, apply.SITE, None)  # the line that built it ("train.py:42")
-        self.stack = getattr(loader, apply.STACK, None)  # ... with its callers (apply.STACK_DEPTH lines)
-        self.asked = getattr(loader, apply.ASKED, None)
-        self.applied = getattr(loader, apply.APPLIED_KEYS, None)
-        self.tables = getattr(loader, apply.TABLES_USED, None)
-        self.settings = apply.loader_settings(loader, [k for k in self.applied or () if k not in apply.SETTINGS])
-        self.epochs: list[EpochRecord] = []
-        # epochs[:n] are frozen (Recorder.freeze): (n, the sampler's sums over them), one tuple so
-        # that a reader in another thread gets a count and sums that agree; frozen_json: the JSON
-        # text of each frozen epoch written so far, serialized once
-        self.frozen: tuple[int, tuple | None] = (0, None)
-        self.frozen_json: list[str] = []
-        self.replays: bool | None = None  # its workers each yield the whole stream (replays.looker)
-
-    def is_for(self, loader) -> bool:
-        return self.ref is None or self.ref() is loader
-
-    def to_dict(self, t0: float) -> dict:
-        return {**self._head(), "epochs": [e.to_dict(t0) for e in list(self.epochs)], **self._applied()}
-
-    def _head(self) -> dict:
-        head = {"loader": self.number, "role": self.role, "site": self.site, "stack": self.stack, "class": self.cls,
-                "settings": self.settings}
-        if self.replays is not None:
-            head["replays"] = self.replays
-        return head
-
-    def _applied(self) -> dict:
-        if self.asked is None:  # under --apply only: readers take a record without them
-            return {}
-        return {"asked": self.asked, "applied": self.applied or [], "apply_tables": self.tables or []}
-
-
 class Recorder:
     """Every DataLoader iterated in this process, in the order they were first iterated.
 
@@ -300,7 +251,7 @@ class Recorder:
     def path(self) -> str | None:
         return os.path.join(self.directory, f"records-{self.pid}.json") if self.directory else None
 
-    def wrap(self, loader, iterator, started: float) -> WatchedIterator:
+    def _record(self, loader) -> LoaderRecord:
         if self.directory and os.getpid() != self.pid:
             self._adopt_fork()
         rec = self._by_id.get(id(loader))
@@ -308,7 +259,21 @@ class Recorder:
             rec = LoaderRecord(len(self.loaders) + 1, loader)
             self.loaders.append(rec)
             self._by_id[id(loader)] = rec
-        elif rec.epochs and not rec.epochs[-1].finished and not rec.epochs[-1].closed:
+        return rec
+
+    def iter_failed(self, loader, error: BaseException) -> None:
+        """``iter(loader)`` raised (its workers could not start: a dataset spawn cannot pickle): the
+        loader is recorded with what it raised, and written at exit beside the others."""
+        if isinstance(error, Exception):  # not a KeyboardInterrupt: that stopped the run, not the loader
+            rec = self._record(loader)
+            rec.iter_error = f"{type(error).__name__}: {error}"[:500]
+            context = apply.plain(getattr(loader, "multiprocessing_context", None))
+            if context is not None:  # how its workers were to start: what the error is read with
+                rec.settings.setdefault("multiprocessing_context", context)
+
+    def wrap(self, loader, iterator, started: float) -> WatchedIterator:
+        rec = self._record(loader)
+        if rec.epochs and not rec.epochs[-1].finished and not rec.epochs[-1].closed:
             rec.epochs[-1].closed = True  # an epoch boundary like StopIteration's: resolve and write
             self.epoch_ended(rec.epochs[-1])
         epoch = EpochRecord(len(rec.epochs), started)

@@ -39,6 +39,10 @@ def watched_iter(original, recorder, applier, clock):
         inside.add(id(self))
         try:
             iterator = original(self)
+        except BaseException as error:
+            with contextlib.suppress(Exception):
+                recorder.iter_failed(self, error)
+            raise
         finally:
             inside.discard(id(self))
         return recorder.wrap(self, iterator, started)

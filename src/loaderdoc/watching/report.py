@@ -68,7 +68,8 @@ def loader_report(raw: dict[str, Any], records: dict[str, Any] | None = None) ->
         applied={k: raw[k] for k in ("asked", "applied", "apply_tables") if k in raw},
         epochs=[WatchedEpoch.from_record(e, n) for n, e in enumerate(raw.get("epochs", []))],
         timeline=timeline(records.get("samples") or [], raw.get("loader")),
-        io=io, io_unreadable=(io or {}).get("reason"), replays=raw.get("replays"))
+        io=io, io_unreadable=(io or {}).get("reason"), replays=raw.get("replays"),
+        iter_error=raw.get("iter_error"))
 
 
 def _io_unread(records: dict[str, Any]) -> dict[str, Any] | None:

@@ -195,7 +195,10 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
                 if not isinstance(key, str) or key in INHERITANCE_KEYS:
                     continue
                 if isinstance(value, (Table, Seq)):
-                    if not (set(words(key)) & OTHER_TOOLS):
+                    # a YAML template outside any split is read where it is merged, never as every loader's
+                    template = isinstance(value, Table) and value.template and \
+                        not any(split_of_key(k) for k in (*path, key))
+                    if not (set(words(key)) & OTHER_TOOLS) and not template:
                         walk(value, (*path, key))
                     continue
                 meaning = meaning_of(key) if key not in OTHER_LOADER_KEYS else None

@@ -97,19 +97,22 @@ def _sniffed(text: str, path: Path) -> Table:
             raise toml_error from None
 
 
-def _with_origins(value: Any, where: str, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> Any:
-    """Plain parsed data as Tables and Seqs, each key's origin its path here (and line when known)."""
+def _with_origins(value: Any, where: str, path: tuple[str, ...], lines: dict[tuple[str, ...], int],
+                  templates: frozenset[tuple[str, ...]] = frozenset()) -> Any:
+    """Plain parsed data as Tables and Seqs, each key's origin its path here (and line when known);
+    the tables at ``templates`` marked as such (YAML's anchored mappings others take)."""
     if isinstance(value, dict):
         out = Table()
+        out.template = path in templates
         for key, item in value.items():
             key = str(key)
-            out.put(key, _with_origins(item, where, (*path, key), lines),
+            out.put(key, _with_origins(item, where, (*path, key), lines, templates),
                     Origin(where, (*path, key), lines.get((*path, key))))
         return out
     if isinstance(value, list):
         seq = Seq()
         for i, item in enumerate(value):
-            seq.append(_with_origins(item, where, (*path, str(i)), lines))
+            seq.append(_with_origins(item, where, (*path, str(i)), lines, templates))
             seq.origins[i] = Origin(where, (*path, str(i)), lines.get((*path, str(i))))
         return seq
     return value
@@ -188,11 +191,12 @@ def _parse_yaml(text: str, path: Path) -> Table:
         raise SettingsError(f"{path}:{line}: not valid YAML: it holds the control character U+{exc.character:04X} "
                             "(a config file is text)") from None
     lines: dict[tuple[str, ...], int] = {}
+    templates: set[tuple[str, ...]] = set()
     try:
         node = loader.get_single_node()  # aliases are shared nodes here: cheap, whatever they expand to
         if node is not None:
             _bound_expansion(node, path)
-            _record_key_lines(node, (), lines)
+            _record_key_lines(node, (), lines, {}, templates)
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -201,7 +205,7 @@ def _parse_yaml(text: str, path: Path) -> Table:
         raise SettingsError(f"{path}{line}: not valid YAML: {problem}") from None
     finally:
         loader.dispose()
-    return _with_origins(_as_mapping(data, path), str(path), (), lines)
+    return _with_origins(_as_mapping(data, path), str(path), (), lines, frozenset(templates))
 
 
 def _bound_expansion(root, path: Path) -> None:
@@ -237,17 +241,36 @@ def _bound_expansion(root, path: Path) -> None:
     size(root)
 
 
-def _record_key_lines(node, path: tuple[str, ...], out: dict[tuple[str, ...], int]) -> None:
-    """Key path -> line from the composed YAML nodes (an alias's keys keep the first path they had)."""
+def _record_key_lines(node, path: tuple[str, ...], out: dict[tuple[str, ...], int],
+                      first: dict[int, tuple[str, ...]], templates: set[tuple[str, ...]]) -> None:
+    """Key path -> line from the composed YAML nodes (an alias's keys keep the first path they had).
+    A merge key (``<<: *base``, or a list of them) gives the mapping the keys it does not set itself,
+    each at the line its value is written on (the anchor's), as PyYAML merges them: the mapping's own
+    keys, then the merged mappings, the last in the list first. ``templates`` gets the path where each
+    mapping that is merged or taken whole again was first written (``first``: node -> that path)."""
     import yaml
 
     if isinstance(node, yaml.MappingNode):
+        if id(node) in first:  # an alias: the mapping is written at first[...]
+            if first[id(node)] != path:
+                templates.add(first[id(node)])
+        else:
+            first[id(node)] = path
+        merged = []
         for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and (*path, key_node.value) not in out:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue
+            if key_node.value == "<<" and key_node.tag == "tag:yaml.org,2002:merge":
+                merged += value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            elif (*path, key_node.value) not in out:
                 key_path = (*path, key_node.value)
                 out[key_path] = key_node.start_mark.line + 1
-                _record_key_lines(value_node, key_path, out)
+                _record_key_lines(value_node, key_path, out, first, templates)
+        for base in reversed(merged):
+            if isinstance(base, yaml.MappingNode) and id(base) in first:
+                templates.add(first[id(base)])
+            _record_key_lines(base, path, out, first, templates)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             out.setdefault((*path, str(i)), item.start_mark.line + 1)
-            _record_key_lines(item, (*path, str(i)), out)
+            _record_key_lines(item, (*path, str(i)), out, first, templates)

@@ -27,11 +27,14 @@ class Origin:
 
 
 class Table(dict):
-    """A mapping whose keys each carry their :class:`Origin` (``origins[key]``)."""
+    """A mapping whose keys each carry their :class:`Origin` (``origins[key]``). ``template``: a
+    YAML mapping other mappings take whole or merge (``&base`` then ``<<: *base``): its keys are
+    read where it is used, not as settings of every loader."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.origins: dict[str, Origin] = {}
+        self.template = False
 
     def __deepcopy__(self, memo: dict) -> Table:
         import copy
@@ -41,6 +44,7 @@ class Table(dict):
         for key, value in self.items():
             out[key] = copy.deepcopy(value, memo)
         out.origins = dict(self.origins)
+        out.template = self.template
         return out
 
     def put(self, key: str, value: Any, origin: Origin | None) -> None:

@@ -170,7 +170,7 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
             referenced.setdefault(target, []).append(here)
     found = group(hits, native=native_owners(loaded.tree), referenced=referenced)
     config.loaders = found.loaders
-    config.unattributed = found.unattributed + opaque
+    config.unattributed = found.unattributed + opaque + loaded.run_time
     config.disagreeing = found.disagreeing
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
     return config

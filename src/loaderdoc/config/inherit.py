@@ -42,6 +42,9 @@ class Loaded:
     texts: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # each one line: a missing base, an env variable, ...
     missing: list[str] = field(default_factory=list)  # bases named but not found: the read is partial
+    # what a script's run decides (argparse defaults a command line overrides, a DataLoader built in
+    # a function): the read is partial, each one line
+    run_time: list[str] = field(default_factory=list)
     # key path -> (the path it refers to, that value's origin): `batch_size: ${data.batch_size}`
     references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
     frameworks: set[str] = field(default_factory=set)  # inheritance seen: "mmengine", "Hydra", "detectron2", ...
@@ -89,7 +92,8 @@ class _Loader:
         self.loaded.texts[str(path)] = text
         self.open.append(resolved)
         try:
-            tree = parse_file(path, text, import_file=self.importer(path), notes=self.loaded.notes)
+            tree = parse_file(path, text, import_file=self.importer(path), notes=self.loaded.notes,
+                              run_time=self.loaded.run_time)
             tree = self.inherit(path, tree)
         finally:
             self.open.pop()

@@ -35,8 +35,9 @@ NOT_READ = {".json5": "JSON5", ".jsonc": "JSON with comments", ".ini": "INI", ".
 
 
 def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
-               notes: list[str] | None = None) -> Table:
-    table = _parse_file(path, text, import_file=import_file, notes=notes)
+               notes: list[str] | None = None, run_time: list[str] | None = None) -> Table:
+    """The file's tree; ``notes`` and ``run_time`` get what a ``.py`` file leaves to its run."""
+    table = _parse_file(path, text, import_file=import_file, notes=notes, run_time=run_time)
     if _has_huge_int(table):  # 0x and 4000 hex digits parse (a power of two base has no digit limit), then
         raise SettingsError(f"{path}: {HUGE_NUMBER}")  # nothing can print it: exit 70 (issue 49)
     return table
@@ -58,12 +59,12 @@ def _has_huge_int(value: Any, depth: int = 0) -> bool:
 
 
 def _parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
-                notes: list[str] | None = None) -> Table:
+                notes: list[str] | None = None, run_time: list[str] | None = None) -> Table:
     suffix = path.suffix.lower() or (path.name.lower() if path.name.startswith(".") else "")
     where = str(path)
     try:
         if suffix == ".py":
-            return read_python(text, where, import_file=import_file, notes=notes)
+            return read_python(text, where, import_file=import_file, notes=notes, run_time=run_time)
         if suffix in (".yaml", ".yml"):
             return _parse_yaml(text, path)
         if suffix == ".json":

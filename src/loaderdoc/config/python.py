@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.config.script import read_script
 from loaderdoc.config.tree import MAX_CONFIG_VALUES, Origin, Seq, Table, Unread, merge_into
 from loaderdoc.errors import SettingsError
 
@@ -41,8 +42,9 @@ ImportFile = Callable[[str, int, int], "Table | None"]
 
 
 def read_python(text: str, where: str, *, import_file: ImportFile | None = None,
-                notes: list[str] | None = None) -> Table:
-    """The module's top-level names as a :class:`Table` whose keys carry their lines."""
+                notes: list[str] | None = None, run_time: list[str] | None = None) -> Table:
+    """The module's top-level names as a :class:`Table` whose keys carry their lines, and a
+    script's argparse defaults as ``args`` (:mod:`.script`; ``run_time`` says what its run decides)."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
@@ -52,6 +54,7 @@ def read_python(text: str, where: str, *, import_file: ImportFile | None = None,
         raise SettingsError(f"{where}:{exc.lineno}: not valid Python: {exc.msg}") from None
     reader = _Reader(where, import_file, notes if notes is not None else [])
     reader.statements(tree.body)
+    read_script(tree, where, reader.namespace, reader.value, run_time if run_time is not None else [])
     return reader.namespace
 
 
@@ -105,12 +108,16 @@ class _Reader:
 
     def class_attributes(self, node: ast.ClassDef) -> None:
         """An experiment class (YOLOX's ``Exp``): ``self.data_num_workers = 4`` in ``__init__`` and
-        class-level ``batch_size = 8`` read as the class's table."""
+        class-level ``batch_size = 8`` read as the class's table; a dataclass's fields too
+        (``num_workers: int = 8``, ``field(default=8)``, ``field(default_factory=DataConfig)``)."""
         table = Table()
         for item in node.body:
             if isinstance(item, ast.Assign) and len(item.targets) == 1 and isinstance(item.targets[0], ast.Name):
                 key = item.targets[0].id
                 table.put(key, self.value(item.value, (node.name, key)), self.origin((node.name, key), item))
+            elif isinstance(item, ast.AnnAssign) and item.value is not None and isinstance(item.target, ast.Name):
+                key = item.target.id
+                table.put(key, self.field_value(item.value, (node.name, key)), self.origin((node.name, key), item))
             elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
                 for statement in ast.walk(item):
                     if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
@@ -121,6 +128,19 @@ class _Reader:
                             table.put(target.attr, self.value(statement.value, path), self.origin(path, statement))
         if table:
             self.namespace.put(node.name, table, self.origin((node.name,), node))
+
+    def field_value(self, node: ast.expr, path: tuple[str, ...]) -> Any:
+        """A class attribute's value; a dataclass ``field(...)``'s default, or a fresh instance of
+        the class its ``default_factory`` names where the file defines it."""
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("field", "dataclasses.field"):
+            given = {k.arg: k.value for k in node.keywords if k.arg in ("default", "default_factory")}
+            if "default" in given:
+                return self.value(given["default"], path)
+            factory = given.get("default_factory")
+            if isinstance(factory, ast.Name) and isinstance(self.namespace.get(factory.id), Table):
+                return self.copied(self.namespace[factory.id])
+            return Unread(ast.unparse(node)[:60])
+        return self.value(node, path)
 
     def assign(self, target: ast.expr, value_node: ast.expr, statement: ast.stmt) -> None:
         if isinstance(target, ast.Name):

@@ -132,3 +132,76 @@ def test_a_read_only_trace_folder_is_refused_as_root_too(tmp_path):
     one_line_error(proc, EXIT_USAGE, f"--trace {folder}: cannot write into it", "Read-only file system")
     assert not marker.exists()
     assert os.listdir(folder) == []
+
+
+FILLS_THE_DISK = """\
+import sys
+import torch
+from torch.utils.data import DataLoader
+
+try:  # the disk fills while the run goes on
+    with open(sys.argv[1], "wb") as fh:
+        while True:
+            fh.write(b"x" * 4096)
+            fh.flush()
+except OSError:
+    pass
+for batch in DataLoader(torch.arange(400), batch_size=4):
+    torch.randn(32, 32) @ torch.randn(32, 32)
+"""
+
+
+@pytest.mark.skipif(NS_REASON is not None, reason=NS_REASON or "")
+def test_a_trace_onto_a_disk_that_filled_says_the_disk_is_full(tmp_path):
+    """Was: "the trace was not written: [Errno 2] No such file or directory: '.../trace.json'"."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = tmp_path / "fill.py"
+    script.write_text(FILLS_THE_DISK, encoding="utf-8")
+    env, _ = fault_env()
+    prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+              f'mount -t tmpfs -o size=1m tmpfs {disk} && mkdir {disk}/traces && exec "$@"', "sh"]
+    proc = loaderdoc("watch", "--json", "--trace", str(disk / "traces"), "--", sys.executable, str(script),
+                     str(disk / "fill"), env=env, prefix=prefix)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    (trace,) = report["traces"]
+    assert trace["state"] == "failed", trace
+    assert trace["error"].startswith(f"the disk holding {disk / 'traces'} is full (")
+    assert trace["error"].endswith("free); free some space or give --trace another folder")
+    assert "No such file or directory" not in proc.stderr
+
+
+OWN_PROFILER_LATER = """\
+import sys
+import torch
+from torch.utils.data import DataLoader
+
+prof = None
+for i, batch in enumerate(DataLoader(torch.arange(400), batch_size=4)):
+    torch.randn(32, 32) @ torch.randn(32, 32)
+    if i == 14:  # inside loaderdoc's traced window (it starts after 10 steady batches)
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        prof.start()
+    if i == 40:
+        prof.stop()
+        prof.export_chrome_trace(sys.argv[1])
+print("done")
+"""
+
+
+def test_a_program_starting_its_own_profiler_inside_the_window_ends_ours_first(tmp_path):
+    """Was: the program segfaulted (exit 139), then "no DataLoader was iterated"."""
+    script = tmp_path / "own.py"
+    script.write_text(OWN_PROFILER_LATER, encoding="utf-8")
+    mine = tmp_path / "mine.json"
+    env, _ = fault_env()
+    proc = loaderdoc("watch", "--json", "--trace", str(tmp_path / "tr"), "--", sys.executable, str(script), str(mine),
+                     env=env)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
+    assert json.loads(mine.read_text())["traceEvents"]  # the program's own trace, whole
+    report = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    (trace,) = report["traces"]
+    assert trace["state"] == "written" and 0 < trace["steps"] < 10, trace
+    assert trace["cut_short"] == f"the program started its own torch.profiler after {trace['steps']} steps"
+    assert any(e.get("name") == WAIT for e in json.loads(Path(trace["path"]).read_text())["traceEvents"])

@@ -87,6 +87,8 @@ def _trace_lines(report: WatchReport) -> list[str]:
         if t.get("state") == "written":
             text = (f"trace{who}: {t['path']}: {t['steps']} steps of loader {t['loader']} from batch "
                     f"{t['from_batch']} (epoch {t['epoch']}), the data waits marked 'loaderdoc: data wait'")
+            if t.get("cut_short"):
+                text += f" (ended early: {t['cut_short']})"
             before, traced = t.get("step_per_batch_before_s"), t.get("step_per_batch_traced_s")
             if before and traced:
                 text += (f"; profiled, a step took {fmt_seconds(traced)} against {fmt_seconds(before)} before "

@@ -18,6 +18,7 @@ what profiling adds to the traced steps stays in them, and the records say how m
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sys
@@ -71,6 +72,8 @@ class Tracer:
         self._restore = None  # (the WatchedIterator, its _next before the trace)
         self._window = None  # (the loading's reads, clock()) when recording began
         self.io = None  # the recorder's ioacct.IoLedger: the profiler's own reads are kept out of the epoch's
+        self.cut_short: str | None = None  # why the trace ended before its steps (the program's own profiler)
+        self._unguard = None  # undoes _guard: called when ours stops
 
     @classmethod
     def from_env(cls, io=None) -> Tracer | None:
@@ -124,7 +127,7 @@ class Tracer:
                "steps_asked": self.steps, "after": self.after, "loader": self._loader,
                "epoch": self._epoch.index if self._epoch is not None else None, "from_batch": self._from_batch,
                "steps": self._traced, "start_s": self._start_s, "export_s": self._export_s,
-               "batches_seen": self._seen}
+               "batches_seen": self._seen, "cut_short": self.cut_short}
         if self._before is not None:
             out["wait_per_batch_before_s"], out["step_per_batch_before_s"] = self._before
         if self._traced:
@@ -159,6 +162,7 @@ class Tracer:
             return
         self._prof = prof
         self.state = "recording"
+        self._guard(torch)
         original = watched._next
         record_function = torch.profiler.record_function
         tracer = self
@@ -176,6 +180,25 @@ class Tracer:
 
         watched._next = traced_next
         self._restore = (watched, original)
+
+    def _guard(self, torch) -> None:
+        """While ours records, a profiler the program starts ends ours first: two at once ended the
+        program with a segfault (exit 139, issue 49). Every torch profiler prepares through
+        ``torch.autograd.profiler.profile._prepare_trace``; ours is past it."""
+        cls = getattr(getattr(torch.autograd, "profiler", None), "profile", None)
+        original = getattr(cls, "_prepare_trace", None)
+        if original is None:
+            return
+        tracer = self
+
+        def _prepare_trace(profile, *args, **kwargs):
+            if tracer.state == "recording":
+                tracer.cut_short = f"the program started its own torch.profiler after {tracer._traced} steps"
+                tracer.ended(tracer._epoch)
+            return original(profile, *args, **kwargs)
+
+        cls._prepare_trace = _prepare_trace
+        self._unguard = lambda: setattr(cls, "_prepare_trace", original)
 
     def _overhead_in_window(self) -> None:
         """The profiler's start and export are in the epoch's wall time: the traced window (left
@@ -196,6 +219,10 @@ class Tracer:
                 mark.__exit__(None, None, None)
 
     def _stop(self) -> None:
+        unguard, self._unguard = self._unguard, None
+        if unguard is not None:
+            with contextlib.suppress(Exception):
+                unguard()
         if self._restore is not None:
             watched, original = self._restore
             watched._next = original
@@ -218,10 +245,13 @@ class Tracer:
             private = tempfile.mkdtemp(prefix=".trace-", dir=self.folder)
             tmp = os.path.join(private, "trace.json")
             prof.export_chrome_trace(tmp)
+            if not os.path.exists(tmp):  # the profiler's writer says nothing when it fails (a full disk)
+                self._fail(_unwritten(self.folder, None))
+                return
             os.chmod(tmp, 0o600)
             os.replace(tmp, path)
         except Exception as exc:  # a full disk, a folder removed meanwhile: said in the report
-            self._fail(f"the trace was not written: {exc}")
+            self._fail(_unwritten(self.folder, exc))
             return
         finally:
             if private is not None:
@@ -250,6 +280,25 @@ class Tracer:
             watched._returned += spent
             watched._returned_cpu = None  # the step's CPU time would hold the profiler's: not timed
         return spent
+
+
+FULL_BELOW = 64 << 20  # free bytes under which a disk a trace could not be written to is called full
+
+
+def _unwritten(folder: str, error: Exception | None) -> str:
+    """Why the trace is not in ``folder``: its disk is full (ENOSPC, or the profiler wrote nothing
+    where little space is left), or what went wrong."""
+    try:
+        st = os.statvfs(folder)
+        free: int | None = st.f_bavail * st.f_frsize
+    except OSError:
+        free = None
+    if getattr(error, "errno", None) == errno.ENOSPC or (error is None and free is not None and free < FULL_BELOW):
+        shown = "" if free is None else f" ({free >> 10} KiB free)" if free < 1 << 20 else f" ({free >> 20} MiB free)"
+        return f"the disk holding {folder} is full{shown}; free some space or give --trace another folder"
+    if error is None:
+        return f"the profiler wrote no file into {folder}"
+    return f"the trace was not written: {error}"
 
 
 def per_batch(tracer: Tracer | None, loader_number: int, own_process: bool):

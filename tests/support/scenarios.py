@@ -835,7 +835,35 @@ def _watched() -> list[Scenario]:
             watch=_straggler(),
             expect=frozenset({"watch-straggler-rank", "watch-data-starved"}),
         ),
+        Scenario(
+            "watch-stream-replayed",
+            "an IterableDataset that ignores get_worker_info(), watched with 2 workers: each replayed the "
+            "stream (its data wait, of data counted twice, is not judged)",
+            "ci-2core", LoaderSettings(batch_size=64, num_workers=2),
+            watch=_replayed(),
+            expect=frozenset({"watch-stream-replayed", "watch-slow-epoch-start"}),
+        ),
+        Scenario(
+            "watch-loader-did-not-start",
+            "a DataLoader whose iter() raised: spawn could not pickle the dataset's lambda",
+            "ci-2core", LoaderSettings(batch_size=64, num_workers=2),
+            watch=_did_not_start(),
+            expect=frozenset({"watch-loader-did-not-start"}),
+        ),
     ]
+
+
+def _replayed() -> LoaderReport:
+    w = watched(2, epochs=2, persistent=False)
+    w.replays = True
+    return w
+
+
+def _did_not_start() -> LoaderReport:
+    w = watched(2, epochs=0)
+    w.settings["multiprocessing_context"] = "spawn"
+    w.iter_error = "AttributeError: Can't pickle local object 'Squares.__init__.<locals>.<lambda>'"
+    return w
 
 
 def _straggler() -> LoaderReport:

@@ -48,7 +48,8 @@ def _watch_did_not_start(i: Inputs) -> Finding | None:
     context = w.settings.get("multiprocessing_context")
     applied = list(w.applied.get("applied") or [])
     asked = w.applied.get("asked") or {}
-    evidence = [f"iter(loader) raised {w.iter_error}"]
+    built = f"num_workers={w.workers}" + (f", multiprocessing_context={context!r}" if context else "")
+    evidence = [f"iter(loader) raised {w.iter_error}", f"the loader was built with {built}"]
     if applied:
         evidence.append("--apply changed " + ", ".join(f"{k} {asked.get(k)!r} -> {w.settings.get(k)!r}" for k in applied))
     if any(word in w.iter_error.lower() for word in _PICKLING):

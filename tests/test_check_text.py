@@ -82,12 +82,11 @@ Findings:
 Recommended for this machine (from facts; 'loaderdoc probe' measures):
   batch_size         = 32      32 is a placeholder: GPU memory and the model decide batch size; pass --batch-size
   shuffle            = True    true: a training loader reshuffles every epoch (set false for evaluation)
-  num_workers        = 1       1: CPU budget 2 (logical), one CPU left for the training process
+  num_workers        = 0       0: as the run gets it from the file (dataloader.num_workers, line 2); no finding says to change it
   pin_memory         = False   false: no usable GPU (no NVIDIA driver: NVML library not found (NVML Shared Library Not Found)); pinning does nothing without one
   drop_last          = False   false: torch's default; set true with BatchNorm or DDP so every step sees a full batch
   timeout            = 0.0     0 (wait forever): torch's default; a few minutes turns a hung worker into an error
-  prefetch_factor    = 2       2: torch's default depth (not sized against /dev/shm: pass --batch-size and --sample-shape)
-  persistent_workers = True    true: keeps the workers between epochs instead of paying start-up again
+  persistent_workers = False   false: there are no workers to keep (torch rejects it with 0 workers)
 
 status: critical (exit 2)
 """
@@ -127,8 +126,8 @@ Findings:
 Recommended for this machine (from facts; 'loaderdoc probe' measures):
   batch_size         = 64      64: as given
   shuffle            = True    true: a training loader reshuffles every epoch (set false for evaluation)
-  num_workers        = 3       3 workers (memory-bound): 3 x 1 x 9.2 MiB batches must fit 50% of /dev/shm's 64 MiB free (32 MiB)
-  pin_memory         = True    true: 1 usable CUDA GPU(s); pinned pages copy to the GPU faster and asynchronously
+  num_workers        = 3       3: shm-too-small (the run gets 16 from the file, data.train_dataloader.num_workers, line 4)
+  pin_memory         = False   False: as the run gets it from the file (data.train_dataloader.pin_memory, line 5); no finding says to change it
   drop_last          = False   false: torch's default; set true with BatchNorm or DDP so every step sees a full batch
   timeout            = 0.0     0 (wait forever): torch's default; a few minutes turns a hung worker into an error
   prefetch_factor    = 1       1: memory-bound, see num_workers

@@ -263,13 +263,15 @@ def test_hostile_bases_are_said_and_deep_nesting_is_refused(tmp_path):
 
 
 def test_a_table_of_settings_beside_the_loaders_tables_is_every_loaders(tmp_path):
-    """SlowFast's yacs layout: TRAIN and TEST hold the batch sizes, DATA_LOADER beside them the workers."""
+    """SlowFast's yacs layout: TRAIN and TEST hold the batch sizes, DATA_LOADER beside them the workers;
+    SlowFast builds its val loader from TRAIN's (issue 50: its own layout, frameworks.py)."""
     path = write(tmp_path, "SLOWFAST_8x8_R50.yaml", "TRAIN:\n  ENABLE: True\n  BATCH_SIZE: 64\nSOLVER:\n"
                  "  BASE_LR: 0.8\nTEST:\n  BATCH_SIZE: 32\nDATA_LOADER:\n  NUM_WORKERS: 8\n  PIN_MEMORY: True\n"
                  "NUM_GPUS: 8\n")
     assert loaders_of(path) == {"train": {"batch_size": 64, "num_workers": 8, "pin_memory": True},
+                                "val": {"batch_size": 64, "num_workers": 8, "pin_memory": True},
                                 "test": {"batch_size": 32, "num_workers": 8, "pin_memory": True}}
-    assert read_config(path).layout == "read by key names"  # not detectron2: no DATALOADER, no IMS_PER_BATCH
+    assert read_config(path).layout == "SlowFast (yacs)"  # not detectron2: no DATALOADER, no IMS_PER_BATCH
 
 
 def test_omegaconfs_mandatory_values_are_left_to_the_command_line(tmp_path):

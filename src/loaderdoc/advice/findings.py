@@ -6,6 +6,7 @@ and the TUI render them. No torch, no textual.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,27 @@ def new_findings(findings: list[Finding], seen: set[tuple[str, str]]) -> list[Fi
             seen.add(f.key)
             out.append(f)
     return out
+
+
+def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
+    """What one loader's findings propose, as one change: per setting the most severe finding's
+    value (one truth: a report's findings never propose two values for one setting), the rules, and
+    the gain expected (the product of theirs; None where one did not say). None: nothing proposed."""
+    change: dict[str, Any] = {}
+    rules, gains = [], []
+    for f in sorted(findings, key=lambda f: -f.rank):
+        if not f.settings_change:
+            continue
+        taken = all(change.get(key, value) == value for key, value in f.settings_change.items())
+        for key, value in f.settings_change.items():
+            change.setdefault(key, value)
+        if taken:  # a finding whose value lost to a more severe one's neither speaks nor counts
+            rules.append(f.rule_id)
+            gains.append(f.expected_gain)
+    if not change:
+        return None
+    gain = None if any(g is None for g in gains) else math.prod(gains)
+    return {"change": change, "rules": rules, "expected_gain": gain}
 
 
 def worst(findings: list[Finding]) -> str:

@@ -6,8 +6,10 @@ Every choice carries a one-line reason naming the fact that decided it. No torch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from loaderdoc import policy
+from loaderdoc.advice.findings import Finding, proposed_change
 from loaderdoc.policy import DEFAULT_PREFETCH, batch_bytes_for
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
@@ -159,3 +161,31 @@ def _probe_reason(probe: ProbeReport, key: str, value: object) -> str:
             return reason
     shown = str(value).lower() if isinstance(value, bool) else value
     return f"{shown}: chosen by the probe"
+
+
+def keep_stated(rec: Recommendation, stated: dict[str, tuple[Any, str]], findings: list[Finding]) -> Recommendation:
+    """``rec`` keeping what a config states (``stated``: setting -> (the value its run gets, where the
+    file sets it)) unless a finding proposes another value for it, which then wins with its rule
+    named (issue 50: a file's ``drop_last = true`` was recommended as ``false``, "torch's default").
+    Worker-only settings follow the workers the result has."""
+    proposal = proposed_change(findings) or {"change": {}, "rules": []}
+    proposed = {k: v for k, v in proposal["change"].items() if k in stated}
+    changes: dict[str, Any] = {}
+    reasons = dict(rec.reasons)
+    for setting, (value, where) in stated.items():
+        if setting == "batch_size" or setting not in LoaderSettings.__dataclass_fields__:
+            continue  # the batch is the run's, already; torch_threads is no DataLoader argument
+        if setting in proposed:
+            changes[setting] = proposed[setting]
+            rules = ", ".join(proposal["rules"]) or "a finding"
+            reasons[setting] = f"{proposed[setting]!r}: {rules} (the run gets {value!r} from the file, {where})"
+        else:
+            changes[setting] = value
+            reasons[setting] = f"{value!r}: as the run gets it from the file ({where}); no finding says to change it"
+    settings = rec.settings.replace(**changes)
+    if not settings.num_workers:  # torch takes neither without workers
+        settings = settings.replace(prefetch_factor=None, persistent_workers=False)
+        reasons["persistent_workers"] = "false: there are no workers to keep (torch rejects it with 0 workers)"
+        reasons["prefetch_factor"] = "unset: only valid with workers"
+    return Recommendation(settings=settings.validate(), reasons=reasons, batch_bytes=rec.batch_bytes,
+                          source=rec.source)

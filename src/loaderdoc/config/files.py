@@ -139,11 +139,15 @@ class ConfigFile:
         lines = {setting: self.line_of_origin(loader.origins.get(setting)) for setting in loader.keys}
         return {setting: line for setting, line in lines.items() if line}
 
-    def settings(self, loader: FoundLoader, *, strict: bool = True) -> LoaderSettings:
-        """The loader's settings, every value checked; an error names the file, line and key path.
-        What the file does not set is torch's default (or the framework's, in ``loader.defaults``)."""
+    def settings(self, loader: FoundLoader, *, strict: bool = True,
+                 counts: dict[str, int | None] | None = None) -> LoaderSettings:
+        """The loader's settings as the run gets them, every value checked; an error names the file,
+        line and key path. What the file does not set is torch's default (or the framework's, in
+        ``loader.defaults``); what the framework makes of a value, ``loader.run``'s (on a machine of
+        these ``counts``, meaning.MACHINE_COUNTS, where the machine decides it)."""
         files = {s: o.file for s, o in loader.origins.items()}
-        return LoaderSettings.from_mapping(loader.raw_settings(), where=str(self.path), lines=self.lines_for(loader),
+        return LoaderSettings.from_mapping(loader.raw_settings(counts), where=str(self.path),
+                                           lines=self.lines_for(loader),
                                            strict=strict, paths={k: loader.where(k) for k in loader.values},
                                            files=files)
 
@@ -199,14 +203,22 @@ def _scan_for(text: str, path: tuple[str, ...]) -> int | None:
     """The line of ``a.b.c`` in TOML or JSON text: each key searched for after the previous one's line."""
     lines = text.splitlines()
     start, found = 0, None
-    for key in path:
-        if key.isdigit():
-            continue  # a list item: its key is the list's
+    for i, key in enumerate(path):
+        if key.isdigit():  # a list item: its key is the list's; in TOML, the n-th [[list]] table after it
+            if i and int(key):
+                header = re.compile(rf"""^\s*\[\[\s*(?:[^\]]*\.)?["']?{re.escape(path[i - 1])}["']?\s*\]\]""")
+                tables = [n for n in range(start, len(lines)) if header.search(lines[n])]
+                if len(tables) > int(key):
+                    found = start = tables[int(key)]
+                    found += 1
+            continue
         # a key (`key =`, `"key":`) or a component of a table header (`[key]`, `[tool.key.data]`: a
         # dotted header lost its line, issue 49)
         pattern = re.compile(rf"""(^|[\s{{,(])["']?{re.escape(key)}["']?\s*[=:]"""
                              rf"""|^\s*\[+\s*(?:[^\]]*[.\s"'])?["']?{re.escape(key)}["']?\s*[.\]]""")
         for number in range(start, len(lines)):
+            if lines[number].lstrip().startswith(("#", "//")):
+                continue  # a commented-out key (`# num_workers = 4`, `// "batch_size": 8`) set nothing
             if pattern.search(lines[number]):
                 found, start = number + 1, number  # the next key may sit on the same line (JSON)
                 break

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loaderdoc.config.parse import Tagged, parse_file
+from loaderdoc.config.parse import Tagged, parse_file, scanned_text
 from loaderdoc.config.python import module_file
 from loaderdoc.config.tree import Origin, Seq, Table, Unread, get_path, merge_into, origin_of, without
 from loaderdoc.errors import SettingsError
@@ -89,7 +89,7 @@ class _Loader:
                 self.missing(f"{path} ({named_by}) could not be read: {reason}")
                 return None
         self.loaded.files.append(str(path))
-        self.loaded.texts[str(path)] = text
+        self.loaded.texts[str(path)] = scanned_text(path, text)
         self.open.append(resolved)
         try:
             tree = parse_file(path, text, import_file=self.importer(path), notes=self.loaded.notes,

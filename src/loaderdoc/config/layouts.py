@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.config import frameworks
 from loaderdoc.config.meaning import OTHER_LOADER_KEYS, FoundLoader
 from loaderdoc.config.tree import Origin, Table, Unread
 from loaderdoc.errors import SettingsError
@@ -56,6 +57,8 @@ class Layout:
     name: str
     matches: Callable[[Table, list[FoundLoader], set[str]], bool]
     refine: Callable[[list[FoundLoader]], None] = lambda loaders: None
+    # a framework's refinement that reads the tree too (frameworks.py: SlowFast's NUM_GPUS)
+    refine_with: Callable[[list[FoundLoader], Table], None] | None = None
 
 
 def _rename_shared(name: str) -> Callable[[list[FoundLoader]], None]:
@@ -110,6 +113,15 @@ def _deepspeed(loaders: list[FoundLoader]) -> None:
 
 
 LAYOUTS = (
+    Layout(frameworks.SLOWFAST, frameworks.is_slowfast, refine_with=frameworks.slowfast),
+    Layout(frameworks.FAST_REID, frameworks.is_fast_reid, refine_with=frameworks.fast_reid),
+    Layout(frameworks.LIGHTLY, frameworks.is_lightly, refine_with=frameworks.lightly),
+    Layout(frameworks.OLMO, frameworks.is_olmo, refine_with=frameworks.olmo),
+    Layout(frameworks.LLM_FOUNDRY, frameworks.is_llm_foundry, refine_with=frameworks.llm_foundry),
+    Layout(frameworks.KOHYA, frameworks.is_kohya, refine_with=frameworks.kohya),
+    Layout(frameworks.AXOLOTL, frameworks.is_axolotl, refine_with=frameworks.axolotl),
+    Layout(frameworks.MOZILLA_TTS, frameworks.is_mozilla_tts, refine_with=frameworks.mozilla_tts),
+    Layout(frameworks.LDM, frameworks.is_latent_diffusion, refine_with=frameworks.latent_diffusion),
     Layout("DeepSpeed", lambda t, lo, f: _top(t, "zero_optimization", "train_micro_batch_size_per_gpu")
            or ("train_batch_size" in t and _top(t, "gradient_accumulation_steps", "optimizer", "fp16", "bf16")),
            _deepspeed),
@@ -144,13 +156,15 @@ LAYOUTS_UNDERSTOOD = (
 )
 
 
-def refine(tree: Table, loaders: list[FoundLoader], frameworks: set[str]) -> str:
-    """Name the layout and apply what it adds; the layout's name."""
+def refine(tree: Table, loaders: list[FoundLoader], seen: set[str]) -> str:
+    """Name the layout and apply what it adds; the layout's name (``seen``: the inheritance kinds read)."""
     table = native_table(tree)
     name = f"[{table}] table" if table else "top-level keys" if _all_native(tree) else BY_NAMES
     for layout in LAYOUTS:
-        if loaders and layout.matches(tree, loaders, frameworks):
+        if loaders and layout.matches(tree, loaders, seen):
             layout.refine(loaders)
+            if layout.refine_with is not None:
+                layout.refine_with(loaders, tree)
             name = layout.name
             break
     for loader in loaders:

@@ -29,12 +29,12 @@ STRONG = ("num_workers", "batch_size", "pin_memory", "persistent_workers", "pref
 
 SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val", "validate": "val",
           "dev": "val",
-          "eval": "eval", "evaluation": "eval", "test": "test", "testing": "test", "predict": "predict",
+          "eval": "eval", "evaluation": "eval", "evaluator": "eval", "evaluators": "eval", "test": "test", "testing": "test", "predict": "predict",
           "prediction": "predict", "inference": "predict"}
 FILLER = {"dataloader", "dataloaders", "data", "loader", "loaders", "dl", "cfg"}
 COUNT_WORDS = {"num", "n", "nb", "number", "of"}  # "num_workers": filler before the setting's words only
 PER_UNITS = {"gpu", "gpus", "device", "devices", "card", "cards", "replica", "rank", "proc", "process", "core"}
-PER_GPU_WORDS = {"local", "micro"}
+PER_GPU_WORDS = {"local", "micro", "device"}  # device_train_batch_size: one process's (OLMo, llm-foundry)
 TOTAL_WORDS = {"total", "global"}
 SAMPLE_WORDS = {"samples", "imgs", "ims", "images", "sample", "img"}
 
@@ -126,6 +126,9 @@ class Hit:
     origin: Origin | None
     split: str | None
     scope: str
+    # in an entry of a list of loaders (OLMo's ``evaluators:``): (the list's path, the entry's index,
+    # its label); each entry is a loader of its own
+    item: tuple[tuple[str, ...], int, str] | None = None
 
     @property
     def key(self) -> str:
@@ -134,6 +137,33 @@ class Hit:
     @property
     def owner(self) -> tuple[str, ...]:
         return self.path[:-1]
+
+
+# what a machine-decided value counts, as ``RunValue.on`` reads it from the machine's counts
+MACHINE_COUNTS = {"cpu_count": "os.cpu_count()", "world_size": "the job's process count (WORLD_SIZE)"}
+
+
+@dataclass(frozen=True)
+class RunValue:
+    """What the run gets for a setting where a framework stands between the file and torch: a value
+    its rule works out from the file (SlowFast's TRAIN.BATCH_SIZE / NUM_GPUS), or, with ``machine``
+    (a key of MACHINE_COUNTS), a count of the machine it runs on (lightly's ``num_workers: -1`` is
+    its ``os.cpu_count()``; at most ``cap``: kohya's ``min(max_data_loader_n_workers,
+    os.cpu_count())``). ``rule`` names the framework's rule and where it is."""
+
+    value: Any
+    rule: str
+    machine: str | None = None
+    cap: int | None = None
+
+    def on(self, counts: dict[str, int | None] | None) -> Any:
+        """The value on a machine of these ``counts`` (None where the machine decides and its count is unknown)."""
+        if self.machine is None:
+            return self.value
+        got = (counts or {}).get(self.machine)
+        if got is None:
+            return None
+        return min(got, self.cap) if self.cap is not None else got
 
 
 @dataclass
@@ -152,6 +182,9 @@ class FoundLoader:
     # settings not in the file that the framework sets itself (TrainingArguments' pin_memory=True)
     defaults: dict[str, tuple[Any, str]] = field(default_factory=dict)
     batch_scope: str = "loader"  # how the file counts batch_size: "loader", "per_gpu" or "total"
+    entry: bool = False  # one entry of a list of loaders (``evaluators:``): takes no shared setting
+    # what the framework makes of a setting the file states (layouts.refine): setting -> what the run gets
+    run: dict[str, RunValue] = field(default_factory=dict)
     also: list[str] = field(default_factory=list)  # other batch sizes the file states (a global batch)
 
     def where(self, setting: str) -> str:
@@ -169,9 +202,18 @@ class FoundLoader:
         if origin is not None:
             self.origins[setting] = origin
 
-    def raw_settings(self) -> dict[str, Any]:
-        """What the DataLoader gets: the file's values over the framework's own defaults."""
-        return {**{k: v for k, (v, _) in self.defaults.items()}, **self.values}
+    def raw_settings(self, counts: dict[str, int | None] | None = None) -> dict[str, Any]:
+        """What the DataLoader gets: the file's values over the framework's own defaults, and over
+        them what the framework makes of them (a machine's count from ``counts``; left out, torch's
+        default, where that is not known)."""
+        out = {**{k: v for k, (v, _) in self.defaults.items()}, **self.values}
+        for setting, run in self.run.items():
+            value = run.on(counts)
+            if value is None and run.machine is not None:
+                out.pop(setting, None)
+            else:
+                out[setting] = value
+        return out
 
 
 @dataclass
@@ -189,7 +231,7 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
     running the config would fill (``dataloader = get_config(...).dataloader``)."""
     hits: list[Hit] = []
 
-    def walk(node: Any, path: tuple[str, ...]) -> None:
+    def walk(node: Any, path: tuple[str, ...], item: tuple[tuple[str, ...], int, str] | None) -> None:
         if isinstance(node, Table):
             for key, value in node.items():
                 if not isinstance(key, str) or key in INHERITANCE_KEYS:
@@ -199,7 +241,7 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
                     template = isinstance(value, Table) and value.template and \
                         not any(split_of_key(k) for k in (*path, key))
                     if not (set(words(key)) & OTHER_TOOLS) and not template:
-                        walk(value, (*path, key))
+                        walk(value, (*path, key), item)
                     continue
                 meaning = meaning_of(key) if key not in OTHER_LOADER_KEYS else None
                 if meaning is None and isinstance(value, Unread) and opaque is not None \
@@ -209,14 +251,23 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
                 if meaning is None or not _fits(meaning, key, value):
                     continue
                 hits.append(Hit(meaning.setting, (*path, key), value, node.origins.get(key), meaning.split,
-                                meaning.scope))
+                                meaning.scope, item))
         elif isinstance(node, Seq):
             for i, value in enumerate(node):
                 if isinstance(value, (Table, Seq)):
-                    walk(value, (*path, str(i)))
+                    walk(value, (*path, str(i)), item or ((path, i, _label_of(value, i))))
 
-    walk(tree, ())
+    walk(tree, (), None)
     return hits
+
+
+def _label_of(entry: Any, index: int) -> str:
+    """How an entry of a list of loaders is named: its ``label`` or ``name``, else its place."""
+    if isinstance(entry, Table):
+        for key in ("label", "name"):
+            if isinstance(entry.get(key), str) and entry[key].strip():
+                return entry[key].strip()[:60]
+    return f"#{index}"
 
 
 def _fits(meaning: Meaning, key: str, value: Any) -> bool:
@@ -265,8 +316,17 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
                 kept.append(hit)
                 break
     by_split: dict[str | None, list[Hit]] = {}
+    entries: dict[tuple[tuple[str, ...], int, str], list[Hit]] = {}
     for hit in kept:
-        by_split.setdefault(splits[hit.path], []).append(hit)
+        if hit.item is not None:
+            entries.setdefault(hit.item, []).append(hit)
+        else:
+            by_split.setdefault(splits[hit.path], []).append(hit)
+    if "val" in by_split and "eval" in by_split and not (
+            {h.setting for h in by_split["val"]} & {h.setting for h in by_split["eval"]}):
+        # one evaluation loader named both ways (Mozilla TTS: eval_batch_size, num_val_loader_workers)
+        by_split["val"] += by_split.pop("eval")
+        splits.update((h.path, "val") for h in by_split["val"])
     unattributed: list[str] = []
     disagreeing: dict[str, str] = {}
     shared = _settle(by_split.pop(None, []), unattributed, disagreeing)
@@ -277,15 +337,17 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
         _fill(loader, _settle(split_hits, unattributed, disagreeing))
         owners[loader.name] = [h.owner for h in split_hits]
         loaders.append(loader)
+    _entry_loaders(entries, splits, loaders, unattributed, disagreeing)
     for setting, hit_list in shared.items():
         def below(loader: FoundLoader, hits: list[Hit] = hit_list) -> list[Hit]:
-            return [h for h in hits if any(o[:len(h.owner)] == h.owner for o in owners[loader.name])]
+            return [h for h in hits if any(o[:len(h.owner)] == h.owner for o in owners.get(loader.name, ()))]
 
         # a table of settings beside the loaders' own (yacs' DATA_LOADER next to TRAIN and TEST)
         # is every loader's; one above some of them is theirs
-        reached = [lo for lo in loaders if below(lo)]
+        reached = [lo for lo in loaders if not lo.entry and below(lo)]
         for loader in loaders:
-            if setting in loader.keys or setting in loader.unreadable or setting == "shuffle" and loader.name != "train":
+            if setting in loader.keys or setting in loader.unreadable or setting == "shuffle" and loader.name != "train" \
+                    or loader.entry:
                 continue
             if reached and loader not in reached:
                 continue
@@ -295,6 +357,28 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
         _fill(loader, shared)
         loaders.insert(0, loader)
     return Found(loaders=loaders, unattributed=unattributed, disagreeing=disagreeing)
+
+
+def _entry_loaders(entries: dict[tuple[tuple[str, ...], int, str], list[Hit]], splits: dict[tuple[str, ...], str | None],
+                   loaders: list[FoundLoader], unattributed: list[str], disagreeing: dict[str, str]) -> None:
+    """A loader per entry of a list of loaders, never merged with another (issue 50: OLMo's two
+    evaluators were folded into its training loader). An entry takes what it does not set from a
+    loader of its split stated outside the list (``device_eval_batch_size`` beside ``evaluators:``),
+    which it then replaces; nothing from the shared settings, which are the other loaders'."""
+    for (seq_path, _, label), entry_hits in entries.items():
+        split = next((splits[h.path] for h in entry_hits if splits[h.path]), None) or _enclosing_split(seq_path)
+        loader = FoundLoader(f"{split or (seq_path[-1] if seq_path else 'loader')} ({label})", entry=True)
+        _fill(loader, _settle(entry_hits, unattributed, disagreeing))
+        outside = next((lo for lo in loaders if lo.name == split), None) if split else None
+        if outside is not None:
+            for setting in SETTING_ORDER:
+                if setting in outside.keys and setting not in loader.keys and setting not in loader.unreadable:
+                    loader.put(setting, outside.values[setting], outside.keys[setting], outside.origins.get(setting))
+                    if setting == "batch_size":
+                        loader.batch_scope, loader.also = outside.batch_scope, list(outside.also)
+        loaders.append(loader)
+    replaced = {lo.name.split(" (")[0] for lo in loaders if lo.entry}
+    loaders[:] = [lo for lo in loaders if lo.entry or lo.name not in replaced]
 
 
 def _enclosing_split(owner: tuple[str, ...]) -> str | None:

@@ -29,7 +29,7 @@ class Tagged(Unread):
 HUGE_NUMBER = "holds a number of thousands of digits; no DataLoader setting is that large"
 
 # formats a config may come in that are not read: said as such (each was "not valid TOML", issue 49)
-NOT_READ = {".json5": "JSON5", ".jsonc": "JSON with comments", ".ini": "INI", ".cfg": "INI (setup.cfg-style)",
+NOT_READ = {".json5": "JSON5", ".ini": "INI", ".cfg": "INI (setup.cfg-style)",
             ".env": "dotenv", ".jsonnet": "Jsonnet", ".libsonnet": "Jsonnet", ".dhall": "Dhall",
             ".hocon": "HOCON", ".properties": "Java properties", ".xml": "XML"}
 
@@ -67,7 +67,7 @@ def _parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
             return read_python(text, where, import_file=import_file, notes=notes, run_time=run_time)
         if suffix in (".yaml", ".yml"):
             return _parse_yaml(text, path)
-        if suffix == ".json":
+        if suffix in (".json", ".jsonc"):
             return _with_origins(_parse_json(text, path), where, (), {})
         if suffix == ".toml":
             return _with_origins(_parse_toml(text, path), where, (), {})
@@ -146,8 +146,16 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
 
 
 def _parse_json(text: str, path: Path) -> dict[str, Any]:
+    """JSON, and JSON with ``//`` and ``/* */`` comments outside its strings (what Mozilla TTS's
+    and VS Code's loaders read): the comments become blanks, so every line keeps its number."""
     try:
-        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        try:
+            data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError:
+            bare = _without_comments(text)
+            if bare is None:
+                raise
+            data = json.loads(bare, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise SettingsError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
     except ValueError as exc:
@@ -155,6 +163,43 @@ def _parse_json(text: str, path: Path) -> dict[str, Any]:
             raise SettingsError(f"{path}: {HUGE_NUMBER}") from None
         raise SettingsError(f"{path}: not valid JSON: {exc}") from None
     return _as_mapping(data, path)
+
+
+def scanned_text(path: Path, text: str) -> str:
+    """The text a key's line is looked for in: a JSON file's with its comments blanked (a key in a
+    ``/* */`` block set nothing); any other file's as it is."""
+    if (path.suffix.lower() in (".json", ".jsonc")) and ("//" in text or "/*" in text):
+        return _without_comments(text) or text
+    return text
+
+
+def _without_comments(text: str) -> str | None:
+    """``text`` with its ``//`` and ``/* */`` comments outside strings blanked (newlines kept); None
+    where it holds none (then it is plain JSON, and its error stands)."""
+    out: list[str] = []
+    i, n, found = 0, len(text), False
+    while i < n:
+        char = text[i]
+        if char == '"':  # a string, escapes included, to its closing quote (or the line's end)
+            j = i + 1
+            while j < n and text[j] not in '"\n':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i, found = j, True
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(c if c == "\n" else " " for c in text[i:j]))
+            i, found = j, True
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out) if found else None
 
 
 def _parse_yaml(text: str, path: Path) -> Table:

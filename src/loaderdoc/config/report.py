@@ -13,7 +13,7 @@ from typing import Any
 
 from loaderdoc.config.files import ConfigFile
 from loaderdoc.config.layouts import LAYOUTS_UNDERSTOOD
-from loaderdoc.config.meaning import SCOPE_WORDS, SETTING_ORDER, FoundLoader
+from loaderdoc.config.meaning import MACHINE_COUNTS, SCOPE_WORDS, SETTING_ORDER, FoundLoader
 from loaderdoc.settings import LoaderSettings
 
 CONFIG_SCHEMA = "loaderdoc.config/1"
@@ -47,6 +47,9 @@ def describe_loader(config: ConfigFile, loader: FoundLoader) -> dict[str, Any]:
             entry.update(value=value, default="framework", default_source=source)
         else:
             entry.update(value=getattr(TORCH_DEFAULTS, setting), default="torch")
+        if setting in loader.run:  # what the framework makes of it: the run's value and the rule
+            run = loader.run[setting]
+            entry["run"] = {"value": run.value, "rule": run.rule, "machine": run.machine, "cap": run.cap}
         settings[setting] = entry
     return {
         "name": loader.name,
@@ -83,13 +86,33 @@ def where_text(entry: dict[str, Any], config_path: str, *, with_file: bool) -> s
     return text
 
 
-def value_text(setting: str, entry: dict[str, Any], batch_scope: str | None) -> str:
+def value_text(setting: str, entry: dict[str, Any], batch_scope: str | None, here: Any = None) -> str:
+    """``4``, ``64 (in total over all GPUs) -> 8``, ``-1 -> os.cpu_count() = 2 here`` (``here``: the
+    value on this machine, where the machine decides it)."""
     if "unreadable" in entry:
         return f"<{entry['unreadable']}>"
-    text = repr(entry["value"])
-    if setting == "batch_size" and batch_scope in ("per_gpu", "total"):
+    run = entry.get("run")
+    text = repr(entry["value"]) if entry["set_by"] is not None or not run else ""
+    if text and setting == "batch_size" and batch_scope in ("per_gpu", "total"):
         text += f" ({SCOPE_WORDS[batch_scope]})"
+    if run:  # the framework's: after the file's value, or alone where the file sets none
+        text += (" -> " if text else "") + run_text(run) + (
+            f" = {here!r} here" if run["machine"] and here is not None else "")
     return text
+
+
+def run_text(run: dict[str, Any]) -> str:
+    """What the run gets by the framework's rule: a value, or the machine's count."""
+    if run["machine"]:
+        counted = MACHINE_COUNTS.get(run["machine"], run["machine"])
+        return counted if run["cap"] is None else f"min({run['cap']}, {counted})"
+    return repr(run["value"])
+
+
+def run_rules(settings: dict[str, dict[str, Any]]) -> str:
+    """``batch_size: SlowFast divides TRAIN.BATCH_SIZE by NUM_GPUS ...; ...`` for the settings a
+    framework makes something else of."""
+    return "; ".join(f"{k}: {v['run']['rule']}" for k, v in settings.items() if v.get("run"))
 
 
 def default_text(setting: str, entry: dict[str, Any]) -> str:
@@ -102,9 +125,9 @@ def default_text(setting: str, entry: dict[str, Any]) -> str:
 def not_set_text(settings: dict[str, dict[str, Any]]) -> tuple[str, str]:
     """("num_workers (torch default 0), ...", "pin_memory=True (why), ...") for the settings not set."""
     torch_defaults, framework = [], []
-    no_workers = settings["num_workers"].get("value") == 0
+    no_workers = settings["num_workers"].get("value") == 0 and not settings["num_workers"].get("run")
     for setting, entry in settings.items():
-        if entry["set_by"] is not None or "unreadable" in entry:
+        if entry["set_by"] is not None or "unreadable" in entry or entry.get("run"):
             continue
         if no_workers and setting in ("prefetch_factor", "persistent_workers"):
             continue  # worker settings: nothing without workers
@@ -116,4 +139,5 @@ def not_set_text(settings: dict[str, dict[str, Any]]) -> tuple[str, str]:
     return ", ".join(torch_defaults), ", ".join(framework)
 
 
-__all__ = ["CONFIG_SCHEMA", "LAYOUTS_UNDERSTOOD", "describe", "not_set_text", "value_text", "where_text"]
+__all__ = ["CONFIG_SCHEMA", "LAYOUTS_UNDERSTOOD", "describe", "not_set_text", "run_rules", "run_text", "value_text",
+           "where_text"]

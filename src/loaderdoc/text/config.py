@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 def config_lines(report: CheckReport) -> list[str]:
     """`check`'s Config section: the file, then each loader as judged and where its settings were read."""
-    from loaderdoc.config.report import not_set_text, value_text, where_text
+    from loaderdoc.config.report import not_set_text, run_rules, value_text, where_text
 
     width = output_width()
     config, path = report.description, report.config_path
@@ -28,19 +28,25 @@ def config_lines(report: CheckReport) -> list[str]:
            + ("; read PARTIAL" if config["read"] == "partial" else "")]
     for entry in loaders:
         read, scope = entry.described["settings"], entry.described["batch_scope"]
-        kwargs = ", ".join(f"{k}={value_text(k, v, scope)}" for k, v in read.items() if v["set_by"] is not None)
+        kwargs = ", ".join(f"{k}={value_text(k, v, scope, getattr(entry.settings, k, None))}"
+                           for k, v in read.items() if v["set_by"] is not None or v.get("run"))
         if entry.batch is not None and scope == "total":
             kwargs += f"; judged as {entry.batch} per process on this machine"
         out += wrap(kwargs or "the file sets nothing this loader could use", width,
                     first=f"  {entry.name or 'loader'} [{entry.status}]: ", rest="      ")
         if entry.unreadable:
-            out += wrap(f"{', '.join(entry.unreadable)} is worked out when the job runs; check the resolved "
-                        "config (mmengine: tools/misc/print_config.py)", width, first="    not judged: ", rest="      ")
+            hint = ("; check the resolved config (tools/misc/print_config.py)" if config["layout"] == "mmengine"
+                    else " (partial, below, says what decides it)")
+            out += wrap(f"{', '.join(entry.unreadable)} is worked out when the job runs{hint}", width,
+                        first="    not judged: ", rest="      ")
         torch_defaults, framework = not_set_text(read)
         if torch_defaults:
             out += wrap(torch_defaults, width, first="    not set: ", rest="      ")
         if framework:
             out += wrap(framework, width, first="    framework: ", rest="      ")
+        rules = run_rules(read)
+        if rules:
+            out += wrap(rules, width, first="    the run gets: ", rest="      ")
         pairs = [f"{k} <- {where_text(v, path, with_file=False)}" for k, v in read.items()
                  if v["set_by"] is not None]
         if pairs and len("    read from: " + ", ".join(pairs)) <= width:
@@ -62,7 +68,7 @@ def _partial_lines(config: dict, width: int) -> list[str]:
 
 def render_read(description: dict[str, Any], width: int) -> list[str]:
     """``--show-read``: every loader's settings, one a line, with the key, file and line that set it."""
-    from loaderdoc.config.report import default_text, short_file, value_text, where_text
+    from loaderdoc.config.report import default_text, run_text, short_file, value_text, where_text
 
     path = description["path"]
     files = description["files"]
@@ -85,6 +91,9 @@ def render_read(description: dict[str, Any], width: int) -> list[str]:
             out += wrap(shown, width, first=f"    {setting:<23} ", rest=" " * 28)
             if "unreadable" in entry:
                 out += wrap(f"not read: {entry['why']}", width, first=" " * 28, rest=" " * 28)
+            if entry.get("run"):
+                out += wrap(f"the run gets {run_text(entry['run'])}: {entry['run']['rule']}", width,
+                            first=" " * 28, rest=" " * 28)
         for other in loader["also"]:
             out += wrap(f"also states {other}", width, first="    ", rest="      ")
     for reason in description["partial_reasons"]:

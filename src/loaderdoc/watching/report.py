@@ -14,12 +14,11 @@ are in :mod:`loaderdoc.advice.watched`.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.advice.findings import Finding, new_findings
+from loaderdoc.advice.findings import Finding, new_findings, proposed_change
 from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
 from loaderdoc.advice.watched import LoaderReport, TimelinePoint, WatchedEpoch
 from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
@@ -218,27 +217,6 @@ def io_entry(reads, use, watch: LoaderReport) -> dict[str, Any] | None:
             "read_bytes_per_s": reads.device_per_s, "device_share": reads.device_share,
             "bytes_per_read_call": reads.bytes_per_call, "epoch_read_bytes": list(reads.epoch_device),
             "reads_from": reads.reads_from, "verdict": reads.verdict(waiting, use.load_is_cpu if use else None)}
-
-
-def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
-    """What one loader's findings propose, as one change: per setting the most severe finding's
-    value (one truth: a report's findings never propose two values for one setting), the rules, and
-    the gain expected (the product of theirs; None where one did not say). None: nothing proposed."""
-    change: dict[str, Any] = {}
-    rules, gains = [], []
-    for f in sorted(findings, key=lambda f: -f.rank):
-        if not f.settings_change:
-            continue
-        taken = all(change.get(key, value) == value for key, value in f.settings_change.items())
-        for key, value in f.settings_change.items():
-            change.setdefault(key, value)
-        if taken:  # a finding whose value lost to a more severe one's neither speaks nor counts
-            rules.append(f.rule_id)
-            gains.append(f.expected_gain)
-    if not change:
-        return None
-    gain = None if any(g is None for g in gains) else math.prod(gains)
-    return {"change": change, "rules": rules, "expected_gain": gain}
 
 
 def judge(entries: list[LoaderReport], memory: dict[Any, dict[str, Any]], facts,

@@ -127,10 +127,25 @@ def test_two_keys_that_disagree_are_said_and_neither_is_picked(tmp_path):
     assert "num_workers" not in config.loaders[0].values and config.loaders[0].values["batch_size"] == 8
 
 
-def test_auto_is_not_a_value_to_read(tmp_path):
+def test_auto_is_unread_with_its_reason(tmp_path):
+    """Issue 50: "auto" was not read at all ("no DataLoader settings"); it is decided when the job starts."""
     path = write(tmp_path, "ds.json", json.dumps({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
                                                   "zero_optimization": {"stage": 3}}))
-    assert read_config(path).loaders == []
+    config = read_config(path)
+    (loader,) = config.loaders
+    assert loader.unreadable == {"batch_size": "auto"} and config.read == "partial"
+    assert any("'auto': the framework decides it when the job starts" in r for r in config.partial_reasons)
+
+
+def test_a_negative_count_is_unread_outside_loaderdoc_s_own_table(tmp_path):
+    """Issue 50: `num_workers: -1` in a framework's file drew exit 3, "num_workers must be >= 0";
+    loaderdoc's own [dataloader] still refuses it."""
+    config = read_config(write(tmp_path, "run.yaml", "model:\n  name: x\ndata:\n  batch_size: 32\n  num_workers: -1\n"))
+    assert config.loaders[0].unreadable == {"num_workers": "-1"} and config.read == "partial"
+    assert config.settings(config.loaders[0]).num_workers == 0  # not judged as -1
+    own = read_config(write(tmp_path, "own.toml", "[dataloader]\nnum_workers = -1\n"))
+    with pytest.raises(SettingsError, match="num_workers must be >= 0"):
+        own.settings(own.loaders[0])
 
 
 # ---- inheritance ------------------------------------------------------------------------------------

@@ -45,6 +45,17 @@ def named(loaders: list[FoundLoader], name: str) -> FoundLoader | None:
     return next((lo for lo in loaders if lo.name == name), None)
 
 
+def restore_read(loader: FoundLoader, setting: str) -> None:
+    """Put back a value the generic reading left unread (a negative count, whose meaning this
+    framework's rule defines), as read from its key."""
+    source = loader.unreadable.get(setting)
+    if source is None or not source.lstrip("-").isdigit():
+        return
+    del loader.unreadable[setting]
+    loader.unreadable_why.pop(setting, None)
+    loader.put(setting, int(source), loader.unread_keys.pop(setting, (setting,)), loader.origins.get(setting))
+
+
 def copy_loader(source: FoundLoader, name: str, settings: tuple[str, ...]) -> FoundLoader:
     """A loader the framework builds from another's keys (SlowFast's val from TRAIN's)."""
     out = FoundLoader(name, layout=source.layout, batch_scope=source.batch_scope)
@@ -152,6 +163,7 @@ def lightly(loaders: list[FoundLoader], tree: Table) -> None:
     train = named(loaders, "train")
     if train is None:
         return
+    restore_read(train, "num_workers")
     workers = count(train.values.get("num_workers"))
     if workers is not None and workers < 0:
         train.run["num_workers"] = RunValue(None, f"lightly's CLI turns a negative num_workers into os.cpu_count(), "

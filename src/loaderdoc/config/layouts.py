@@ -106,6 +106,17 @@ def _detectron2(loaders: list[FoundLoader]) -> None:
             loader.defaults["num_workers"] = (4, "detectron2's defaults.py: DATALOADER.NUM_WORKERS = 4")
 
 
+def _is_deepspeed(tree: Table, loaders: list[FoundLoader], seen: set[str]) -> bool:
+    """DeepSpeed's own keys, or ``train_batch_size`` beside sections shaped as DeepSpeed writes them
+    (``fp16: {enabled: ...}``, ``optimizer: {type: ...}``): another trainer's ``train_batch_size`` and
+    ``gradient_accumulation_steps`` alone are not evidence (kohya's were labelled DeepSpeed, issue 50)."""
+    if _top(tree, "zero_optimization", "train_micro_batch_size_per_gpu"):
+        return True
+    shaped = any(isinstance(tree.get(k), Table) and "enabled" in tree[k] for k in ("fp16", "bf16")) or \
+        isinstance(tree.get("optimizer"), Table) and "type" in tree["optimizer"]
+    return "train_batch_size" in tree and shaped
+
+
 def _deepspeed(loaders: list[FoundLoader]) -> None:
     for loader in loaders:
         if loader.keys.get("batch_size", ("",))[-1] == "train_batch_size":
@@ -122,9 +133,7 @@ LAYOUTS = (
     Layout(frameworks.AXOLOTL, frameworks.is_axolotl, refine_with=frameworks.axolotl),
     Layout(frameworks.MOZILLA_TTS, frameworks.is_mozilla_tts, refine_with=frameworks.mozilla_tts),
     Layout(frameworks.LDM, frameworks.is_latent_diffusion, refine_with=frameworks.latent_diffusion),
-    Layout("DeepSpeed", lambda t, lo, f: _top(t, "zero_optimization", "train_micro_batch_size_per_gpu")
-           or ("train_batch_size" in t and _top(t, "gradient_accumulation_steps", "optimizer", "fp16", "bf16")),
-           _deepspeed),
+    Layout("DeepSpeed", _is_deepspeed, _deepspeed),
     Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
     Layout("mmengine", lambda t, lo, f: any(isinstance(t.get(f"{s}_dataloader"), Table) for s in ("train", "val", "test"))
            or "mmengine _base_" in f and not _top(t, "data")),

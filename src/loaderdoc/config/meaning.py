@@ -224,6 +224,11 @@ class Found:
 
 
 LOADER_WORDS = {"dataloader", "dataloaders", "loader", "loaders"}
+AUTO_WHY = ("'auto': the framework decides it when the job starts (DeepSpeed's Hugging Face integration fills it "
+            "from TrainingArguments; Lightning and others from the machine)")
+NEGATIVE_WHY = ("a negative count the framework turns into a number when the job runs (-1 is often every CPU, or "
+                "as many as fit); loaderdoc does not know the rule of this file's framework")
+COUNTS = ("num_workers", "batch_size", "prefetch_factor")
 
 
 def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
@@ -244,6 +249,8 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
                         walk(value, (*path, key), item)
                     continue
                 meaning = meaning_of(key) if key not in OTHER_LOADER_KEYS else None
+                if meaning is not None and isinstance(value, str) and value.strip().lower() == "auto":
+                    value = Unread(value, AUTO_WHY)
                 if meaning is None and isinstance(value, Unread) and opaque is not None \
                         and set(words(key)) & LOADER_WORDS:
                     opaque.append(f"{'.'.join((*path, key))} = {value.source}: only running the config tells "
@@ -271,8 +278,8 @@ def _label_of(entry: Any, index: int) -> str:
 
 
 def _fits(meaning: Meaning, key: str, value: Any) -> bool:
-    """Whether the value can be that setting's. ``auto`` (DeepSpeed, Hugging Face) is decided
-    elsewhere: nothing to read. A key holding the setting's whole name (``num_workers``,
+    """Whether the value can be that setting's (``auto``, DeepSpeed's and Hugging Face's, comes as an
+    Unread: decided when the job starts). A key holding the setting's whole name (``num_workers``,
     ``dataloader_pin_memory``) is always taken, a wrong value then the user's to hear about; a
     short name must also carry a value of the setting's kind (``prefetch: true`` is no factor).
     ``null`` is a value only for ``batch_size`` itself: elsewhere configs write it for "the default"."""
@@ -302,6 +309,10 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
     loader's when the key that uses it (``referenced``: target -> users) is of the same loader.
     ``shuffle`` is never shared: a training loader's shuffle is not its validation loader's."""
     referenced = referenced or {}
+    for hit in hits:  # a -1 outside loaderdoc's own table is a framework's run-time value, never torch's
+        if hit.owner not in native and hit.setting in COUNTS and isinstance(hit.value, int) \
+                and not isinstance(hit.value, bool) and hit.value < 0:
+            hit.value = Unread(str(hit.value), NEGATIVE_WHY)
     splits = {h.path: h.split or _enclosing_split(h.owner) for h in hits}
     hits = [h for h in hits if not any(splits[h.path] == splits.get(user) for user in referenced.get(h.path, ()))]
     strong_owners = {h.owner for h in hits if h.setting in STRONG} | set(native)

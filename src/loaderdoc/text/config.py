@@ -37,7 +37,8 @@ def config_lines(report: CheckReport) -> list[str]:
         if entry.unreadable:
             hint = ("; check the resolved config (tools/misc/print_config.py)" if config["layout"] == "mmengine"
                     else " (partial, below, says what decides it)")
-            out += wrap(f"{', '.join(entry.unreadable)} is worked out when the job runs{hint}", width,
+            verb = "is" if len(entry.unreadable) == 1 else "are"
+            out += wrap(f"{', '.join(entry.unreadable)} {verb} worked out when the job runs{hint}", width,
                         first="    not judged: ", rest="      ")
         torch_defaults, framework = not_set_text(read)
         if torch_defaults:

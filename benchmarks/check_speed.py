@@ -1,6 +1,6 @@
 """How long `loaderdoc check` takes here, as a user runs it (a fresh process each time).
 
-Not a pass/fail test: rerun it after changes and compare with the figure in README.md.
+Not a pass/fail test: rerun it after changes and compare with the figure in docs/dev/measurements.md.
 
     python benchmarks/check_speed.py [--runs 20]
 """

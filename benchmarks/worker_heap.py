@@ -13,7 +13,7 @@ would launch training):
 
     python benchmarks/worker_heap.py [--seconds 12] [--rounds 2] [--json FILE]
 
-Not a test (no pass/fail): the numbers behind the README's worker-memory paragraph.
+Not a test (no pass/fail): the numbers behind the worker-memory paragraph of docs/guide/probe.md.
 """
 
 from __future__ import annotations

@@ -170,6 +170,9 @@ def keep_stated(rec: Recommendation, stated: dict[str, tuple[Any, str]], finding
     Worker-only settings follow the workers the result has."""
     proposal = proposed_change(findings) or {"change": {}, "rules": []}
     proposed = {k: v for k, v in proposal["change"].items() if k in stated}
+    # the rule whose value proposed_change took for each setting: the most severe that names it
+    by = {k: next(f.rule_id for f in sorted(findings, key=lambda f: -f.rank) if k in f.settings_change)
+          for k in proposed}
     changes: dict[str, Any] = {}
     reasons = dict(rec.reasons)
     for setting, (value, where) in stated.items():
@@ -177,8 +180,7 @@ def keep_stated(rec: Recommendation, stated: dict[str, tuple[Any, str]], finding
             continue  # the batch is the run's, already; torch_threads is no DataLoader argument
         if setting in proposed:
             changes[setting] = proposed[setting]
-            rules = ", ".join(proposal["rules"]) or "a finding"
-            reasons[setting] = f"{proposed[setting]!r}: {rules} (the run gets {value!r} from the file, {where})"
+            reasons[setting] = f"{proposed[setting]!r}: {by[setting]} (the run gets {value!r} from the file, {where})"
         else:
             changes[setting] = value
             reasons[setting] = f"{value!r}: as the run gets it from the file ({where}); no finding says to change it"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from loaderdoc.text.tune import render, shell
 from loaderdoc.tuning.result import TUNE_SCHEMA
@@ -109,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
                             "goes to stdout, and 'loaderdoc --report FILE' opens the file")
         check_writable(Path(args.report), force=True)
         _check_report(args, command)
-    tuner = Tuner(command, args)
+    from loaderdoc.tuning.tuner import TuneOptions, Tuner
+
+    tuner = Tuner(command, TuneOptions(steps=args.steps, first_batch_s=args.first_batch_timeout,
+                                       budget_s=args.budget, trials=args.trials), _Progress(command))
     interrupted = False
     try:
         tuner.search()
@@ -129,123 +131,36 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-class Tuner:
-    """One ``loaderdoc tune``: the machine, the trials as they run, the report."""
+class _Progress:
+    """The tune's progress, one line each on stderr (stdout holds the trials' table)."""
 
-    def __init__(self, command: list[str], args: argparse.Namespace) -> None:
-        from loaderdoc import policy
-        from loaderdoc.system.detect import detect
-        from loaderdoc.tuning.result import TuneReport
-        from loaderdoc.tuning.search import TuneSearch
-        from loaderdoc.tuning.trial import TrialLimits
-
+    def __init__(self, command: list[str]) -> None:
         self.command = command
-        self.facts = detect()
-        self.per_rank = policy.cpus_per_rank(self.facts)
-        self.limits = TrialLimits(steps=args.steps, first_batch_s=args.first_batch_timeout,
-                                  max_s=min(args.budget, max(60.0, args.first_batch_timeout + 120.0)))
-        self.started = time.monotonic()
-        self.deadline = self.started + args.budget
-        self.key: str | None = None
-        self.report = TuneReport(command=command, cpu_budget=self.per_rank, steps_asked=args.steps,
-                                 budget_s=args.budget)
-        self.search_state = TuneSearch(run=self._trial, per_rank=self.per_rank, room=policy.Room.of(self.facts),
-                                       max_trials=args.trials, deadline=self.deadline)
-        self.running = None  # the trial under way: listed as interrupted should a signal stop tune in it
-        self.epoch_batches: int | None = None  # a finished epoch of the script's own settings, in batches
+        self.what = "your settings"  # the running trial's settings, as its failure names them
 
-    def search(self) -> None:
+    def starting(self, max_trials: int) -> None:
         from loaderdoc.tuning.trial import ENV_TRIAL
 
-        _say(f"runs `{shell(self.command)}` up to {self.search_state.max_trials} times, each stopped once its "
-             f"steady window settled; each trial sets {ENV_TRIAL}=<n> (skip checkpoints and uploads when it is "
-             "set); Ctrl+C stops")
-        try:
-            self.search_state.search()
-        finally:
-            self.report.trials = list(self.search_state.trials)
+        _say(f"runs `{shell(self.command)}` up to {max_trials} times, each stopped once its steady window "
+             f"settled; each trial sets {ENV_TRIAL}=<n> (skip checkpoints and uploads when it is set); Ctrl+C stops")
 
-    def _trial(self, settings, purpose: str, predicted):
-        from loaderdoc.tuning.search import window_cpu_use
-        from loaderdoc.tuning.trial import run_trial
+    def trial_started(self, number: int, settings, purpose: str) -> None:
+        self.what = settings.text() if settings is not None else "your settings"
+        _say(f"trial {number}: {self.what}" + (f" ({purpose}) ..." if settings is not None else " ..."))
+
+    def trial_ended(self, trial, predicted: float | None, log_tail: list[str]) -> None:
         from loaderdoc.units import fmt_share
-        from loaderdoc.watching.gpuidle import CUDA_EVENTS
 
-        number = len(self.search_state.trials) + 1
-        what = settings.text() if settings is not None else "your settings"
-        _say(f"trial {number}: {what}" + (f" ({purpose}) ..." if settings is not None else " ..."))
-        search = self.search_state
-
-        def evidence(trial, windows, records) -> None:
-            slowest = min(windows, key=lambda w: w.rate)
-            on_gpu = any((r.get("gpu") or {}).get("timing") == CUDA_EVENTS for r in records)
-            ranks = max(1, len(windows))
-            budget = self.per_rank / ranks if self.per_rank is not None else None
-            search.note_use(trial, window_cpu_use(slowest, trial.settings.num_workers, budget, ranks=ranks,
-                                                  on_gpu=on_gpu))
-
-        deadline = self.deadline if number > 1 else None  # your own settings are always measured
-        from loaderdoc.tuning.result import STOPPED, Trial, TrialSettings
-
-        self.running = Trial(number=number, settings=settings or TrialSettings(), purpose=purpose, status=STOPPED,
-                             reason="interrupted: tune was stopped during this trial", predicted_per_s=predicted,
-                             settings_seen=settings is not None)
-        run = run_trial(self.command, number, settings, self.key, self.limits, evidence=evidence, deadline=deadline)
-        self.running = None
-        trial = run.trial
-        if number == 1 and len(run.windows) > 1 and self.per_rank is not None:
-            # ranks of one job on this node (torchrun): each rank's share of the CPUs and /dev/shm
-            search.per_rank = self.per_rank / len(run.windows)
-            search.room.ranks = len(run.windows)
-            self.report.cpu_budget = search.per_rank
-        if number == 1 and run.key is not None:
-            from loaderdoc.tuning.window import epoch_batches, settings_of
-
-            self.key = run.key
-            self.report.loader = {"key": run.key, **(settings_of(run.records, run.key) or {})}
-            self.epoch_batches = epoch_batches(run.records, run.key)
-        elif trial.ok and self.key is not None:
-            from loaderdoc.tuning.result import FAILED
-            from loaderdoc.tuning.window import epoch_batches, repeated_stream, replayed
-
-            repeated = repeated_stream(self.epoch_batches, epoch_batches(run.records, self.key),
-                                       trial.settings.num_workers, replayed(run.records, self.key))
-            if repeated is not None:
-                trial.status, trial.reason = FAILED, repeated
         if trial.ok:
             predicted_text = f", predicted {predicted:.1f}" if predicted else ""
-            _say(f"trial {number}: {trial.steps_per_s:.1f} steps/s{predicted_text}, waited "
+            _say(f"trial {trial.number}: {trial.steps_per_s:.1f} steps/s{predicted_text}, waited "
                  f"{fmt_share(trial.wait_share)} ({trial.window_steps} batches in {trial.window_s:.1f} s"
                  f"{'' if trial.settled else ', not settled'}; {trial.duration_s:.0f} s in all)")
         else:
             code = f" (exit code {trial.exit_code})" if trial.exit_code is not None else ""
-            _say(f"trial {number} ({what}): {trial.status}{code}: {trial.reason}")
-            for line in run.log_tail:
+            _say(f"trial {trial.number} ({self.what}): {trial.status}{code}: {trial.reason}")
+            for line in log_tail:
                 _say(f"  | {line}")
-        return trial
-
-    def finish(self):
-        report = self.report
-        report.trials = list(self.search_state.trials) + ([self.running] if self.running is not None else [])
-        report.stopped = report.stopped or self.search_state.stopped
-        # a pick claims a comparison: none from an interrupted search or from your settings alone
-        compared = sum(t.ok for t in report.trials) >= 2 and report.trials[0].ok
-        report.pick = self.search_state.pick() if compared and report.stopped != "interrupted" else None
-        if report.stopped == "settled" and report.pick is not None:
-            why = self.search_state.settled_reason()
-            if why:
-                report.notes.append(f"no further trial: {why}")
-        report.elapsed_s = time.monotonic() - self.started
-        if report.pick is not None:  # the pick's "fastest trial" is the fastest measured: say what was not
-            for t in report.trials[1:]:
-                if not t.ok:
-                    code = f", exit code {t.exit_code}" if t.exit_code is not None else ""
-                    report.notes.append(f"trial {t.number} ({t.settings.text()}) {t.status}{code}: not measured, "
-                                        "so not among the pick's candidates")
-        if report.loader.get("key", "").startswith("loader:"):
-            report.notes.append("the training loader has neither a role nor a known line: every DataLoader of the "
-                                "script got the trial's settings")
-        return report
 
 
 def _check_report(args, command: list[str]) -> None:
@@ -258,7 +173,7 @@ def _check_report(args, command: list[str]) -> None:
                       protected=command_files(command))
 
 
-def _write_outputs(report, args, fmt, tuner: Tuner) -> None:
+def _write_outputs(report, args, fmt, tuner) -> None:
     """The report, then the export: each written whatever became of the other's path during the
     trials (an --export folder removed meanwhile lost the report too); the first failure is raised
     once both were tried."""

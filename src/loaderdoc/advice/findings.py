@@ -54,18 +54,27 @@ def new_findings(findings: list[Finding], seen: set[tuple[str, str]]) -> list[Fi
     return out
 
 
+def proposers(findings: list[Finding]) -> dict[str, Finding]:
+    """Per setting, the finding whose value a merged proposal takes: the most severe that names it
+    (the one place proposals are merged: :func:`proposed_change`, the check's recommendation)."""
+    out: dict[str, Finding] = {}
+    for f in sorted(findings, key=lambda f: -f.rank):
+        for key in f.settings_change:
+            out.setdefault(key, f)
+    return out
+
+
 def proposed_change(findings: list[Finding]) -> dict[str, Any] | None:
     """What one loader's findings propose, as one change: per setting the most severe finding's
     value (one truth: a report's findings never propose two values for one setting), the rules, and
     the gain expected (the product of theirs; None where one did not say). None: nothing proposed."""
-    change: dict[str, Any] = {}
+    by = proposers(findings)
+    change = {key: f.settings_change[key] for key, f in by.items()}
     rules, gains = [], []
     for f in sorted(findings, key=lambda f: -f.rank):
         if not f.settings_change:
             continue
-        taken = all(change.get(key, value) == value for key, value in f.settings_change.items())
-        for key, value in f.settings_change.items():
-            change.setdefault(key, value)
+        taken = all(change[key] == value for key, value in f.settings_change.items())
         if taken:  # a finding whose value lost to a more severe one's neither speaks nor counts
             rules.append(f.rule_id)
             gains.append(f.expected_gain)

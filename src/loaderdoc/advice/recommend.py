@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.advice.findings import Finding, proposed_change
+from loaderdoc.advice.findings import Finding, proposers
 from loaderdoc.policy import DEFAULT_PREFETCH, batch_bytes_for
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.settings import LoaderSettings
@@ -168,11 +168,8 @@ def keep_stated(rec: Recommendation, stated: dict[str, tuple[Any, str]], finding
     file sets it)) unless a finding proposes another value for it, which then wins with its rule
     named (issue 50: a file's ``drop_last = true`` was recommended as ``false``, "torch's default").
     Worker-only settings follow the workers the result has."""
-    proposal = proposed_change(findings) or {"change": {}, "rules": []}
-    proposed = {k: v for k, v in proposal["change"].items() if k in stated}
-    # the rule whose value proposed_change took for each setting: the most severe that names it
-    by = {k: next(f.rule_id for f in sorted(findings, key=lambda f: -f.rank) if k in f.settings_change)
-          for k in proposed}
+    by = {k: f for k, f in proposers(findings).items() if k in stated}
+    proposed = {k: f.settings_change[k] for k, f in by.items()}
     changes: dict[str, Any] = {}
     reasons = dict(rec.reasons)
     for setting, (value, where) in stated.items():
@@ -180,7 +177,7 @@ def keep_stated(rec: Recommendation, stated: dict[str, tuple[Any, str]], finding
             continue  # the batch is the run's, already; torch_threads is no DataLoader argument
         if setting in proposed:
             changes[setting] = proposed[setting]
-            reasons[setting] = f"{proposed[setting]!r}: {by[setting]} (the run gets {value!r} from the file, {where})"
+            reasons[setting] = f"{proposed[setting]!r}: {by[setting].rule_id} (the run gets {value!r} from the file, {where})"
         else:
             changes[setting] = value
             reasons[setting] = f"{value!r}: as the run gets it from the file ({where}); no finding says to change it"

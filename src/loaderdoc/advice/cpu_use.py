@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from loaderdoc.policy import cpu_limit
+from loaderdoc.policy import NOT_STARVED_PCT, cpu_limit
 
 SATURATED_SHARE = 0.9  # the process tree and the others used >= 90 % of the CPUs: saturated
 CPU_WORK_SHARE = 0.5  # loading (or the step) is CPU work when >= half its wall time is CPU time
@@ -162,7 +162,7 @@ class CpuUse:
         (workers that kept up hide how long a batch takes)."""
         if self.workers == 0:
             return self.wait_wall_s
-        if self.idle_share * 100 < 5.0:
+        if self.idle_share * 100 < NOT_STARVED_PCT:
             return None
         return self.workers * (self.wait_wall_s + self.step_wall_s)  # starved workers deliver back to back
 

@@ -24,7 +24,16 @@ if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
 # Comparing measurements
 TOLERANCE = 0.03  # "as fast as the best": within 3 % of its steps/s (a cheaper config within it wins)
 MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larger gaps are real
-NOT_STARVED_PCT = 5.0  # the step waits < 5 % of the time: more loading capacity cannot help
+# How much the step waits for data, the one ladder every judgement uses: below NOT_STARVED_PCT more
+# loading capacity cannot help (the probe stops adding workers, watch and tune call the loop fed);
+# the probe's rules warn from STARVED_WARN_PCT (utilisation under the usual 80 % target, and only
+# where a measured configuration waits less than half as much), watch's from NOT_STARVED_PCT (its
+# measurement is the real loop's); both are critical from STARVED_CRIT_PCT, where the step waits
+# more than it computes
+NOT_STARVED_PCT = 5.0
+NOT_STARVED_SHARE = NOT_STARVED_PCT / 100
+STARVED_WARN_PCT = 20.0
+STARVED_CRIT_PCT = 50.0
 SPIKY_LOAD_RATIO = 2.0  # batches whose load time p95 >= 2 x p50: a few slow samples hold batches back
 QUEUE_DRY_PCT = 20.0  # the step waits >= 20 % on average: the workers produce below its rate, their
 #                       prefetch queue is empty most of the time and a deeper one mostly runs dry too

@@ -41,7 +41,6 @@ MAX_TRIALS = 6
 # epochs' start-ups >= 6 % of the loop: a persistent twin could beat the tolerance (3 %) with room
 # to spare; less than that, one trial could not tell its gain from noise
 RESTART_WORTH = 2 * policy.TOLERANCE
-STARVED_SHARE = 0.05  # the loop waited >= 5 % beyond the hand-over: more loading capacity could help
 SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none left idle
 # fewer intra-op threads are measured where the model's floor for them is >= 90 % of the fastest trial:
 # the floor counts the pool's spin inside the step as work, which on the 2-CPU grid put one thread's step
@@ -315,7 +314,7 @@ class TuneSearch:
             return None
         use = self.uses.get(best.number)
         n = best.settings.num_workers
-        if use is None or use.idle_share < STARVED_SHARE or n < max(t.settings.num_workers for t in self.ok):
+        if use is None or use.idle_share < policy.NOT_STARVED_SHARE or n < max(t.settings.num_workers for t in self.ok):
             return None
         limit = policy.cpu_limit(self.per_rank)
         if use.load_is_cpu and n >= limit:
@@ -402,7 +401,7 @@ class TuneSearch:
         if use is None:
             return None
         n = best.settings.num_workers
-        if use.idle_share < STARVED_SHARE:
+        if use.idle_share < policy.NOT_STARVED_SHARE:
             return (f"at {policy.workers_text(n)} the loop waited {use.idle_share:.0%} of the time for a batch "
                     "not yet loaded: more loading capacity cannot make it faster")
         busy = (use.work_cpus or 0.0) + (use.others_cpus or 0.0)  # work: a spinning pool's CPU is not

@@ -34,8 +34,7 @@ from loaderdoc.units import MiB
 # ---- thresholds (each rule's `threshold` text says where its number comes from) -----------
 # Sizing thresholds (CPU budget, /dev/shm and memory shares, "as fast", bursts) live in
 # loaderdoc.policy, shared with recommend and the probe's search; these are the rules' own.
-STARVED_WARN_PCT = 20.0  # step waits >= 20% of the time: utilisation below the usual 80% target
-STARVED_CRIT_PCT = 50.0  # the step waits more than it computes
+STARVED_WARN_PCT, STARVED_CRIT_PCT = policy.STARVED_WARN_PCT, policy.STARVED_CRIT_PCT  # the policy's ladder
 SHM_SMALL_BYTES = 256 * MiB  # machine-level: too small for torch's default 2 workers x 2 batches
 NOFILE_LINUX_DEFAULT = 1024  # the usual soft `ulimit -n` on Linux
 PERSISTENT_SHARE = 0.10  # worker start-up >= 10% of an epoch

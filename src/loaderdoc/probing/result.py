@@ -133,6 +133,14 @@ class ConfigResult:
     loaderdoc_error: bool = False
 
     @property
+    def memory_still_growing(self) -> bool:
+        """Its workers' memory rose through the window by more than their batches explain
+        (policy.still_growing): the core's judgement, which the text and the app only show."""
+        from loaderdoc.policy import still_growing
+
+        return still_growing(self)
+
+    @property
     def ok(self) -> bool:
         return self.status == "ok"
 
@@ -242,6 +250,12 @@ class ProbeReport(Recorded):
 
     def to_dict(self) -> dict:
         return stamped(super().to_dict())
+
+    def is_pick(self, result: ConfigResult) -> bool:
+        """A measured row of the recommended settings (policy.same_throughput): the pick's evidence."""
+        from loaderdoc.policy import same_throughput
+
+        return self.recommended is not None and result.ok and same_throughput(result.settings, self.recommended)
 
     @property
     def ok_results(self) -> list[ConfigResult]:

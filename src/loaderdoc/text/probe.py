@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.policy import same_throughput, still_growing
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport, step_note
 from loaderdoc.text.findings import finding_parts
 from loaderdoc.text.layout import LAST_MIN, table_lines, wrap
@@ -127,7 +126,7 @@ GROWING = "+"  # after a PSS figure: the workers' memory was still rising at the
 
 
 def _pss(r: ConfigResult) -> str:
-    return mib(r.worker_pss_bytes) + (GROWING if r.worker_pss_bytes is not None and still_growing(r) else "")
+    return mib(r.worker_pss_bytes) + (GROWING if r.worker_pss_bytes is not None and r.memory_still_growing else "")
 
 
 def _wait(r: ConfigResult) -> str:
@@ -201,11 +200,7 @@ def measured_lines(report: ProbeReport, width: int) -> list[str]:
     if not report.results:
         return ["Measured: nothing (no configuration ran to the end)"]
     columns, why = fit_measured(report, width)
-    recommended = report.recommended
-    # the rows that are the pick's evidence (policy.same_throughput decides which)
-    marks = [MARK if recommended is not None and r.ok and same_throughput(r.settings, recommended)
-             else " " * len(MARK)
-             for r in report.results]
+    marks = [MARK if report.is_pick(r) else " " * len(MARK) for r in report.results]  # the pick's evidence
     head1 = [c.head[0] for c in columns]
     head2 = [c.head[1] for c in columns]
     rows = [[c.cell(r) for c in columns] for r in report.results]
@@ -216,7 +211,7 @@ def measured_lines(report: ProbeReport, width: int) -> list[str]:
     keys = []
     if MARK in marks:
         keys.append(f"{MARK.strip()} the recommended workers and prefetch")
-    if any(c.key == "pss" for c in columns) and any(r.ok and still_growing(r) for r in report.results):
+    if any(c.key == "pss" for c in columns) and any(r.ok and r.memory_still_growing for r in report.results):
         keys.append(f"{GROWING} after PSS: still rising when the window ended")
     if keys:
         title += f" ({'; '.join(keys)})"

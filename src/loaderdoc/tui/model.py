@@ -18,7 +18,6 @@ from typing import Any
 from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError
-from loaderdoc.policy import still_growing
 from loaderdoc.probing.real_loop import VersusRealLoop
 from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
 from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
@@ -256,7 +255,7 @@ def result_row(r: ConfigResult) -> tuple[str, ...]:
         "-" if r.starvation_pct is None else f"{r.starvation_pct:.0f}%",
         "-" if r.wait.p95_ms is None else f"{r.wait.p95_ms:.1f} ms",
         "-" if r.first_batch_s is None else f"{r.first_batch_s:.2f} s",
-        "-" if r.worker_pss_bytes is None else fmt_bytes(r.worker_pss_bytes) + (f" {RISING}" if still_growing(r) else ""),
+        "-" if r.worker_pss_bytes is None else fmt_bytes(r.worker_pss_bytes) + (f" {RISING}" if r.memory_still_growing else ""),
         status,
     )
 
@@ -308,7 +307,7 @@ def report_summary(report: ProbeReport, *, complete: bool = True, versus: Versus
     if best is not None:
         lines.append(f"best measured: {best.batches_per_s:.1f} batches/s with num_workers={best.settings.num_workers}"
                      + (f", {best.starvation_pct:.0f}% starved" if best.starvation_pct is not None else ""))
-    if any(still_growing(r) for r in report.results):
+    if any(r.memory_still_growing for r in report.results):
         lines.append(f"{RISING} after worker PSS: still rising when its window ended, a floor (see Diagnoses)")
     if not complete:
         lines.append("cancelled: the search did not finish, so the recommendation was not changed")

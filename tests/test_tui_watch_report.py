@@ -20,6 +20,7 @@ from textual.widgets import OptionList, Static, TabbedContent
 from loaderdoc.cli import build_parser, main
 from loaderdoc.errors import EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine
+from loaderdoc.text.watch import cpu_text, io_text
 from loaderdoc.tui.app import make_app
 from loaderdoc.tui.widgets.run import WaitShareChart, chart_text, column_shares
 from loaderdoc.watching.report_file import WatchReportError, load_watch_report
@@ -282,8 +283,8 @@ def _with_cpu(tmp_path: Path, cpu) -> Path:
 async def test_the_run_view_says_where_each_loaders_cpu_time_went(tmp_path):
     path = _with_cpu(tmp_path, CPU)
     (loader,) = load_watch_report(path).loaders
-    assert loader.cpu_line.startswith("CPU: loading 132 ms/batch (CPU work), step 152 ms of CPU per 79.2 ms")
-    assert "at most about 7.0 steps/s on these CPUs (ran 6.9)" in loader.cpu_line
+    assert cpu_text(loader.cpu).startswith("CPU: loading 132 ms/batch (CPU work), step 152 ms of CPU per 79.2 ms")
+    assert "at most about 7.0 steps/s on these CPUs (ran 6.9)" in cpu_text(loader.cpu)
     app = app_with(path)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
@@ -293,7 +294,7 @@ async def test_the_run_view_says_where_each_loaders_cpu_time_went(tmp_path):
 
 def test_a_report_from_before_the_cpu_accounting_shows_no_cpu_line_and_a_broken_one_is_refused(tmp_path):
     (loader,) = load_watch_report(STARVED).loaders
-    assert loader.cpu_line is None
+    assert cpu_text(loader.cpu) is None
     with pytest.raises(WatchReportError, match=r"loaders\[0\]\.cpu: not a CPU accounting"):
         load_watch_report(_with_cpu(tmp_path, {"budget_cpus": 2.0}))
 
@@ -315,7 +316,7 @@ def _with_io(tmp_path: Path, io) -> Path:
 async def test_the_run_view_says_what_each_loader_read_and_from_where(tmp_path):
     path = _with_io(tmp_path, IO)
     (loader,) = load_watch_report(path).loaders
-    assert loader.io_line == ("reads: 256 KiB/batch in 8.1 read calls (87.7 MiB/s), 256 KiB/batch from the disk "
+    assert io_text(loader.io) == ("reads: 256 KiB/batch in 8.1 read calls (87.7 MiB/s), 256 KiB/batch from the disk "
                               "(100%, 87.7 MiB/s): waiting on the disk")
     app = app_with(path)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -326,7 +327,7 @@ async def test_the_run_view_says_what_each_loader_read_and_from_where(tmp_path):
 
 def test_unread_reads_are_said_and_a_broken_read_block_is_refused(tmp_path):
     (loader,) = load_watch_report(_with_io(tmp_path, {"readable": False, "reason": "/proc/self/io does not exist"})).loaders
-    assert loader.io_line == "reads: not measured: /proc/self/io does not exist"
-    assert load_watch_report(STARVED).loaders[0].io_line is None  # a report from before the reads
+    assert io_text(loader.io) == "reads: not measured: /proc/self/io does not exist"
+    assert io_text(load_watch_report(STARVED).loaders[0].io) is None  # a report from before the reads
     with pytest.raises(WatchReportError, match=r"loaders\[0\]\.io: not a read accounting"):
         load_watch_report(_with_io(tmp_path, {"readable": True}))

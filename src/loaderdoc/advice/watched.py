@@ -24,7 +24,6 @@ from loaderdoc.advice.cpu_use import CpuUse, cpu_use
 from loaderdoc.advice.io_use import IoUse, io_use
 from loaderdoc.advice.stragglers import RankRun
 from loaderdoc.policy import WATCH_MIN_BATCHES
-from loaderdoc.units import fmt_bytes, fmt_seconds
 
 
 def wait_share_of(wait_s: float, step_s: float) -> float | None:
@@ -316,16 +315,6 @@ class LoaderReport:
             return [Interval(f"at {p.t_s:.1f} s", p.t_s, p.steps, p.wait_s, p.step_s) for p in self.timeline]
         return [Interval(f"epoch {e.index}", float(e.index), e.steps, e.wait_s, e.step_s) for e in self.epochs]
 
-    @property
-    def cpu_line(self) -> str | None:
-        """Where its CPU time went (None: not recorded)."""
-        return cpu_text(self.cpu)
-
-    @property
-    def io_line(self) -> str | None:
-        """What it read and from where (None: not recorded)."""
-        return io_text(self.io)
-
     def to_json(self) -> dict[str, Any]:
         """The loader's entry of a ``loaderdoc.watch/1`` report."""
         out = {"loader": self.number, "role": self.role, "pid": self.pid, "rank": self.rank, "class": self.cls,
@@ -387,43 +376,3 @@ def _steady(epochs: list[WatchedEpoch], total: str, first: str) -> float | None:
     if not known:
         return None
     return sum(max(0.0, getattr(e, total) - (getattr(e, first) or 0.0)) for e in known)
-
-
-# ---- the accountings as the one line the summary and the app print ----
-def cpu_text(cpu: dict[str, Any] | None) -> str | None:
-    """Where a loader's CPU time went and the ceiling the CPUs allow (None: not recorded), for the
-    summary and the app alike."""
-    if not cpu:
-        return None
-    text = (f"CPU: loading {fmt_seconds(cpu['load_cpu_per_batch_s'])}/batch "
-            f"({'CPU work' if cpu['load_is_cpu'] else 'mostly waiting'}), step "
-            f"{fmt_seconds(cpu['step_cpu_per_step_s'])} of CPU per {fmt_seconds(cpu['step_wall_per_step_s'])}")
-    if cpu.get("used_cpus") is not None:
-        text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
-        if (cpu.get("spin_cpus") or 0.0) >= 0.05:
-            text += f" ({cpu['spin_cpus']:.1f} of them torch's threads spinning)"
-        if cpu.get("others_cpus"):
-            text += f" (+{cpu['others_cpus']:.1f} other processes)"
-    if cpu.get("ceiling_matters"):  # else the CPUs are far from the limit
-        text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
-    return text
-
-
-def io_text(io: dict[str, Any] | None) -> str | None:
-    """What a loader read per batch and per second, how much came from the disk, and what that
-    says (None: not recorded), for the summary and the app alike."""
-    if not io:
-        return None
-    if not io.get("readable"):
-        return f"reads: not measured: {io.get('reason') or '/proc/<pid>/io is not readable'}"
-    text = (f"reads: {fmt_bytes(io['rchar_per_batch_bytes'])}/batch in {io['read_calls_per_batch']:.1f} read calls"
-            f"{_per_s(io.get('rchar_per_s'))}, {fmt_bytes(io['read_bytes_per_batch'])}/batch from the disk")
-    if io.get("read_bytes_per_batch") and io.get("device_share") is not None:
-        text += f" ({io['device_share']:.0%}{', ' + fmt_bytes(io['read_bytes_per_s']) + '/s' if io.get('read_bytes_per_s') is not None else ''})"
-    return f"{text}: {io['verdict']}"
-
-
-def _per_s(rate: float | None) -> str:
-    return f" ({fmt_bytes(rate)}/s)" if rate is not None else ""
-
-

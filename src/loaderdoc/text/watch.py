@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import shlex
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from loaderdoc.advice.watched import cpu_text, io_text
 from loaderdoc.policy import WATCH_MIN_BATCHES
 from loaderdoc.text.findings import finding_lines
 from loaderdoc.units import fmt_bytes, fmt_seconds, fmt_share_fine
@@ -217,3 +216,41 @@ def render_summary(report: WatchReport) -> str:
     for f in report.findings:
         out += finding_lines(f, WIDTH, ok_brief=True)  # an ok finding's evidence is the loader's line above
     return "\n".join(out) + "\n"
+
+
+# ---- the accountings as the one line the summary and the app print ----
+def cpu_text(cpu: dict[str, Any] | None) -> str | None:
+    """Where a loader's CPU time went and the ceiling the CPUs allow (None: not recorded), for the
+    summary and the app alike."""
+    if not cpu:
+        return None
+    text = (f"CPU: loading {fmt_seconds(cpu['load_cpu_per_batch_s'])}/batch "
+            f"({'CPU work' if cpu['load_is_cpu'] else 'mostly waiting'}), step "
+            f"{fmt_seconds(cpu['step_cpu_per_step_s'])} of CPU per {fmt_seconds(cpu['step_wall_per_step_s'])}")
+    if cpu.get("used_cpus") is not None:
+        text += f"; {cpu['used_cpus']:.1f} of {cpu['budget_cpus']:g} CPUs busy"
+        if (cpu.get("spin_cpus") or 0.0) >= 0.05:
+            text += f" ({cpu['spin_cpus']:.1f} of them torch's threads spinning)"
+        if cpu.get("others_cpus"):
+            text += f" (+{cpu['others_cpus']:.1f} other processes)"
+    if cpu.get("ceiling_matters"):  # else the CPUs are far from the limit
+        text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
+    return text
+
+
+def io_text(io: dict[str, Any] | None) -> str | None:
+    """What a loader read per batch and per second, how much came from the disk, and what that
+    says (None: not recorded), for the summary and the app alike."""
+    if not io:
+        return None
+    if not io.get("readable"):
+        return f"reads: not measured: {io.get('reason') or '/proc/<pid>/io is not readable'}"
+    text = (f"reads: {fmt_bytes(io['rchar_per_batch_bytes'])}/batch in {io['read_calls_per_batch']:.1f} read calls"
+            f"{_per_s(io.get('rchar_per_s'))}, {fmt_bytes(io['read_bytes_per_batch'])}/batch from the disk")
+    if io.get("read_bytes_per_batch") and io.get("device_share") is not None:
+        text += f" ({io['device_share']:.0%}{', ' + fmt_bytes(io['read_bytes_per_s']) + '/s' if io.get('read_bytes_per_s') is not None else ''})"
+    return f"{text}: {io['verdict']}"
+
+
+def _per_s(rate: float | None) -> str:
+    return f" ({fmt_bytes(rate)}/s)" if rate is not None else ""

@@ -175,16 +175,32 @@ def _memory(data: dict) -> list[dict[str, Any]]:
     return memory
 
 
+# what each accounting's one line (text/watch.py's cpu_text, io_text) reads: required, then where a flag says
+_NUMBER, _FLAG, _TEXT = (int, float), bool, str
+ACCOUNTING_KEYS = {
+    "cpu": ({"load_cpu_per_batch_s": _NUMBER, "load_is_cpu": _FLAG, "step_cpu_per_step_s": _NUMBER,
+             "step_wall_per_step_s": _NUMBER},
+            {"used_cpus": {"used_cpus": _NUMBER, "budget_cpus": _NUMBER},
+             "ceiling_matters": {"ceiling_per_s": _NUMBER, "rate_per_s": _NUMBER}}),
+    "io": ({"readable": _FLAG},
+           {"readable": {"rchar_per_batch_bytes": _NUMBER, "read_calls_per_batch": _NUMBER,
+                         "read_bytes_per_batch": _NUMBER, "verdict": _TEXT}}),
+}
+
+
 def _accounting(raw: dict[str, Any], key: str, what: str, where: str) -> dict[str, Any] | None:
     """The loader's ``cpu`` or ``io`` accounting, where the report has it (older ones do not),
-    checked by making the one line the text prints of it."""
-    from loaderdoc.advice.watched import cpu_text, io_text
-
+    checked to hold what its one line shows (ACCOUNTING_KEYS)."""
     block = get(raw, key, dict, where, optional=True)
     if not block:
         return block
-    try:
-        (cpu_text if key == "cpu" else io_text)(block)
-    except (KeyError, TypeError, ValueError):
-        raise Bad(f"{where}.{key}: not {what} this build can read") from None
+    required, when = ACCOUNTING_KEYS[key]
+    wanted = dict(required)
+    for flag, keys in when.items():
+        if block.get(flag):
+            wanted.update(keys)
+    for name, kind in wanted.items():
+        value = block.get(name)
+        if not isinstance(value, kind) or (kind is _NUMBER and isinstance(value, bool)):
+            raise Bad(f"{where}.{key}: not {what} this build can read")
     return block

@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from loaderdoc.advice.watched import Interval, LoaderReport, wait_share_of
+from loaderdoc.text.watch import cpu_text, io_text
 from loaderdoc.tui import model
 from loaderdoc.tui.widgets.view import View
 from loaderdoc.watching.watch_report import WatchReport
@@ -106,10 +107,10 @@ class RunPane(View, Vertical):
                              classes="pane-note")
             for i, loader in enumerate(run.loaders):
                 yield Static(Text(model.loader_title(loader), style="bold"), classes="run-title")
-                if loader.cpu_line:
-                    yield Static(loader.cpu_line, classes="run-cpu")
-                if loader.io_line:
-                    yield Static(loader.io_line, classes="run-cpu")
+                if cpu_text(loader.cpu):
+                    yield Static(cpu_text(loader.cpu), classes="run-cpu")
+                if io_text(loader.io):
+                    yield Static(io_text(loader.io), classes="run-cpu")
                 yield WaitShareChart(loader, id=f"run-chart-{i}")
                 yield Static(self._legend(loader), classes="run-note")
 

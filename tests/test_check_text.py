@@ -102,19 +102,26 @@ loaderdoc check
   GPU       1x NVIDIA GeForce RTX 3090, 24 GiB each, PCIe gen 4/4 x16/16, driver 535.183.01, CUDA 12.2
   torch     2.3.1+cu121 (CUDA 12.1 build, cuDNN 8.9.2.26)
 
-Config train.yaml (read by key names): 2 loaders
+Config train.yaml (read by key names): 2 loaders; read PARTIAL
   train [critical]: batch_size=64, num_workers=16, pin_memory=False
-    not set: shuffle (torch default False), prefetch_factor (torch default: 2
-      per worker), persistent_workers (torch default False)
+    not set: shuffle, drop_last, prefetch_factor, persistent_workers (the
+      training code decides)
     read from:
       batch_size <- data.train_dataloader.batch_size:3
       num_workers <- data.train_dataloader.num_workers:4
       pin_memory <- data.train_dataloader.pin_memory:5
   val [ok]: batch_size=128, num_workers=0
-    not set: shuffle (torch default False), pin_memory (torch default False)
+    not set: shuffle, pin_memory, drop_last, prefetch_factor, persistent_workers
+      (the training code decides)
     read from:
       batch_size <- data.val_dataloader.batch_size:7
       num_workers <- data.val_dataloader.num_workers:8
+  partial: not set in the file, so the training code decides (train: shuffle,
+    drop_last, persistent_workers, prefetch_factor; val: shuffle,
+    pin_memory, drop_last, persistent_workers, prefetch_factor): this
+    file's framework is not one loaderdoc knows (it may build more
+    loaders than these, and pass its own values); 'loaderdoc watch'
+    measures what the run gets
 Batch size in memory: 9.2 MiB
 Findings:
   CRITICAL shm-too-small: The batches in flight (294 MiB) don't fit in /dev/shm (64 MiB free): expect 'Bus error' / 'unable to allocate shared memory'
@@ -146,15 +153,19 @@ loaderdoc check
   GPU       8x NVIDIA H100 80GB HBM3, 79.6 GiB each, PCIe gen 5/5 x16/16, driver 580.95.05, CUDA 13.0
   torch     2.8.0+cu128 (CUDA 12.8 build, cuDNN 9.10.2.21)
 
-Config mask_rcnn_R_50_FPN_1x.yaml (detectron2 (yacs); 2 files): 1 loader
+Config mask_rcnn_R_50_FPN_1x.yaml (detectron2 (yacs); 2 files): 1 loader; read PARTIAL
   train [ok]: batch_size=16 (in total over all GPUs); judged as 2 per process on
       this machine
-    not set: shuffle (torch default False), pin_memory (torch default False),
-      prefetch_factor (torch default: 2 per worker), persistent_workers
-      (torch default False)
+    not set: shuffle, pin_memory, drop_last, prefetch_factor, persistent_workers
+      (the training code decides)
     framework: num_workers=4 (detectron2's defaults.py: DATALOADER.NUM_WORKERS =
       4)
     read from: batch_size <- SOLVER.IMS_PER_BATCH (../Base-RCNN-FPN.yaml:37)
+  partial: not set in the file, so the training code decides (train: shuffle,
+    pin_memory, drop_last, persistent_workers, prefetch_factor):
+    loaderdoc knows no rule of how detectron2 (yacs) builds its
+    DataLoaders (it may build more loaders than these, and pass its own
+    values); 'loaderdoc watch' measures what the run gets
 Findings: none - nothing here will starve or crash a DataLoader
 
 Recommended for this machine (from facts; 'loaderdoc probe' measures):

@@ -59,4 +59,4 @@ def test_yaml_merge_keys_credit_the_line_the_value_is_written_on(tmp_path):
         assert line in proc.stdout, (line, proc.stdout)
     train, val = proc.stdout.split("Findings:")[0].split("  val [")
     assert "batch_size=32, num_workers=8, pin_memory=True, drop_last=True" in train
-    assert "batch_size=64, num_workers=2, pin_memory=True\n" in val and "drop_last" not in val
+    assert "batch_size=64, num_workers=2, pin_memory=True\n" in val and "drop_last <-" not in val

@@ -50,7 +50,9 @@ def test_a_dataclass_config_is_read_field_by_field(tmp_path):
     proc = loaderdoc("check", "--config", "conf.py", cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
     out = one(proc.stdout)
-    assert "batch_size=64, num_workers=6, pin_memory=True" in out and "read PARTIAL" not in out
+    assert "batch_size=64, num_workers=6, pin_memory=True" in out
+    # partial only for what the code that reads the dataclass decides (loaderdoc does not know that code)
+    assert out.count("partial: ") == 1 and "partial: not set in the file, so the training code decides" in out
     for line in ("batch_size <- DataConfig.batch_size:5", "num_workers <- DataConfig.num_workers:6",
                  "pin_memory <- DataConfig.pin_memory:7"):
         assert line in out, out

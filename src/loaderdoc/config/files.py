@@ -16,7 +16,9 @@ from typing import Any
 from loaderdoc.config.inherit import Loaded, load
 from loaderdoc.config.layouts import (
     BY_NAMES,
+    DECIDED_BY_CODE,
     LAYOUTS_UNDERSTOOD,
+    builder_known,
     check_native,
     is_loaderdoc_shaped,
     native_owners,
@@ -47,6 +49,8 @@ class ConfigFile:
     disagreeing: dict[str, str] = field(default_factory=dict)  # setting -> its note: two keys that disagree
     references: dict[tuple[str, ...], tuple[tuple[str, ...], Origin | None]] = field(default_factory=dict)
     process: dict[str, int] = field(default_factory=dict)  # loaderdoc's [process] table, checked: torch_threads
+    # per loader (by name), the settings it leaves to a training code loaderdoc does not know (layouts.builder_known)
+    code_decides: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def torch_threads(self) -> int | None:
@@ -65,13 +69,19 @@ class ConfigFile:
         or "none" (no DataLoader settings)."""
         if not self.loaders:
             return READ_PARTIAL if self.missing or self.unattributed else READ_NONE
-        if self.missing or self.unattributed or any(lo.unreadable for lo in self.loaders):
+        if self.missing or self.unattributed or self.code_decides or any(lo.unreadable for lo in self.loaders):
             return READ_PARTIAL
         return READ_COMPLETE
 
     @property
     def partial_reasons(self) -> list[str]:
         out = list(self.missing) + list(self.unattributed)
+        if self.code_decides:
+            shown = "; ".join(f"{name or 'loader'}: {', '.join(unset)}" for name, unset in self.code_decides.items())
+            whose = ("this file's framework is not one loaderdoc knows" if self.layout == BY_NAMES else
+                     f"loaderdoc knows no rule of how {self.layout} builds its DataLoaders")
+            out.append(f"not set in the file, so the training code decides ({shown}): {whose} (it may build more "
+                       "loaders than these, and pass its own values); 'loaderdoc watch' measures what the run gets")
         for loader in self.loaders:
             for setting, source in loader.unreadable.items():
                 out.append(f"{_label(loader)}{setting} = {source}: {loader.unreadable_why.get(setting, '')}".rstrip(": "))
@@ -177,6 +187,12 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     config.unattributed = found.unattributed + opaque + loaded.run_time
     config.disagreeing = found.disagreeing
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
+    if not builder_known(config.layout):
+        for loader in found.loaders:
+            unset = [s for s in DECIDED_BY_CODE if s not in loader.keys and s not in loader.unreadable
+                     and s not in loader.defaults and s not in loader.run]
+            if unset:
+                config.code_decides[loader.name] = unset
     return config
 
 

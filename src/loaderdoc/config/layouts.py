@@ -158,6 +158,21 @@ LAYOUTS = (
     Layout("Hydra", lambda t, lo, f: "Hydra defaults" in f or _has_target(t, lo)),
 )
 BY_NAMES = "read by key names"
+# layouts whose loaders loaderdoc knows to be built with torch's defaults for what the file leaves
+# unset (or the framework's, which refine() sets): loaderdoc's own, mmengine (its Runner passes the
+# table to DataLoader), Hugging Face TrainingArguments and the frameworks of frameworks.py. In any
+# other layout the training code decides an unset setting (issue 50: fairseq passes pin_memory=True,
+# timm persistent_workers=True), so the read says so and is partial.
+KNOWN_BUILDERS = {"mmengine", HF_LAYOUT, frameworks.SLOWFAST, frameworks.FAST_REID, frameworks.LIGHTLY,
+                  frameworks.OLMO, frameworks.LLM_FOUNDRY, frameworks.KOHYA, frameworks.AXOLOTL,
+                  frameworks.MOZILLA_TTS, frameworks.LDM}
+DECIDED_BY_CODE = ("batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "persistent_workers",
+                   "prefetch_factor")  # the settings a builder commonly passes: said when a file leaves them
+
+
+def builder_known(layout: str) -> bool:
+    """Whether loaderdoc knows what this layout's loader builder passes for a setting the file leaves out."""
+    return layout in KNOWN_BUILDERS or layout.endswith("] table") or layout == "top-level keys"
 LAYOUTS_UNDERSTOOD = (
     "keys naming DataLoader settings at any depth (num_workers, workers, workers_per_gpu, batch_size, batch, "
     "samples_per_gpu, IMS_PER_BATCH, pin_mem, ...), refined for loaderdoc's [dataloader], DeepSpeed, YOLO, "

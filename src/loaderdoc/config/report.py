@@ -45,6 +45,8 @@ def describe_loader(config: ConfigFile, loader: FoundLoader) -> dict[str, Any]:
         elif setting in loader.defaults:
             value, source = loader.defaults[setting]
             entry.update(value=value, default="framework", default_source=source)
+        elif setting in config.code_decides.get(loader.name, ()):  # a training code loaderdoc does not know
+            entry.update(value=getattr(TORCH_DEFAULTS, setting), default="code")
         else:
             entry.update(value=getattr(TORCH_DEFAULTS, setting), default="torch")
         if setting in loader.run:  # what the framework makes of it: the run's value and the rule
@@ -116,26 +118,31 @@ def run_rules(settings: dict[str, dict[str, Any]]) -> str:
 
 
 def default_text(setting: str, entry: dict[str, Any]) -> str:
-    """What the DataLoader uses for a setting the file leaves out: ``torch default 0``."""
-    if setting == "prefetch_factor" and entry["value"] is None:
-        return "torch default: 2 per worker"
-    return f"torch default {entry['value']!r}"
+    """What the DataLoader uses for a setting the file leaves out: ``torch default 0``, or, where a
+    training code loaderdoc does not know decides, that (with torch's default for reference)."""
+    torch = "torch default: 2 per worker" if setting == "prefetch_factor" and entry["value"] is None else \
+        f"torch default {entry['value']!r}"
+    return f"the training code decides; {torch}" if entry.get("default") == "code" else torch
 
 
 def not_set_text(settings: dict[str, dict[str, Any]]) -> tuple[str, str]:
     """("num_workers (torch default 0), ...", "pin_memory=True (why), ...") for the settings not set."""
-    torch_defaults, framework = [], []
+    torch_defaults, framework, code = [], [], []
     no_workers = settings["num_workers"].get("value") == 0 and not settings["num_workers"].get("run")
     for setting, entry in settings.items():
         if entry["set_by"] is not None or "unreadable" in entry or entry.get("run"):
             continue
-        if no_workers and setting in ("prefetch_factor", "persistent_workers"):
+        if entry.get("default") == "code":
+            code.append(setting)
+        elif no_workers and setting in ("prefetch_factor", "persistent_workers"):
             continue  # worker settings: nothing without workers
-        if entry.get("default") == "framework":
+        elif entry.get("default") == "framework":
             framework.append(f"{setting}={entry['value']!r} ({entry['default_source']})")
         elif setting in ("batch_size", "num_workers", "pin_memory", "persistent_workers", "prefetch_factor",
                          "shuffle"):
             torch_defaults.append(f"{setting} ({default_text(setting, entry)})")
+    if code:  # one line: the training code decides these (said with why in the partial reasons)
+        torch_defaults.insert(0, f"{', '.join(code)} (the training code decides)")
     return ", ".join(torch_defaults), ", ".join(framework)
 
 

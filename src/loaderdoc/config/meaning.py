@@ -241,6 +241,8 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
             for key, value in node.items():
                 if not isinstance(key, str) or key in INHERITANCE_KEYS:
                     continue
+                if isinstance(value, Table) and any(value.get(k) is False for k in ("enable", "enabled")):
+                    continue  # a loader the file switches off (torchtitan's [validation] enable = false)
                 if isinstance(value, (Table, Seq)):
                     # a YAML template outside any split is read where it is merged, never as every loader's
                     template = isinstance(value, Table) and value.template and \
@@ -305,8 +307,9 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
           referenced: dict[tuple[str, ...], list[tuple[str, ...]]] | None = None) -> Found:
     """Hits into loaders: by split, shared settings given to every loader below their table.
     In ``native`` tables (loaderdoc's own layout) every DataLoader keyword counts on its own. A key
-    another setting refers to (``batch_size: 8`` used as ``!ref <batch_size>``) is a variable, not a
-    loader's when the key that uses it (``referenced``: target -> users) is of the same loader.
+    another setting refers to (``num_workers: 4`` used as ``!ref <num_workers>``; ``referenced``:
+    target -> users) is a variable, not a shared setting: it reaches only the loaders that refer to
+    it (issue 50: SpeechBrain's val and test loaders were given the train loader's 4 workers).
     ``shuffle`` is never shared: a training loader's shuffle is not its validation loader's."""
     referenced = referenced or {}
     for hit in hits:  # a -1 outside loaderdoc's own table is a framework's run-time value, never torch's
@@ -314,7 +317,7 @@ def group(hits: list[Hit], native: set[tuple[str, ...]] = frozenset(),
                 and not isinstance(hit.value, bool) and hit.value < 0:
             hit.value = Unread(str(hit.value), NEGATIVE_WHY)
     splits = {h.path: h.split or _enclosing_split(h.owner) for h in hits}
-    hits = [h for h in hits if not any(splits[h.path] == splits.get(user) for user in referenced.get(h.path, ()))]
+    hits = [h for h in hits if h.path not in referenced]  # a variable: it reaches loaders only where referenced
     strong_owners = {h.owner for h in hits if h.setting in STRONG} | set(native)
     kept: list[Hit] = []
     for hit in hits:

@@ -64,18 +64,24 @@ def test_a_script_s_argparse_defaults_are_read_and_its_run_named(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr
     out = one(proc.stdout)
     assert "1 loader; read PARTIAL" in out and "batch_size=32, num_workers=8" in out
-    assert "batch_size <- args.batch_size:8, num_workers <- args.workers:7" in out
+    # read from the DataLoader call that builds the loader, its args.X the argparse defaults
+    assert "batch_size <- main.loader.batch_size:11" in out and "num_workers <- main.loader.num_workers:11" in out
     assert ("partial: train.py: argparse defaults read as args.* (--workers=8, --batch-size=32): a command line "
             "that passes them runs with its own values") in out
     assert ("partial: train.py:11: DataLoader(...) is built in main() with batch_size=args.batch_size, "
-            "num_workers=args.workers computed when it runs; 'loaderdoc watch' measures the settings the run uses") in out
+            "num_workers=args.workers computed when it runs (argparse defaults as read; anything else left "
+            "unread); 'loaderdoc watch' measures the settings the run uses") in out
+    # the call is read: what it leaves out is torch's default, not a framework's
+    assert "not set: shuffle (torch default False), pin_memory (torch default False)" in out
 
 
 def test_a_script_with_nothing_literal_says_what_its_run_decides(tmp_path):
+    """argparse defaults of None: the DataLoader call's arguments are the run's, each said unread."""
     script = SCRIPT.replace('default=8', 'default=None').replace('default=32', 'default=None')
     (tmp_path / "train.py").write_text(script, encoding="utf-8")
     proc = loaderdoc("check", "--config", "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = one(proc.stdout)
-    assert "no DataLoader settings; read partial" in out
+    assert "loader [ok]: batch_size=<args.batch_size>, num_workers=<args.workers>" in out
+    assert "partial: batch_size = args.batch_size: computed when the script runs" in out
     assert "partial: train.py:11: DataLoader(...) is built in main() with batch_size=args.batch_size" in out

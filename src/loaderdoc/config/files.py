@@ -189,11 +189,24 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
     if not builder_known(config.layout):
         for loader in found.loaders:
+            if _from_call(loaded.tree, loader):
+                continue  # a DataLoader(...) call read in a script: what it leaves out is torch's default
             unset = [s for s in DECIDED_BY_CODE if s not in loader.keys and s not in loader.unreadable
                      and s not in loader.defaults and s not in loader.run]
             if unset:
                 config.code_decides[loader.name] = unset
     return config
+
+
+def _from_call(tree: Table, loader: FoundLoader) -> bool:
+    """Whether a loader's settings come from a ``DataLoader(...)`` call a script makes (config/script.py)."""
+    for path in [*loader.keys.values(), *loader.unread_keys.values()]:
+        node: Any = tree
+        for key in path[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, Table) and node.call:
+            return True
+    return False
 
 
 def load_settings(path: str | Path, *, strict: bool = True) -> LoaderSettings:

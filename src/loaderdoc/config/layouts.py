@@ -135,11 +135,12 @@ LAYOUTS = (
     Layout(frameworks.LDM, frameworks.is_latent_diffusion, refine_with=frameworks.latent_diffusion),
     Layout("DeepSpeed", _is_deepspeed, _deepspeed),
     Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
-    Layout("mmengine", lambda t, lo, f: any(isinstance(t.get(f"{s}_dataloader"), Table) for s in ("train", "val", "test"))
-           or "mmengine _base_" in f and not _top(t, "data")),
+    # the Runner's own keys: a `_base_` chain alone is mmengine's Config, which other projects use with
+    # loader builders of their own (Open-Sora), so it is no evidence of how the loaders are built
+    Layout("mmengine", lambda t, lo, f: any(isinstance(t.get(f"{s}_dataloader"), Table) for s in ("train", "val", "test"))),
     Layout("MMCV 1.x (MMDetection 2 / MMSegmentation 0.x)",
            lambda t, lo, f: bool(_table(t, "data")) and _top(_table(t, "data"), "samples_per_gpu", "workers_per_gpu",
-                                                             "imgs_per_gpu"),
+                                                             "imgs_per_gpu", "videos_per_gpu"),
            _rename_shared("train")),
     Layout("detectron2 (yacs)", lambda t, lo, f: "DATALOADER" in t or (bool(_table(t, "SOLVER"))
                                                                      and "IMS_PER_BATCH" in _table(t, "SOLVER")),

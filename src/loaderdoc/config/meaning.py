@@ -36,7 +36,14 @@ COUNT_WORDS = {"num", "n", "nb", "number", "of"}  # "num_workers": filler before
 PER_UNITS = {"gpu", "gpus", "device", "devices", "card", "cards", "replica", "rank", "proc", "process", "core"}
 PER_GPU_WORDS = {"local", "micro", "device"}  # device_train_batch_size: one process's (OLMo, llm-foundry)
 TOTAL_WORDS = {"total", "global"}
-SAMPLE_WORDS = {"samples", "imgs", "ims", "images", "sample", "img"}
+SAMPLE_WORDS = {"samples", "imgs", "ims", "images", "sample", "img", "videos", "video", "clips"}
+# keys that make the batch a size, not a count: each batch is packed up to so many bins, tokens or
+# frames (ESPnet's batch_bins, fairseq's max_tokens, Open-Sora's bucket_config, SpeechBrain's
+# dynamic batching), so its sample count is decided batch by batch
+PACKED_BATCH = {"batch_bins", "max_tokens", "bucket_config", "max_batch_length", "max_batch_len",
+                "dynamic_batching"}
+PACKED_WHY = ("batches packed by size, not counted: the framework fills each batch up to this many bins, "
+              "tokens or frames, so the samples in one vary batch to batch")
 
 # what the remaining words name
 NAMES: dict[tuple[str, ...], str] = {
@@ -241,6 +248,10 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
             for key, value in node.items():
                 if not isinstance(key, str) or key in INHERITANCE_KEYS:
                     continue
+                if key in PACKED_BATCH and value not in (None, False, 0):
+                    hits.append(Hit("batch_size", (*path, key), Unread(f"{key}: {_shown(value)}", PACKED_WHY),
+                                    node.origins.get(key), split_of_key(key), "total", item))
+                    continue
                 if isinstance(value, Table) and any(value.get(k) is False for k in ("enable", "enabled")):
                     continue  # a loader the file switches off (torchtitan's [validation] enable = false)
                 if isinstance(value, (Table, Seq)):
@@ -268,6 +279,11 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
 
     walk(tree, (), None)
     return hits
+
+
+def _shown(value: Any) -> str:
+    text = "{...}" if isinstance(value, Table) else "[...]" if isinstance(value, Seq) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _label_of(entry: Any, index: int) -> str:

@@ -11,7 +11,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoc.config.tree import Origin, Table
+from loaderdoc.config.tree import Origin, Table, Unread
 
 ARGS = "args"  # the name scripts give parse_args()'s result, and the table its defaults are read as
 SHOWN = 3  # DataLoader calls named, at most
@@ -19,8 +19,10 @@ SHOWN = 3  # DataLoader calls named, at most
 
 def read_script(tree: ast.Module, where: str, namespace: Table, value: Callable[[ast.AST, tuple[str, ...]], Any],
                 run_time: list[str]) -> None:
-    """Add the argparse defaults to ``namespace`` (unless the file binds ``args`` itself) and the
-    lines saying what the run decides to ``run_time``."""
+    """Add the ``DataLoader(...)`` calls made in functions (their ``args.X`` read as the argparse
+    defaults), then the argparse defaults themselves (unless the file binds ``args`` itself), to
+    ``namespace``; the lines saying what the run decides to ``run_time``. The calls come first: a
+    setting the call and ``args`` both state is read from the call, the line that builds the loader."""
     defaults = Table()
     for call in _calls(tree, "add_argument"):
         dest = _dest(call)
@@ -29,22 +31,54 @@ def read_script(tree: ast.Module, where: str, namespace: Table, value: Callable[
                 isinstance(default, ast.Constant) and default.value is None:  # argparse's own default: unset
             continue
         defaults.put(dest, value(default, (ARGS, dest)), Origin(where, (ARGS, dest), call.lineno))
+    calls: list[str] = []  # said after the argparse line
+    args = defaults if ARGS not in namespace else namespace.get(ARGS)
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        targets = _assigned(function)
+        for call in _calls(function, "DataLoader"):
+            name = targets.get(id(call)) or f"DataLoader_line{call.lineno}"
+            path = (function.name, name)
+            table = Table()
+            table.call = True
+            for keyword in call.keywords:
+                if keyword.arg is not None:
+                    table.put(keyword.arg, _argument(keyword.value, args),
+                              Origin(where, (*path, keyword.arg), keyword.value.lineno))
+            holder = namespace.get(function.name)
+            if not isinstance(holder, Table):
+                holder = Table()
+                namespace.put(function.name, holder, Origin(where, (function.name,), function.lineno))
+            holder.put(name, table, Origin(where, path, call.lineno))
+            computed = [f"{k.arg}={ast.unparse(k.value)[:40]}" for k in call.keywords
+                        if k.arg is not None and not isinstance(k.value, ast.Constant)]
+            if computed and len(calls) < SHOWN:
+                calls.append(f"{where}:{call.lineno}: DataLoader(...) is built in {function.name}() with "
+                                f"{', '.join(computed[:4])} computed when it runs (argparse defaults as read; "
+                                "anything else left unread); 'loaderdoc watch' measures the settings the run uses")
     if defaults and ARGS not in namespace:
         namespace.put(ARGS, defaults, Origin(where, (ARGS,), min(o.line for o in defaults.origins.values())))
         flags = ", ".join(f"--{k.replace('_', '-')}={v!r}" if _literal(v) else f"--{k.replace('_', '-')}=?"
                           for k, v in list(defaults.items())[:6])
         run_time.append(f"{where}: argparse defaults read as {ARGS}.* ({flags}{', ...' if len(defaults) > 6 else ''}): "
                         "a command line that passes them runs with its own values")
-    shown = 0
-    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
-        for call in _calls(function, "DataLoader"):
-            computed = [f"{k.arg}={ast.unparse(k.value)[:40]}" for k in call.keywords
-                        if k.arg is not None and not isinstance(k.value, ast.Constant)]
-            if computed and shown < SHOWN:
-                shown += 1
-                run_time.append(f"{where}:{call.lineno}: DataLoader(...) is built in {function.name}() with "
-                                f"{', '.join(computed[:4])} computed when it runs; 'loaderdoc watch' measures "
-                                "the settings the run uses")
+    run_time.extend(calls)
+
+
+def _assigned(function: ast.AST) -> dict[int, str]:
+    """Each call assigned to a plain name in ``function`` (``train_loader = DataLoader(...)``): id -> the name."""
+    return {id(node.value): node.targets[0].id for node in ast.walk(function)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+
+
+def _argument(node: ast.expr, args: Any) -> Any:
+    """A DataLoader argument as the file states it: a constant, an argparse default (``args.X``), or
+    unread (computed when the script runs)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == ARGS \
+            and isinstance(args, Table) and node.attr in args:
+        return args[node.attr]
+    return Unread(ast.unparse(node)[:60], "computed when the script runs")
 
 
 def _calls(tree: ast.AST, name: str) -> list[ast.Call]:

@@ -29,12 +29,14 @@ class Origin:
 class Table(dict):
     """A mapping whose keys each carry their :class:`Origin` (``origins[key]``). ``template``: a
     YAML mapping other mappings take whole or merge (``&base`` then ``<<: *base``): its keys are
-    read where it is used, not as settings of every loader."""
+    read where it is used, not as settings of every loader. ``call``: the arguments of a
+    ``DataLoader(...)`` call a script makes: what it leaves out is torch's default."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.origins: dict[str, Origin] = {}
         self.template = False
+        self.call = False
 
     def __deepcopy__(self, memo: dict) -> Table:
         import copy
@@ -44,7 +46,7 @@ class Table(dict):
         for key, value in self.items():
             out[key] = copy.deepcopy(value, memo)
         out.origins = dict(self.origins)
-        out.template = self.template
+        out.template, out.call = self.template, self.call
         return out
 
     def put(self, key: str, value: Any, origin: Origin | None) -> None:

@@ -186,6 +186,7 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     config.loaders = found.loaders
     config.unattributed = found.unattributed + opaque + loaded.run_time
     config.disagreeing = found.disagreeing
+    config.missing += _unread_bases(loaded.tree, loaded.files)
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
     if not builder_known(config.layout):
         for loader in found.loaders:
@@ -196,6 +197,31 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
             if unset:
                 config.code_decides[loader.name] = unset
     return config
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".py", ".json", ".toml")
+
+
+def _unread_bases(tree: Table, files: list[str]) -> list[str]:
+    """Keys naming a base config file that the reading did not follow (OpenPCDet's ``_BASE_CONFIG_``,
+    a path its tools resolve from their own folder): each one line, the read partial."""
+    read = {Path(f).name for f in files}
+    out: list[str] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, str) and "base" in str(key).lower() and value.strip().endswith(CONFIG_SUFFIXES) \
+                        and Path(value.strip()).name not in read and len(out) < 5:
+                    out.append(f"{'.'.join((*path, str(key)))} = {value.strip()}: a base config this file names, not "
+                               "read (not found beside it); the settings it holds are not in this reading")
+                walk(value, (*path, str(key)))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, (*path, str(i)))
+
+    walk(tree, ())
+    return out
 
 
 def _from_call(tree: Table, loader: FoundLoader) -> bool:

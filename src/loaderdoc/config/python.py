@@ -52,17 +52,21 @@ def read_python(text: str, where: str, *, import_file: ImportFile | None = None,
             raise SettingsError(f"{where}:{exc.lineno}: holds a number of thousands of digits; no DataLoader "
                                 "setting is that large") from None
         raise SettingsError(f"{where}:{exc.lineno}: not valid Python: {exc.msg}") from None
-    reader = _Reader(where, import_file, notes if notes is not None else [])
+    run_time = run_time if run_time is not None else []
+    reader = _Reader(where, import_file, notes if notes is not None else [], run_time)
     reader.statements(tree.body)
-    read_script(tree, where, reader.namespace, reader.value, run_time if run_time is not None else [])
+    read_script(tree, where, reader.namespace, reader.value, run_time)
     return reader.namespace
 
 
 class _Reader:
-    def __init__(self, where: str, import_file: ImportFile | None, notes: list[str]) -> None:
+    def __init__(self, where: str, import_file: ImportFile | None, notes: list[str],
+                 run_time: list[str] | None = None) -> None:
         self.where = where
         self.import_file = import_file
         self.notes = notes
+        self.run_time = run_time if run_time is not None else []
+        self.packaged: dict[str, str] = {}  # a name bound from an installed package's module -> that module
         self.namespace = Table()
         self.built = 0  # values made so far, each copy of a bound name counted whole
 
@@ -126,6 +130,11 @@ class _Reader:
                                 and target.value.id == "self":
                             path = (node.name, target.attr)
                             table.put(target.attr, self.value(statement.value, path), self.origin(path, statement))
+        inherited = [self.packaged[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in self.packaged]
+        if table and inherited:  # YOLOX's `class Exp(MyExp)`: the base's defaults decide what is not set here
+            self.run_time.append(f"{self.where}:{node.lineno}: class {node.name} inherits {', '.join(inherited)}, an "
+                                 "installed package's, not read: the values it sets for what this class leaves out "
+                                 "are not in this reading")
         if table:
             self.namespace.put(node.name, table, self.origin((node.name,), node))
 
@@ -177,11 +186,11 @@ class _Reader:
         merge_into(container, change)
 
     def import_from(self, node: ast.ImportFrom) -> None:
-        if self.import_file is None:
+        names = self.import_file(node.module or "", node.level, node.lineno) if self.import_file else None
+        if names is None:  # a package's module (`from detectron2.config import LazyCall as L`): nothing to read
+            for alias in node.names:
+                self.packaged[alias.asname or alias.name] = f"{node.module}.{alias.name}"
             return
-        names = self.import_file(node.module or "", node.level, node.lineno)
-        if names is None:
-            return  # a package's module (`from detectron2.config import LazyCall as L`): nothing to read
         for alias in node.names:
             if alias.name == "*":
                 for key, value in names.items():

@@ -122,7 +122,7 @@ WORKLOADS = {  # Model arguments: per-batch fetch time, its CPU share, batch byt
 
 
 def probed(facts: MachineFacts, workload: str, epoch_steps: int | None = None) -> ProbeReport:
-    per_rank = policy.cpus_per_rank(facts)
+    per_rank = facts.cpus_per_rank
     room = policy.Room.of(facts)
     model = Model(cpus=per_rank, **WORKLOADS[workload])
     limits = SearchLimits(budget_s=30.0, cpu_budget=per_rank, memory_budget_bytes=room.memory_budget,

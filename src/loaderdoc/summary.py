@@ -38,7 +38,7 @@ def machine_summary(facts: MachineFacts) -> list[tuple[str, str]]:
         rows.append((
             "Ranks",
             f"{launcher or 'distributed'}: {ranks} local rank(s), world size {facts.distributed.world_size.get('?')}"
-            f" -> {fmt_cpus(round(facts.cpus_per_rank, 2))} CPUs per rank",
+            f" -> {fmt_cpus(None if facts.cpus_per_rank is None else round(facts.cpus_per_rank, 2))} CPUs per rank",
         ))
     rows.append((
         "Memory",

@@ -48,7 +48,7 @@ def recommend(
         reasons["num_workers"] = _probe_reason(probe, "num_workers", workers)
         prefetch = base.effective_prefetch_factor or DEFAULT_PREFETCH
         source = "probe"
-        per_rank = policy.cpus_per_rank(facts)
+        per_rank = facts.cpus_per_rank
         if policy.oversubscribed(workers, per_rank):
             beyond = policy.beyond_cpus_evidence(probe.results, per_rank)
             if beyond is None:

@@ -22,7 +22,7 @@ from loaderdoc.policy import worker_target, workers_text
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.units import cpus_text, fmt_bytes, fmt_num
+from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus
 
 KNOB_ORDER = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 BOOLEAN_KNOBS = ("pin_memory", "persistent_workers")  # "raising" = turning on
@@ -139,14 +139,15 @@ def _num_workers(h: _Here) -> KnobTradeoff:
     if measured:
         cols = ["num_workers", "batches/s", "step waits", "worker PSS", "CPUs used / per rank",
                 "/dev/shm in flight", "fits /dev/shm"]
-    values = sorted(set(measured) | {n} | ({worker_target(cpus)} if not measured else set())
-                    | ({v for v in (0, 1, 2, 4, 8, 16, 32, 64) if v <= max(2 * math.ceil(cpus), 2)}
-                       if not measured else set()))
+    # unmeasured: around what this budget allows (unknown CPUs: torch's range, 0 to 2)
+    reach = 2 if cpus is None else max(2 * math.ceil(cpus), 2)
+    values = sorted(set(measured) | {n} | ({worker_target(cpus)} if not measured and cpus is not None else set())
+                    | ({v for v in (0, 1, 2, 4, 8, 16, 32, 64) if v <= reach} if not measured else set()))
     rows = []
     for v in values:
         r = measured.get(v)
         need = h.shm_need(v, pf) if v else 0
-        cells = {"num_workers": str(v), "CPUs used / per rank": f"{v + 1} / {fmt_num(cpus)}",
+        cells = {"num_workers": str(v), "CPUs used / per rank": f"{v + 1} / {fmt_cpus(cpus)}",
                  "/dev/shm in flight": h.shm_text(v, pf) if v else "0 (main process loads)",
                  "fits /dev/shm": h.fit_text(need) if v else "yes"}
         data: dict[str, Any] = {"processes": v + 1, "cpus_per_rank": cpus, "shm_bytes": need}
@@ -193,6 +194,8 @@ def _num_workers(h: _Here) -> KnobTradeoff:
     scaling = policy.beyond_cpus_evidence(h.probe.results, cpus) if h.probe else None
     if scaling is not None:
         up.append("the CPU count is not the limit here: " + scaling.text(cpus))
+    elif cpus is None:
+        up.append("CPU room unknown: no CPU count could be read")
     elif n + 1 > cpus:
         up.append(f"already {workers_text(n)} for {cpus_text(cpus)} per rank: more only take turns")
     else:

@@ -117,6 +117,10 @@ def _quota(f: MachineFacts) -> str:
     return "unknown" if quota is None else quota if isinstance(quota, str) else fmt_cpus(quota)
 
 
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
 def _text(value: Any) -> str:
     return "unknown" if value is None else str(value)
 
@@ -126,8 +130,8 @@ SHM_FIX = ("give that node a /dev/shm as large as the others': docker run --shm-
 SAME_BUILD_FIX = "install the same version on every node (one container image for the whole job)"
 
 FIELDS: list[Field] = [
-    Field("cpus_per_rank", "CPUs per rank", lambda f: fmt_cpus(round(f.cpus_per_rank, 2)),
-          lambda f: round(f.cpus_per_rank, 2) if f.cpu.known else None, "more", 0.1, "{} per rank",
+    Field("cpus_per_rank", "CPUs per rank", lambda f: fmt_cpus(_rounded(f.cpus_per_rank)),
+          lambda f: _rounded(f.cpus_per_rank), "more", 0.1, "{} per rank",
           cpus_text,
           cause="each rank's DataLoader workers share this budget; the slowest node's ranks hold every "
                 "step of the others at the barrier",

@@ -7,7 +7,7 @@
 
 Its modules: :mod:`.core` (the thresholds and plain questions), :mod:`.memory` (``/dev/shm`` and
 the memory budget), :mod:`.scaling` (more workers than CPUs), :mod:`.restarts` (persistent
-workers) and :mod:`.choice` (the pick), each re-exported here: callers ask ``loaderdoc.policy``. ``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
+workers), :mod:`.choice` (the pick) and :mod:`.measurement` (what it reads of a measured configuration), each re-exported here: callers ask ``loaderdoc.policy``. ``recommend`` (facts only), every rule, the probe's search, the trade-off tables and the app ask
 these functions, so a pick and a finding can never use two different thresholds. Each threshold
 is named once below with the reason for its value. No torch, no textual, and nothing here reads
 the machine: facts and measurements come in as arguments.
@@ -62,7 +62,6 @@ from loaderdoc.policy.core import (
     contended,
     contention,
     cpu_limit,
-    cpus_per_rank,
     fewer_workers,
     heap_held,
     idle_cpu_share,
@@ -88,6 +87,7 @@ from loaderdoc.policy.core import (
     workers_for_cpus,
     workers_text,
 )
+from loaderdoc.policy.measurement import MeanWait, Measured, Measurement
 from loaderdoc.policy.memory import (
     Room,
     fit_in_flight,
@@ -120,6 +120,9 @@ from loaderdoc.policy.scaling import (
 )
 
 __all__ = [
+    "MeanWait",
+    "Measured",
+    "Measurement",
     "BEYOND_CPUS_PAYS",
     "BURSTY_FLOOR_MS",
     "BURSTY_RATIO",
@@ -170,7 +173,6 @@ __all__ = [
     "contended",
     "contention",
     "cpu_limit",
-    "cpus_per_rank",
     "fewer_workers",
     "fit_in_flight",
     "heap_held",

@@ -22,7 +22,7 @@ from loaderdoc.policy.scaling import BeyondCpus, beyond_cpus_evidence
 from loaderdoc.units import cpus_text
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.result import ConfigResult
+    from loaderdoc.policy.measurement import Measurement
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Choice:
 
 
 def choose(
-    results: Sequence[ConfigResult],
+    results: Sequence[Measurement],
     *,
     per_rank: float | None,
     room: Room | None = None,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from loaderdoc.units import MiB, fmt_bytes, fmt_cpus
 
 if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
-    from loaderdoc.probing.result import ConfigResult
+    from loaderdoc.policy.measurement import Measurement
     from loaderdoc.settings import LoaderSettings
     from loaderdoc.system.facts import MachineFacts
 
@@ -160,11 +160,6 @@ def scale_batch_bytes(measured_bytes: int | None, measured_batch: int | None, ba
 
 
 # ---- CPU ------------------------------------------------------------------------------------
-def cpus_per_rank(facts: MachineFacts) -> float | None:
-    """CPUs one rank's loader may use, or None when no CPU count could be read."""
-    return facts.cpus_per_rank if facts.cpu.known else None
-
-
 def oversubscribed(workers: int, per_rank: float | None) -> bool:
     """More workers than CPUs for this rank (torch's own check counts the affinity set only)."""
     return per_rank is not None and workers > per_rank
@@ -205,6 +200,8 @@ def workers_for_cpus(facts: MachineFacts) -> tuple[int, str]:
     budget = f"CPU budget {fmt_cpus(cpu.budget)} ({cpu.budget_source})"
     if ranks > 1:
         budget += f" / {ranks} local ranks = {fmt_cpus(per_rank)} per rank"
+    if per_rank is None:
+        return 0, "0: no CPU count could be read; torch's default until a probe measures what workers pay"
     usable = math.floor(per_rank)
     if usable <= 1:
         return 0, f"0: {budget}; the training process needs that CPU itself, workers would only contend"
@@ -224,7 +221,7 @@ def workers_for_cpus(facts: MachineFacts) -> tuple[int, str]:
     return workers, reason
 
 
-def _cpu_work(results: Iterable[ConfigResult]) -> bool:
+def _cpu_work(results: Iterable[Measurement]) -> bool:
     """A 0-worker fetch was mostly CPU time (:data:`CPU_BUSY_SHARE`)."""
     zero = [r.fetch_cpu_pct for r in results if r.ok and r.settings.num_workers == 0 and r.fetch_cpu_pct]
     return bool(zero) and max(zero) > 100 * CPU_BUSY_SHARE
@@ -242,7 +239,7 @@ def single_windows_trusted(busy_cpus: float, fetch_cpu_pct: float | None) -> boo
     return fetch_cpu_pct is not None and fetch_cpu_pct < 100 * CPU_IDLE_SHARE
 
 
-def idle_cpu_share(result: ConfigResult, per_rank: float) -> float | None:
+def idle_cpu_share(result: Measurement, per_rank: float) -> float | None:
     """The share of the rank's CPUs that stood idle in a run's window: what this process and its
     workers (and other processes) left of ``per_rank``; the whole machine's idle share where the
     process tree's use was not read (no CPU affinity to read it on). None where neither was read."""
@@ -253,7 +250,7 @@ def idle_cpu_share(result: ConfigResult, per_rank: float) -> float | None:
     return None
 
 
-def cold_read(result: ConfigResult | None) -> str | None:
+def cold_read(result: Measurement | None) -> str | None:
     """How much a run read from storage a batch, in words, when that made it wait (cold files:
     :data:`COLD_READ_BYTES`, :data:`COLD_WAIT_SHARE`); None for a warm run."""
     st = result.stages if result is not None and result.ok else None
@@ -269,7 +266,7 @@ def contended(other_cpus: float | None) -> float:
     return other_cpus if other_cpus is not None and other_cpus >= CONTENDED_CPUS else 0.0
 
 
-def contention(results: Iterable[ConfigResult]) -> float:
+def contention(results: Iterable[Measurement]) -> float:
     """CPUs other processes kept busy beside the 0-worker runs (mean), 0 below :data:`CONTENDED_CPUS`."""
     seen = [r.other_cpus for r in results if r.ok and r.settings.num_workers == 0 and r.other_cpus is not None]
     return round(contended(statistics.fmean(seen) if seen else 0.0), 2)
@@ -302,7 +299,7 @@ def memory_growing(first_bytes: int, last_bytes: int, swing_bytes: int = 0) -> b
             and last_bytes - first_bytes >= max(WORKER_GROWTH_MIN_BYTES, swing_bytes))
 
 
-def still_growing(result: ConfigResult) -> bool:
+def still_growing(result: Measurement) -> bool:
     """A measured configuration whose workers' memory rose through its steady window by more
     than the batches they may hold while building them (one a worker: in /dev/shm, counted in
     their PSS while it is theirs) could account for."""
@@ -333,7 +330,7 @@ def queue_runs_dry(starvation_pct: float | None, zero_p50_ms: float | None, zero
     return not spiky_loading(zero_p50_ms, zero_p95_ms)
 
 
-def _rates(results: Iterable[ConfigResult]) -> dict[Key, list[float]]:
+def _rates(results: Iterable[Measurement]) -> dict[Key, list[float]]:
     """The steps/s of every measured run, by configuration."""
     groups: dict[Key, list[float]] = {}
     for r in results:
@@ -343,12 +340,12 @@ def _rates(results: Iterable[ConfigResult]) -> dict[Key, list[float]]:
     return groups
 
 
-def throughputs(results: Iterable[ConfigResult]) -> dict[Key, float]:
+def throughputs(results: Iterable[Measurement]) -> dict[Key, float]:
     """Mean measured steps/s per configuration."""
     return {k: statistics.fmean(v) for k, v in sorted(_rates(results).items())}
 
 
-def noise(results: Iterable[ConfigResult]) -> float:
+def noise(results: Iterable[Measurement]) -> float:
     """Half the largest relative spread between repeated runs of one configuration, capped at
     :data:`MAX_NOISE`: on a small or shared machine two windows of one configuration differ, and
     differences smaller than that between configurations are not evidence."""
@@ -356,5 +353,5 @@ def noise(results: Iterable[ConfigResult]) -> float:
     return min(MAX_NOISE, max(spreads, default=0.0))
 
 
-def tolerance(results: Iterable[ConfigResult]) -> float:
+def tolerance(results: Iterable[Measurement]) -> float:
     return max(TOLERANCE, noise(results))

@@ -14,7 +14,7 @@ from loaderdoc.policy.core import RAM_SAFE_SHARE, SHM_SAFE_SHARE, Key, stream_ke
 from loaderdoc.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.result import ConfigResult
+    from loaderdoc.policy.measurement import Measurement
     from loaderdoc.system.facts import MachineFacts
 
 
@@ -98,7 +98,7 @@ def fit_in_flight(workers: int, prefetch: int, batch_bytes: int | None, room: Ro
     )
 
 
-def _pss_points(results: Iterable[ConfigResult]) -> dict[int, int]:
+def _pss_points(results: Iterable[Measurement]) -> dict[int, int]:
     """Worker count -> the largest summed worker PSS measured with it."""
     points: dict[int, int] = {}
     for r in results:
@@ -108,7 +108,7 @@ def _pss_points(results: Iterable[ConfigResult]) -> dict[int, int]:
     return points
 
 
-def per_worker_pss(results: Iterable[ConfigResult]) -> float | None:
+def per_worker_pss(results: Iterable[Measurement]) -> float | None:
     """Bytes of PSS one more worker costs: the slope over measured worker counts, else the mean."""
     points = _pss_points(results)
     if not points:
@@ -124,7 +124,7 @@ def per_worker_pss(results: Iterable[ConfigResult]) -> float | None:
     return statistics.fmean(points[x] / x for x in xs)
 
 
-def workers_pss_at(results: Sequence[ConfigResult], n: int) -> tuple[float, str] | None:
+def workers_pss_at(results: Sequence[Measurement], n: int) -> tuple[float, str] | None:
     """Summed worker PSS for ``n`` workers and how it was obtained: measured, or a straight line
     through the measured worker counts, never below 0. None when no worker memory was measured."""
     points = _pss_points(results)
@@ -141,7 +141,7 @@ def workers_pss_at(results: Sequence[ConfigResult], n: int) -> tuple[float, str]
     return slope * n, f"{fmt_bytes(slope)} per worker measured with {workers_text(xs[0])}"
 
 
-def memory_need(results: Sequence[ConfigResult], key: Key, batch_bytes: int | None, ranks: int) -> float | None:
+def memory_need(results: Sequence[Measurement], key: Key, batch_bytes: int | None, ranks: int) -> float | None:
     """Workers' PSS (measured or extrapolated) plus the batches in flight, for all ranks on the node."""
     pss = workers_pss_at(results, key[0]) if key[0] else (0.0, "")
     if pss is None:
@@ -149,7 +149,7 @@ def memory_need(results: Sequence[ConfigResult], key: Key, batch_bytes: int | No
     return pss[0] * ranks + (in_flight_bytes(key[0], key[1], batch_bytes, ranks) or 0)
 
 
-def misfit(results: Sequence[ConfigResult], key: Key, room: Room, batch_bytes: int | None) -> str | None:
+def misfit(results: Sequence[Measurement], key: Key, room: Room, batch_bytes: int | None) -> str | None:
     """Why a configuration does not fit this node's /dev/shm or memory budget, if it doesn't.
 
     /dev/shm is judged on the batches in flight at ``batch_bytes`` (the user's batch size); when

@@ -15,7 +15,7 @@ from loaderdoc.policy.core import PERSISTENT_PAYS_SHARE, Key, stream_key, throug
 from loaderdoc.policy.scaling import zero_load_ms
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.result import ConfigResult
+    from loaderdoc.policy.measurement import Measurement
 
 
 @dataclass
@@ -43,7 +43,7 @@ class RestartSaving:
                 f"that batch (persistent workers load it too): restarting them costs about {self.saving_s:.2f} s")
 
 
-def restart_saving(results: Iterable[ConfigResult], key: Key) -> RestartSaving | None:
+def restart_saving(results: Iterable[Measurement], key: Key) -> RestartSaving | None:
     """What persistent workers save for the configuration ``key`` (workers, prefetch): a timed
     restart with and without them if the probe ran one, else the start-up estimate. None where
     neither was measured (or for 0 workers, which have nothing to restart)."""
@@ -60,7 +60,7 @@ def restart_saving(results: Iterable[ConfigResult], key: Key) -> RestartSaving |
     return startup_saving(results, key)
 
 
-def startup_saving(results: Iterable[ConfigResult], key: Key) -> RestartSaving | None:
+def startup_saving(results: Iterable[Measurement], key: Key) -> RestartSaving | None:
     """The start-up estimate alone (see :class:`RestartSaving`): from the steady runs of ``key``.
     The batch's loading is the slowest the workers' stage timings show, else the 0-worker run's,
     else one batch at the measured rate."""

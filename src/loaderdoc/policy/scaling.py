@@ -26,7 +26,7 @@ from loaderdoc.policy.core import (
 from loaderdoc.units import cpus_text
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.result import ConfigResult
+    from loaderdoc.policy.measurement import Measurement
 
 
 @dataclass
@@ -36,8 +36,8 @@ class BeyondCpus:
     :data:`BEYOND_CPUS_PAYS` times as fast, or repeated runs where every run of ``more`` beat every
     run of ``fewer`` and the means differ by more than the tolerance (the noise those repeats show)."""
 
-    fewer: ConfigResult
-    more: ConfigResult
+    fewer: Measurement
+    more: Measurement
     fewer_rate: float = 0.0  # mean steps/s of the runs compared
     more_rate: float = 0.0
     repeated: bool = False  # decided on repeated runs, not on one window each
@@ -77,7 +77,7 @@ class BeyondCpus:
                 "(measured: the workers wait on I/O, not on the CPU)")
 
 
-def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None) -> BeyondCpus | None:
+def beyond_cpus_evidence(results: Iterable[Measurement], per_rank: float | None) -> BeyondCpus | None:
     """Measurements showing that workers beyond the CPU budget are not oversubscribed.
 
     Two measured worker counts a < b with a at or above the CPU limit and b beyond the budget.
@@ -98,10 +98,10 @@ def beyond_cpus_evidence(results: Iterable[ConfigResult], per_rank: float | None
     return bound if bound is not None else _beyond_cpus_measured(results, per_rank)
 
 
-def zero_load_ms(results: Iterable[ConfigResult]) -> tuple[ConfigResult, float] | None:
+def zero_load_ms(results: Iterable[Measurement]) -> tuple[Measurement, float] | None:
     """The 0-worker run that loaded fastest, and its wall time to load one batch (samples and
     collate, timed inside the training process; its mean wait when it has no stage timings)."""
-    best: tuple[ConfigResult, float] | None = None
+    best: tuple[Measurement, float] | None = None
     for r in results:
         if not (r.ok and r.settings.num_workers == 0):
             continue
@@ -111,19 +111,19 @@ def zero_load_ms(results: Iterable[ConfigResult]) -> tuple[ConfigResult, float] 
     return best
 
 
-def zero_load_text(result: ConfigResult) -> str:
+def zero_load_text(result: Measurement) -> str:
     load = zero_load_ms([result])
     return f"{load[1]:.0f} ms" if load else "time"
 
 
-def linear_bound(results: Iterable[ConfigResult], workers: int) -> float | None:
+def linear_bound(results: Iterable[Measurement], workers: int) -> float | None:
     """The most steps/s ``workers`` workers can deliver: each loads a batch no faster than the
     training process did alone with 0 workers. None without a timed 0-worker run."""
     load = zero_load_ms(results)
     return None if load is None else workers * 1000.0 / load[1]
 
 
-def ruled_out_below(results: Iterable[ConfigResult], target: float, below: int) -> int:
+def ruled_out_below(results: Iterable[Measurement], target: float, below: int) -> int:
     """The most workers (fewer than ``below``) that cannot reach ``target`` steps/s even at
     :data:`SCALING_SLACK` times their linear bound: no run needed to know they are too slow. 0: none."""
     load = zero_load_ms(results)
@@ -133,7 +133,7 @@ def ruled_out_below(results: Iterable[ConfigResult], target: float, below: int) 
     return max(0, min(below - 1, math.ceil(target / per_worker) - 1))
 
 
-def _beyond_cpus_bound(results: list[ConfigResult], per_rank: float) -> BeyondCpus | None:
+def _beyond_cpus_bound(results: list[Measurement], per_rank: float) -> BeyondCpus | None:
     """One run past the CPUs far faster than as many workers as the CPUs could possibly deliver:
     evidence without measuring that many (the bound is linear scaling of the 0-worker loading).
     CPU work is vetoed as for single runs: it cannot scale past the CPUs on a quiet machine."""
@@ -154,8 +154,8 @@ def _beyond_cpus_bound(results: list[ConfigResult], per_rank: float) -> BeyondCp
     return BeyondCpus(zero[0], best, bound, best.batches_per_s, others=contention(results), bound_workers=limit)
 
 
-def _beyond_cpus_measured(results: list[ConfigResult], per_rank: float) -> BeyondCpus | None:
-    groups: dict[int, list[ConfigResult]] = {}
+def _beyond_cpus_measured(results: list[Measurement], per_rank: float) -> BeyondCpus | None:
+    groups: dict[int, list[Measurement]] = {}
     for r in results:
         if r.ok and r.batches_per_s and r.settings.in_order and r.settings.effective_prefetch_factor == DEFAULT_PREFETCH:
             groups.setdefault(r.settings.num_workers, []).append(r)

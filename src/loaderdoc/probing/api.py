@@ -79,7 +79,7 @@ def _limits(facts: MachineFacts, budget_s: float, device: str, plan: Any, step_m
     room = policy.Room.of(facts)
     return SearchLimits(
         budget_s=budget_s,
-        cpu_budget=policy.cpus_per_rank(facts),  # None: no CPU count could be read, no CPU cap
+        cpu_budget=facts.cpus_per_rank,  # None: no CPU count could be read, no CPU cap
         memory_budget_bytes=room.memory_budget,
         shm_free_bytes=room.shm_free,
         ranks=room.ranks,

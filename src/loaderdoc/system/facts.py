@@ -236,12 +236,15 @@ class MachineFacts(Recorded):
         return data
 
     @property
-    def cpus_per_rank(self) -> float:
-        """The CPU budget each local rank (process feeding one GPU) can give its workers.
+    def cpus_per_rank(self) -> float | None:
+        """The CPU budget each local rank (process feeding one GPU) can give its workers, None
+        when no CPU count could be read (every caller says so rather than assume one CPU).
 
         The effective CPU budget, capped by ``SLURM_CPUS_PER_TASK`` when set, divided by the
         local ranks that share it (see :attr:`DistributedFacts.ranks_sharing_budget`).
         """
+        if not self.cpu.known:
+            return None
         budget = self.cpu.budget
         per_task = self.distributed.cpus_per_task.get()
         if per_task:

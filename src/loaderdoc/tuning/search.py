@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from loaderdoc import policy
 from loaderdoc.advice.cpu_use import CpuUse, cpu_use, fewest_near_best, fewest_workers_most_threads
 from loaderdoc.policy import Room
-from loaderdoc.probing.result import ConfigResult, WaitStats
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.tuning.result import Pick, Trial, TrialSettings
 from loaderdoc.tuning.window import Window
@@ -62,19 +61,19 @@ def window_cpu_use(w: Window, workers: int, budget: float | None, ranks: int = 1
                    torch_threads=w.torch_threads)
 
 
-def config_result(trial: Trial, use: CpuUse | None) -> ConfigResult:
-    """A trial as the policy reads a probe's measurement."""
+def measured(trial: Trial, use: CpuUse | None) -> policy.Measured:
+    """A trial as the policy reads a measurement: what the real job showed, the rest unseen."""
     s = trial.settings
     fetch_cpu = None
     if s.num_workers == 0 and use is not None and use.wait_wall_s > 0:
         fetch_cpu = 100.0 * min(1.0, use.wait_cpu_s / use.wait_wall_s)
-    return ConfigResult(
+    return policy.Measured(
         settings=LoaderSettings(batch_size=None, num_workers=s.num_workers,
                                 prefetch_factor=s.prefetch_factor if s.num_workers else None),
-        status="ok", batches=trial.window_steps, wait=WaitStats(mean_ms=trial.wait_ms), duration_s=trial.window_s, batches_per_s=trial.steps_per_s,
+        batches_per_s=trial.steps_per_s, wait=policy.MeanWait(mean_ms=trial.wait_ms),
         starvation_pct=None if trial.wait_share is None else 100 * trial.wait_share,
         worker_pss_bytes=trial.workers_pss_bytes, shm_peak_bytes=trial.shm_peak_bytes,
-        other_cpus=trial.others_cpus, fetch_cpu_pct=fetch_cpu, purpose=trial.purpose)
+        other_cpus=trial.others_cpus, fetch_cpu_pct=fetch_cpu)
 
 
 @dataclass
@@ -128,8 +127,8 @@ class TuneSearch:
     def ok(self) -> list[Trial]:
         return [t for t in self.trials if t.ok]
 
-    def results(self) -> list[ConfigResult]:
-        return [config_result(t, self.uses.get(t.number)) for t in self.ok if not self._twin(t)]
+    def results(self) -> list[policy.Measured]:
+        return [measured(t, self.uses.get(t.number)) for t in self.ok if not self._twin(t)]
 
     def _twin(self, trial: Trial) -> bool:
         """A trial that turned persistent workers on where the script has them off, or changed the

@@ -43,7 +43,7 @@ class Tuner:
         self.command = command
         self.progress = progress
         self.facts = detect()
-        self.per_rank = policy.cpus_per_rank(self.facts)
+        self.per_rank = self.facts.cpus_per_rank
         self.limits = TrialLimits(steps=options.steps, first_batch_s=options.first_batch_s,
                                   max_s=min(options.budget_s, max(60.0, options.first_batch_s + 120.0)))
         self.started = time.monotonic()

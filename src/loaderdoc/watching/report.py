@@ -231,7 +231,7 @@ def judge(entries: list[LoaderReport], memory: dict[Any, dict[str, Any]], facts,
     trains = {(r["pid"], r["loader"]) for r in ranks or []}
     out: list[Finding] = []
     seen: set[tuple[str, str]] = set()
-    budget = policy.cpus_per_rank(facts)
+    budget = facts.cpus_per_rank
     ranks = max(1, facts.distributed.ranks_on_this_node)
     for entry in entries:
         mem = memory.get(entry.pid) or {}

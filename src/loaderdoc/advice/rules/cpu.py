@@ -32,7 +32,9 @@ def cpu_evidence(i: Inputs) -> list[str]:
         out.append(f"SLURM_CPUS_PER_TASK = {per_task.value} (each Slurm task owns its CPUs)")
     if i.ranks > 1:
         launcher = i.facts.distributed.launcher.get() or "launcher"
-        out.append(f"{i.ranks} ranks on this node ({launcher}): {cpus_text(i.facts.cpus_per_rank)} per rank")
+        per_rank = i.per_rank
+        out.append(f"{i.ranks} ranks on this node ({launcher}): "
+                   + (f"{cpus_text(per_rank)} per rank" if per_rank is not None else "CPUs per rank unknown"))
     return out
 
 
@@ -132,7 +134,9 @@ def _cpu_quota_hidden(i: Inputs) -> Finding | None:
     if quota is None or logical is None or float(quota) >= QUOTA_HIDDEN_RATIO * float(logical):
         return None
     q = float(quota)
-    per_rank = i.facts.cpus_per_rank
+    per_rank = i.per_rank
+    if per_rank is None:
+        return None
     target = worker_target(per_rank)
     threads = i.facts.torch.intra_op_threads.get()
     if threads is None:  # the pool's size was not read: say what it should be, beside these workers

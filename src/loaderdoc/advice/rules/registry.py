@@ -96,7 +96,7 @@ class Inputs:
     @property
     def per_rank(self) -> float | None:
         """CPUs per rank, None when no CPU count was read."""
-        return policy.cpus_per_rank(self.facts)
+        return self.facts.cpus_per_rank
 
     @property
     def room(self) -> policy.Room:

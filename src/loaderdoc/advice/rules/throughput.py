@@ -86,7 +86,8 @@ def _transform_bound(i: Inputs) -> Finding | None:
         return None
     ok = [r for r in i.probe.ok_results if r.batches_per_s is not None]
     max_workers = max(r.settings.num_workers for r in ok)
-    reached_budget = max_workers >= math.floor(i.facts.cpus_per_rank)
+    per_rank = i.per_rank
+    reached_budget = per_rank is not None and max_workers >= math.floor(per_rank)
     more = [r for r in ok if r.settings.num_workers > best.settings.num_workers]
     plateau = bool(more)  # configurations with more workers exist and none was faster than best
     if not (reached_budget or plateau):
@@ -98,7 +99,7 @@ def _transform_bound(i: Inputs) -> Finding | None:
         top = max(more, key=lambda r: r.settings.num_workers)
         evidence.append(f"{describe(top.settings)}: {top.batches_per_s:.1f} batches/s (no faster)")
     if reached_budget:
-        evidence.append(f"workers tried up to {max_workers}; CPU budget per rank {fmt_num(i.facts.cpus_per_rank)}")
+        evidence.append(f"workers tried up to {max_workers}; CPU budget per rank {fmt_num(per_rank)}")
     # Is the work CPU or waiting? psutil's whole-machine CPU figure is only ours outside containers
     # and quotas (inside, /proc/stat counts the host's other tenants too); without workers the probe
     # can split a fetch into CPU time and waiting instead.

@@ -11,10 +11,9 @@ import pytest
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
-from loaderdoc.probing import repeats
-from loaderdoc.probing.outcome import _choose_in_order
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
-from loaderdoc.probing.search import Search, SearchLimits
+from loaderdoc.probing.search import Search, SearchLimits, repeats
+from loaderdoc.probing.search.outcome import _choose_in_order
 from loaderdoc.settings import LoaderSettings
 
 

@@ -835,7 +835,8 @@ async def test_failing_core_pieces_are_shown_as_unavailable(monkeypatch):
 
 async def test_a_config_opened_in_the_app_says_where_each_setting_came_from_or_that_none_set_it():
     """`loaderdoc --config opt.yaml`: YOLOv5's batch_size and workers are the file's, with their lines;
-    pin_memory is not set, and says torch's default; an edit drops the sources."""
+    pin_memory is not set: YOLO's own create_dataloader decides it (loaderdoc knows no rule of it), torch's
+    default named beside; the read is partial; an edit drops the sources."""
     from loaderdoc.commands.app import config_choice
 
     config = config_choice(str(Path(__file__).parent / "fixtures/configs/projects/yolov5/runs/train/exp/opt.yaml"))
@@ -844,14 +845,14 @@ async def test_a_config_opened_in_the_app_says_where_each_setting_came_from_or_t
         await pilot.press("ctrl+s")
         assert app.session.settings.num_workers == 8 and app.session.settings.batch_size == 16
         assert app.session.settings_origin.startswith("read from ") and app.session.settings_origin.endswith(
-            "opt.yaml, loader train")
+            "opt.yaml, loader train; read partial")
 
         def msg(key: str) -> str:
             return str(app.screen.query_one(f"#msg-{key}", Static).render())
 
         assert msg("num_workers") == "from workers:54"
         assert msg("batch_size") == "from batch_size:35; in total over all GPUs"
-        assert msg("pin_memory") == "not set (torch default False)"
+        assert msg("pin_memory") == "not set (the training code decides; torch default False)"
         assert msg("shuffle").startswith("not set; YOLO's train.py shuffles its training set")
         app.screen.query_one("#set-num_workers", Input).value = "4"
         await pilot.pause()

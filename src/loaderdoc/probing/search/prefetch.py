@@ -23,33 +23,33 @@ from loaderdoc import policy
 from loaderdoc.probing.result import ConfigResult
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.search import Search
+    from loaderdoc.probing.search.core import Search
 
 
-def measure(self: Search, base0: ConfigResult | None) -> None:
+def measure(search: Search, base0: ConfigResult | None) -> None:
     """``prefetch_factor=4`` at the pick's worker count, where it may pay (see the module docstring);
     ``base0``: the 0-worker run the search kept (a cold first read is replaced)."""
-    candidate = self.cheapest_near_best()
-    if candidate is None or candidate[0] == 0 or self._halted():
+    candidate = search.cheapest_near_best()
+    if candidate is None or candidate[0] == 0 or search.halted():
         return
-    last = self.measured(*candidate)[-1]
+    last = search.measured(*candidate)[-1]
     key = policy.key_text(policy.stream_key(last.settings))
     starved = (last.starvation_pct or 0) >= policy.NOT_STARVED_PCT
     p50, p95 = last.wait.p50_ms or 0.0, last.wait.p95_ms or 0.0
     if not policy.bursty(p50, p95, last.step_ms_achieved):
         if starved:
-            self.notes.append(f"{key}: waits are steady (p95 {p95:.0f} ms, p50 {p50:.0f} ms), so a deeper prefetch "
+            search.notes.append(f"{key}: waits are steady (p95 {p95:.0f} ms, p50 {p50:.0f} ms), so a deeper prefetch "
                               "queue would not feed the step faster; not tried")
         return
     if base0 is not None and base0.ok and policy.queue_runs_dry(last.starvation_pct, base0.wait.p50_ms, base0.wait.p95_ms):
-        self.notes.append(
+        search.notes.append(
             f"{key}: waits are bursty (p95 {p95:.0f} ms vs p50 {p50:.0f} ms), but the step waited "
             f"{last.starvation_pct:.0f} % on average and batches loaded evenly with 0 workers (p95 "
             f"{base0.wait.p95_ms:.0f} ms vs p50 {base0.wait.p50_ms:.0f} ms): the workers finish batches together, "
             "below the step's rate, so a deeper prefetch queue would mostly run dry too; not tried")
         return
-    if candidate[0] > self.shm_cap_workers(last.batch_bytes, prefetch=4):
-        self.notes.append("prefetch_factor=4 would not fit in /dev/shm; not tried")
+    if candidate[0] > search.shm_cap_workers(last.batch_bytes, prefetch=4):
+        search.notes.append("prefetch_factor=4 would not fit in /dev/shm; not tried")
         return
     why = f"bursty waits: p95 {p95:.0f} ms vs p50 {p50:.0f} ms"
-    self.try_config(self.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")
+    search.try_config(search.settings_for(candidate[0], 4), f"prefetch: deeper queue ({why})")

@@ -20,35 +20,35 @@ from loaderdoc import policy
 from loaderdoc.probing.model import ContentionFit, by_workers, fit_contention
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.search import Search
+    from loaderdoc.probing.search.core import Search
 
 
-def measure(self: Search, predicted: int) -> None:
+def measure(search: Search, predicted: int) -> None:
     """The CPU count first (the reference any gain past the CPUs is judged against), half way to
     the ``predicted`` size, then the size the model calibrated on those two predicts where that is
     fewer than ``predicted``, else ``predicted`` itself (each only if not measured yet). Where either
     calibration run failed, nothing larger is started: many workers are what failed or would cost most."""
-    limit = policy.cpu_limit(self.limits.cpu_budget)
+    limit = policy.cpu_limit(search.limits.cpu_budget)
     half = max(limit + 1, (predicted + limit) // 2)
-    for n, purpose in ((limit, f"verify: as many workers as the {self.limits.cpu_budget:g} CPUs allow"),
+    for n, purpose in ((limit, f"verify: as many workers as the {search.limits.cpu_budget:g} CPUs allow"),
                        (half, f"verify: half way to the predicted {predicted}")):
-        if 1 <= n <= self._max and not self.measured(n):
-            result = self.try_config(self.settings_for(n), purpose)
-            if result is None or self._halted():
+        if 1 <= n <= search.max_workers and not search.measured(n):
+            result = search.try_config(search.settings_for(n), purpose)
+            if result is None or search.halted():
                 return
             if not result.ok:
-                self.notes.append(f"num_workers={n} failed ({result.error}); no larger size measured")
+                search.notes.append(f"num_workers={n} failed ({result.error}); no larger size measured")
                 return
-    measured = by_workers(self.fitting_throughputs())
-    fit = fit_contention(self.model, measured, limit, half) if self.model is not None else None
+    measured = by_workers(search.fitting_throughputs())
+    fit = fit_contention(search.model, measured, limit, half) if search.model is not None else None
     nxt, purpose = predicted, "verify: the predicted size"
     if fit is not None:
-        pick, top = fit.pick(self.tolerance())
+        pick, top = fit.pick(search.tolerance())
         if pick < predicted:
             nxt, purpose = pick, f"verify: the prediction calibrated on {limit} and {half} workers"
-        self.notes.append(_fit_text(fit, measured, pick, top, predicted, self.tolerance()))
-    if 1 <= nxt <= self._max and not self.measured(nxt):
-        self.try_config(self.settings_for(nxt), purpose)
+        search.notes.append(_fit_text(fit, measured, pick, top, predicted, search.tolerance()))
+    if 1 <= nxt <= search.max_workers and not search.measured(nxt):
+        search.try_config(search.settings_for(nxt), purpose)
 
 
 def _fit_text(fit: ContentionFit, measured: dict[int, float], pick: int, top: int, predicted: int,

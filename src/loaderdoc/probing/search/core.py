@@ -53,10 +53,10 @@ from dataclasses import dataclass
 
 from loaderdoc import policy
 from loaderdoc.policy import NOT_STARVED_PCT
-from loaderdoc.probing import in_order, past_cpus, persistence, prefetch, repeats, shared_cpus
 from loaderdoc.probing.model import LoadModel, by_workers, model_from
-from loaderdoc.probing.outcome import SearchOutcome, outcome
 from loaderdoc.probing.result import ConfigResult
+from loaderdoc.probing.search import in_order, past_cpus, persistence, prefetch, repeats, shared_cpus
+from loaderdoc.probing.search.outcome import SearchOutcome, outcome
 from loaderdoc.settings import LoaderSettings
 
 MAX_CONSECUTIVE_FAILURES = 3
@@ -112,7 +112,7 @@ class Search:
         self._failures_in_a_row = 0
         self.model: LoadModel | None = None  # predicted from the 0-worker run
         self.predicted = 0  # the workers the model predicted
-        self._max = limits.max_workers
+        self.max_workers = limits.max_workers
         self._ruled_out_noted: set[int] = set()
         self.settled_why = ""  # what settled the pick, for the reasons
 
@@ -129,7 +129,7 @@ class Search:
         # a restart run skips the window but drains, forks the workers again and starts a second loader
         return guess * (1.5 if restart else 1.0)
 
-    def _halted(self) -> bool:
+    def halted(self) -> bool:
         return bool(self.stopped) and self.stopped not in ("not starved",)
 
     def settings_for(self, workers: int, prefetch: int | None = None, **changes) -> LoaderSettings:
@@ -213,7 +213,7 @@ class Search:
     def run(self) -> SearchOutcome:
         base0 = self.try_config(self.settings_for(0), "baseline: load in the training process")
         cold = policy.cold_read(base0)
-        if cold is not None and not self._halted():
+        if cold is not None and not self.halted():
             # the files were not in the page cache yet: the runs after this one read them warm
             again = self.try_config(self.settings_for(0), f"baseline again: the first one read {cold} a batch from "
                                                          "storage (files not yet in the page cache)")
@@ -225,12 +225,12 @@ class Search:
                 f"with num_workers=0 the step waited for data only {base0.starvation_pct:.1f} % of the time: "
                 "workers cannot speed this up, they would only add memory and start-up time"
             )
-        elif not self._halted():
+        elif not self.halted():
             self._predict(base0)
             self._verify()
             self._past_cpus()
             self._cpu_reference()
-            self._refine()
+            self.refine()
             self._prefetch(base0)
             self._in_order(base0)
             self._repeat_contenders()
@@ -244,14 +244,14 @@ class Search:
         """The most workers worth measuring: /dev/shm's share, and for CPU work one past the CPUs
         (the policy recommends more than that only on repeated evidence, which one more shows)."""
         cap = min(self.limits.max_workers, self.shm_cap_workers(base0.batch_bytes if base0 else None))
-        ceiling = self._cpu_ceiling(base0)
+        ceiling = self.cpu_ceiling(base0)
         if ceiling is None:
             return cap
         if self.others:  # CPU work gains past the CPUs by taking time from other processes: measure that
             return min(cap, policy.UNMEASURED_WORKER_CAP)
         return min(cap, ceiling + 1)
 
-    def _cpu_ceiling(self, base0: ConfigResult | None) -> int | None:
+    def cpu_ceiling(self, base0: ConfigResult | None) -> int | None:
         """As many workers as the CPUs allow, when the 0-worker fetch was mostly CPU time."""
         cpus = self.limits.cpu_budget
         if cpus is None or base0 is None or not base0.ok or base0.fetch_cpu_pct is None:
@@ -264,7 +264,7 @@ class Search:
     def _shared_cpu_work(self) -> bool:
         """CPU-bound loading beside other busy processes: its curve only flattens towards the CPUs."""
         base0 = next(iter(self.measured(0)), None)
-        return bool(self.others) and self.limits.cpu_budget is not None and self._cpu_ceiling(base0) is not None
+        return bool(self.others) and self.limits.cpu_budget is not None and self.cpu_ceiling(base0) is not None
 
     @property
     def others(self) -> float:
@@ -273,22 +273,22 @@ class Search:
 
     def _predict(self, base0: ConfigResult | None) -> None:
         """The model from the baseline, and the size it predicts (2 when there is no model)."""
-        self._max = self._cap(base0)
-        self.model = (model_from(base0, self.limits.cpu_budget, self._max, others=self.others)
+        self.max_workers = self._cap(base0)
+        self.model = (model_from(base0, self.limits.cpu_budget, self.max_workers, others=self.others)
                       if base0 is not None else None)
         if self.others and self.limits.cpu_budget is not None:
             self.notes.append(
                 f"other processes kept {self.others:.1f} of the {self.limits.cpu_budget:g} CPUs busy beside the 0-worker "
                 "run: CPU time is shared per runnable thread, so workers past the CPUs may win time from them; measured "
-                f"up to {self._max} workers")
+                f"up to {self.max_workers} workers")
         if self.model is None:
-            self.predicted = min(2, self._max)
+            self.predicted = min(2, self.max_workers)
             self.notes.append("no stage timings from num_workers=0: measuring around 2 workers")
             return
         m = self.model
-        self.predicted = max(1, min(self._max, m.pick()))
+        self.predicted = max(1, min(self.max_workers, m.pick()))
         rate, limit = m.rate(self.predicted)
-        capped = " (capped by /dev/shm)" if self._max < m.workers_for(1.0) and self._max == self.predicted else ""
+        capped = " (capped by /dev/shm)" if self.max_workers < m.workers_for(1.0) and self.max_workers == self.predicted else ""
         self.notes.append(
             f"prediction from num_workers=0: {m.describe()}; so about {policy.workers_text(self.predicted)} "
             f"reach{'es' * (self.predicted == 1)} {rate:.1f} steps/s, where the {_LIMITS[limit]} limits it{capped}")
@@ -305,16 +305,16 @@ class Search:
         if self._shared_cpu_work and w > policy.cpu_limit(self.limits.cpu_budget):
             shared_cpus.measure(self, w)
             return
-        if 1 <= w <= self._max and not self.measured(w):
+        if 1 <= w <= self.max_workers and not self.measured(w):
             result = self.try_config(self.settings_for(w), "verify: the predicted size")
             if result is not None and not result.ok:
                 self.notes.append(f"num_workers={w} failed ({result.error})")
-        while not self._halted():
+        while not self.halted():
             table = {n: v for n, v in by_workers(self.fitting_throughputs()).items() if n > 0}
             if not table:
                 return
             top = max(table)
-            if top >= self._max or max(table, key=table.get) != top:
+            if top >= self.max_workers or max(table, key=table.get) != top:
                 return  # at the cap, or a bigger size measured no faster: the plateau
             if self._near_ceiling(table[top]):
                 self.notes.append(self._ceiling_text(top, table[top]))
@@ -324,7 +324,7 @@ class Search:
             nxt = self._calibrated_size(top, table[top])
             if nxt <= top + top // 8:
                 return  # an eighth more workers of many is not worth a run
-            nxt = min(self._max, nxt, 2 * top)
+            nxt = min(self.max_workers, nxt, 2 * top)
             self.notes.append(f"num_workers={top} ran at {table[top]:.1f} steps/s, {table[top] / top:.2f} per worker: "
                               f"measuring {nxt}, about the fewest at that rate per worker to reach the ceiling")
             if self.try_config(self.settings_for(nxt), "verify: more workers may still pay") is None:
@@ -360,7 +360,7 @@ class Search:
         """The rate no loader configuration can pass: the step's (measured), or the CPUs' for CPU work."""
         if self.model is None:
             return None
-        if self._cpu_ceiling(next(iter(self.measured(0)), None)) is not None and not self.others:
+        if self.cpu_ceiling(next(iter(self.measured(0)), None)) is not None and not self.others:
             return self.model.ceiling
         return self.model.step_per_s() if self.model.step_ms > 0 else None
 
@@ -392,7 +392,7 @@ class Search:
         that many (I/O-bound data); without the reference point the pick would fall back to what
         was measured below it."""
         per_rank = self.limits.cpu_budget
-        if per_rank is None or self._halted():
+        if per_rank is None or self.halted():
             return
         table = self.fitting_throughputs()
         if not any(policy.oversubscribed(k[0], per_rank) for k in table):
@@ -404,7 +404,7 @@ class Search:
             return
         self.try_config(self.settings_for(limit), f"the CPU budget: as many workers as the {per_rank:g} CPUs allow")
 
-    def _refine(self) -> None:
+    def refine(self) -> None:
         """Narrow down to the fewest workers within tolerance of the best (default prefetch).
 
         Sizes whose linear bound (the 0-worker loading, times the workers, with slack: see
@@ -414,7 +414,7 @@ class Search:
         cheapest fast enough; after a guess that was fast enough, one worker less, then bisection.
         """
         interpolate, walked = True, False
-        while not self._halted():
+        while not self.halted():
             candidate = self.cheapest_near_best()
             if candidate is None or candidate[0] <= 1:
                 return

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from loaderdoc import policy
 
 if TYPE_CHECKING:
-    from loaderdoc.probing.search import Search
+    from loaderdoc.probing.search.core import Search
 
 MAX_ROUNDS = 4  # contenders are measured at most this many times each
 
 
-def repeat_contenders(self: Search) -> None:
+def repeat_contenders(search: Search) -> None:
     """Measure the close contenders again, in turns, until the pick stops changing, where the
     machine's noise could have decided it.
 
@@ -27,13 +27,13 @@ def repeat_contenders(self: Search) -> None:
     one window per size is trusted (:func:`~loaderdoc.policy.single_windows_trusted`), and only
     the sizes past the CPUs that need repeats as evidence are repeated. Each round measures each
     contender once more; two rounds in a row with the same pick settle it."""
-    previous = self.cheapest_near_best()
-    zero = next(iter(self.measured(0)), None)
-    trusted = policy.single_windows_trusted(self.busy_cpus(), zero.fetch_cpu_pct if zero else None)
+    previous = search.cheapest_near_best()
+    zero = next(iter(search.measured(0)), None)
+    trusted = policy.single_windows_trusted(search.busy_cpus(), zero.fetch_cpu_pct if zero else None)
     for round_ in range(2, MAX_ROUNDS + 1):
-        table = self.fitting_throughputs()
-        choice = self.choice()
-        if len(table) < 2 or choice is None or self._halted():
+        table = search.fitting_throughputs()
+        choice = search.choice()
+        if len(table) < 2 or choice is None or search.halted():
             return
         best, pick = choice.best_key, choice.key
         contenders = {best, pick}
@@ -47,15 +47,15 @@ def repeat_contenders(self: Search) -> None:
         contenders |= unproven
         if len(contenders) == 1:
             # the pick is the fastest measured: a slower, larger size cannot take its place
-            self.settled_why = self.settled_why or ("the pick is the fastest measured and no size with fewer "
+            search.settled_why = search.settled_why or ("the pick is the fastest measured and no size with fewer "
                                                     "workers came within 10 % of it")
             return
-        if at_step_ceiling(self, choice.rate, choice.tolerance):
-            self.settled_why = "the pick runs as fast as the step allows"
+        if at_step_ceiling(search, choice.rate, choice.tolerance):
+            search.settled_why = "the pick runs as fast as the step allows"
             return
         if trusted and not unproven:
-            busy = self.busy_cpus()
-            self.settled_why = self.settled_why or (
+            busy = search.busy_cpus()
+            search.settled_why = search.settled_why or (
                 f"one window per size on a quiet machine (other processes kept at most {busy:.1f} CPUs busy in any "
                 "run; on a busy one the close contenders are measured again in turns)"
                 if busy < policy.CONTENDED_CPUS else
@@ -64,27 +64,27 @@ def repeat_contenders(self: Search) -> None:
                 "its rate")
             return
         for key in sorted(contenders):
-            if len(self.measured(*key)) >= round_:
+            if len(search.measured(*key)) >= round_:
                 continue
-            if self.try_config(self.settings_for(key[0], key[1] or None),
+            if search.try_config(search.settings_for(key[0], key[1] or None),
                                "repeat: contenders measured in turns") is None:
                 return
-        self._refine()  # a repeat can move the best, and with it the fewest workers that fast
-        now = self.cheapest_near_best()
-        if now == previous and all(len(self.measured(*k)) >= 2 for k in contenders if k in self.throughputs()):
-            self.settled_why = "the pick held across repeated runs in turns"
+        search.refine()  # a repeat can move the best, and with it the fewest workers that fast
+        now = search.cheapest_near_best()
+        if now == previous and all(len(search.measured(*k)) >= 2 for k in contenders if k in search.throughputs()):
+            search.settled_why = "the pick held across repeated runs in turns"
             return
         previous = now
 
 
-def at_step_ceiling(self: Search, rate: float, tolerance: float) -> bool:
+def at_step_ceiling(search: Search, rate: float, tolerance: float) -> bool:
     """The pick already runs within tolerance of what the training step allows: no loader
     configuration can be faster, so repeating the contenders cannot change the answer."""
-    if self.model is None or self.model.step_ms <= 0:
+    if search.model is None or search.model.step_ms <= 0:
         return False
-    ceiling = self.model.step_per_s()
+    ceiling = search.model.step_per_s()
     if rate < ceiling * (1 - tolerance):
         return False
-    self.notes.append(f"the pick runs at {rate:.1f} steps/s, within {tolerance:.0%} of the {ceiling:.1f} the "
-                      f"{self.model.step_ms:.0f} ms step allows: no configuration can be faster, no repeats needed")
+    search.notes.append(f"the pick runs at {rate:.1f} steps/s, within {tolerance:.0%} of the {ceiling:.1f} the "
+                      f"{search.model.step_ms:.0f} ms step allows: no configuration can be faster, no repeats needed")
     return True

@@ -122,6 +122,9 @@ Config train.yaml (read by key names): 2 loaders; read PARTIAL
     file's framework is not one loaderdoc knows (it may build more
     loaders than these, and pass its own values); 'loaderdoc watch'
     measures what the run gets
+  partial: batch_size (train, val): each process's, or a total the training code
+    divides among the GPUs, is its framework's rule, which loaderdoc does
+    not know; judged as each process's
 Batch size in memory: 9.2 MiB
 Findings:
   CRITICAL shm-too-small: The batches in flight (294 MiB) don't fit in /dev/shm (64 MiB free): expect 'Bus error' / 'unable to allocate shared memory'

@@ -207,7 +207,8 @@ def test_yacs_base_and_hydra_defaults_with_override_package_and_self(tmp_path):
     values = {k: v["value"] for k, v in loader["settings"].items() if v["set_by"]}
     assert values == {"batch_size": 64, "num_workers": 6, "pin_memory": True}
     assert got["layout"] == "Hydra" and got["read"] == "partial"  # the datamodule's code decides what is unset
-    assert [r.split(":")[0] for r in got["partial_reasons"]] == ["not set in the file, so the training code decides (loader"]
+    assert [r.split(":")[0] for r in got["partial_reasons"]] == ["not set in the file, so the training code decides (loader",
+                                                                  "batch_size (loader)"]
     assert Path(loader["settings"]["pin_memory"]["set_by"]["file"]).name == "fast.yaml"
 
 

@@ -6,6 +6,8 @@ config.json, a `.jsonc`; issue 50) is read, each key at its line."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from faults_support import loaderdoc, one_line_error
 
@@ -56,7 +58,20 @@ def test_json_with_comments_is_read_each_key_at_its_line(tmp_path, name):
 
 
 def test_json_with_comments_and_a_real_error_names_its_line(tmp_path):
-    (tmp_path / "config.json").write_text('{\n  // fine\n  "batch_size": 32,\n  "num_workers": 4,\n}\n',
+    (tmp_path / "config.json").write_text('{\n  // fine\n  "batch_size": 32\n  "num_workers": 4,\n}\n',
                                           encoding="utf-8")
     proc = loaderdoc("check", "--config", "config.json", cwd=tmp_path)
-    one_line_error(proc, 3, "config.json:5: not valid JSON: ")
+    one_line_error(proc, 3, "config.json:4: not valid JSON: ")
+
+
+def test_json_with_comments_and_trailing_commas_is_read_as_json5_readers_read_it(tmp_path):
+    """Amphion's exp_config.json (read with json5.loads): a comma before a closing bracket has one
+    meaning; every key keeps its line."""
+    (tmp_path / "config.json").write_text(
+        '{\n  "dataset": [\n    "LJSpeech",\n    //"hifitts"\n  ],\n  "train": {\n    "batch_size": 16,\n'
+        '    "dataloader": {"num_worker": 2, "pin_memory": true,},\n  },\n}\n', encoding="utf-8")
+    proc = loaderdoc("check", "--config", "config.json", "--json", cwd=tmp_path)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    loader = json.loads(proc.stdout)["config"]["loaders"][0]
+    assert loader["settings"]["batch_size"] == 16 and loader["settings"]["pin_memory"] is True
+    assert loader["set_by"]["batch_size"]["line"] == 7 and loader["set_by"]["pin_memory"]["line"] == 8

@@ -51,8 +51,10 @@ def test_a_dataclass_config_is_read_field_by_field(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr
     out = one(proc.stdout)
     assert "batch_size=64, num_workers=6, pin_memory=True" in out
-    # partial only for what the code that reads the dataclass decides (loaderdoc does not know that code)
-    assert out.count("partial: ") == 1 and "partial: not set in the file, so the training code decides" in out
+    # partial only for what the code that reads the dataclass decides (loaderdoc does not know that code):
+    # what it leaves unset, and whether its batch_size is each process's or a total
+    assert out.count("partial: ") == 2 and "partial: not set in the file, so the training code decides" in out
+    assert "partial: batch_size (loader): each process's, or a total the training code divides" in out
     for line in ("batch_size <- DataConfig.batch_size:5", "num_workers <- DataConfig.num_workers:6",
                  "pin_memory <- DataConfig.pin_memory:7"):
         assert line in out, out

@@ -63,8 +63,12 @@ def build_check(facts: Any, *, config_path: str | None = None, batch_size: int |
             if batch is not None and batch != settings.batch_size:
                 settings = settings.replace(batch_size=batch)
             loader_batch = batch_bytes_for(batch, sample_bytes)
-            # a setting computed at run time is unknown, not torch's default: judge the machine only
-            judged = None if loader.unreadable else settings
+            # a setting computed at run time is unknown, not torch's default: a batch only the run counts
+            # (packed by size) leaves every other setting judged, each rule that needs a batch silent;
+            # any other such setting leaves the machine alone judged
+            judged = settings if not loader.unreadable else None
+            if set(loader.unreadable) == {"batch_size"}:
+                judged, loader_batch = settings.replace(batch_size=None), None
             findings = evaluate(facts, judged, batch_bytes=loader_batch, context=report.context)
             report.loaders.append(CheckedLoader(loader, settings, batch, loader_batch, findings, described))
     if not report.loaders:

@@ -45,6 +45,11 @@ class CheckedLoader:
         """Settings computed at run time: they were not judged."""
         return dict(self.loader.unreadable)
 
+    @property
+    def judged_without_batch(self) -> bool:
+        """Only the batch is computed at run time: the other settings were judged without it."""
+        return set(self.loader.unreadable) == {"batch_size"}
+
     def to_json(self, config: Any) -> dict[str, Any]:
         loader, described = self.loader, self.described
         return {

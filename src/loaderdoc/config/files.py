@@ -8,6 +8,7 @@ setting by setting, which key set it, or that none did.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from loaderdoc.config.layouts import (
     process_settings,
     refine,
 )
-from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader, collect_hits, group
+from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader, builds_a_loader, collect_hits, group
 from loaderdoc.config.tree import Origin, Table, origin_of, plain
 from loaderdoc.errors import SettingsError
 from loaderdoc.settings import LoaderSettings
@@ -51,6 +52,9 @@ class ConfigFile:
     process: dict[str, int] = field(default_factory=dict)  # loaderdoc's [process] table, checked: torch_threads
     # per loader (by name), the settings it leaves to a training code loaderdoc does not know (layouts.builder_known)
     code_decides: dict[str, list[str]] = field(default_factory=dict)
+    # loaders whose batch_size key names no scope, in a framework loaderdoc knows no rule of: per process or
+    # a total its code divides among the GPUs (MMF's training.batch_size) is that code's rule
+    scope_unknown: list[str] = field(default_factory=list)
 
     @property
     def torch_threads(self) -> int | None:
@@ -69,7 +73,8 @@ class ConfigFile:
         or "none" (no DataLoader settings)."""
         if not self.loaders:
             return READ_PARTIAL if self.missing or self.unattributed else READ_NONE
-        if self.missing or self.unattributed or self.code_decides or any(lo.unreadable for lo in self.loaders):
+        if self.missing or self.unattributed or self.code_decides or self.scope_unknown or \
+                any(lo.unreadable for lo in self.loaders):
             return READ_PARTIAL
         return READ_COMPLETE
 
@@ -82,6 +87,10 @@ class ConfigFile:
                      f"loaderdoc knows no rule of how {self.layout} builds its DataLoaders")
             out.append(f"not set in the file, so the training code decides ({shown}): {whose} (it may build more "
                        "loaders than these, and pass its own values); 'loaderdoc watch' measures what the run gets")
+        if self.scope_unknown:
+            names = ", ".join(name or "loader" for name in self.scope_unknown)
+            out.append(f"batch_size ({names}): each process's, or a total the training code divides among the GPUs, "
+                       "is its framework's rule, which loaderdoc does not know; judged as each process's")
         for loader in self.loaders:
             for setting, source in loader.unreadable.items():
                 out.append(f"{_label(loader)}{setting} = {source}: {loader.unreadable_why.get(setting, '')}".rstrip(": "))
@@ -191,7 +200,9 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     if not builder_known(config.layout):
         for loader in found.loaders:
             if _from_call(loaded.tree, loader):
-                continue  # a DataLoader(...) call read in a script: what it leaves out is torch's default
+                continue  # a DataLoader(...) call: what it leaves out is torch's default
+            if "batch_size" in loader.keys and loader.batch_scope == "loader" and "batch_size" not in loader.run:
+                config.scope_unknown.append(loader.name)
             unset = [s for s in DECIDED_BY_CODE if s not in loader.keys and s not in loader.unreadable
                      and s not in loader.defaults and s not in loader.run]
             if unset:
@@ -202,19 +213,37 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
 CONFIG_SUFFIXES = (".yaml", ".yml", ".py", ".json", ".toml")
 
 
+BASE_KEYS = {"include", "includes", "import", "imports", "extends", "inherit", "inherits"}  # besides *base*
+
+
 def _unread_bases(tree: Table, files: list[str]) -> list[str]:
-    """Keys naming a base config file that the reading did not follow (OpenPCDet's ``_BASE_CONFIG_``,
-    a path its tools resolve from their own folder): each one line, the read partial."""
+    """Keys naming base config files that the reading did not follow (OpenPCDet's ``_BASE_CONFIG_``,
+    Amphion's ``base_config``, MMF's ``includes:`` list, each resolved by the project's own code):
+    each one line saying whether the file is there (beside this one or in a folder above it, where
+    projects resolve such paths from their root), the read partial."""
     read = {Path(f).name for f in files}
+    here = Path(files[0]).resolve().parent if files else None
     out: list[str] = []
+
+    def named(key: str, value: str) -> None:
+        if Path(value).name in read or len(out) >= 5:
+            return
+        where = next((folder / value for folder in ([here, *here.parents] if here else [])
+                      if (folder / value).is_file()), None)
+        status = (f"found at {os.path.relpath(where, here)}, not read: loaderdoc knows no rule of how this project merges it"
+                  if where is not None else "not found beside it or in a folder above it")
+        out.append(f"{key} = {value}: a base config this file names ({status}); the settings it holds are not "
+                   "in this reading")
 
     def walk(node: Any, path: tuple[str, ...]) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
-                if isinstance(value, str) and "base" in str(key).lower() and value.strip().endswith(CONFIG_SUFFIXES) \
-                        and Path(value.strip()).name not in read and len(out) < 5:
-                    out.append(f"{'.'.join((*path, str(key)))} = {value.strip()}: a base config this file names, not "
-                               "read (not found beside it); the settings it holds are not in this reading")
+                name = str(key).lower().strip("_")
+                if "base" in name or name in BASE_KEYS:
+                    values = value if isinstance(value, list) else [value]
+                    for v in values:
+                        if isinstance(v, str) and v.strip().endswith(CONFIG_SUFFIXES):
+                            named(".".join((*path, str(key))), v.strip())
                 walk(value, (*path, str(key)))
         elif isinstance(node, list):
             for i, value in enumerate(node):
@@ -225,12 +254,13 @@ def _unread_bases(tree: Table, files: list[str]) -> list[str]:
 
 
 def _from_call(tree: Table, loader: FoundLoader) -> bool:
-    """Whether a loader's settings come from a ``DataLoader(...)`` call a script makes (config/script.py)."""
+    """Whether a loader's settings come from a ``DataLoader(...)`` call a script makes (config/script.py)
+    or a node that is the call (``_target_: DataLoader``, as Hydra and MONAI bundles instantiate it)."""
     for path in [*loader.keys.values(), *loader.unread_keys.values()]:
         node: Any = tree
         for key in path[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, Table) and node.call:
+        if isinstance(node, Table) and (node.call or builds_a_loader(node)):
             return True
     return False
 

@@ -52,6 +52,21 @@ def _has_target(tree: Table, loaders: list[FoundLoader]) -> bool:
     return False
 
 
+def _bundle_refs(tree: Any) -> bool:
+    """A MONAI bundle's references: ``"@train#dataset"`` (another node) or ``"$@..."`` / ``"$expr"``
+    (Python it evaluates), where Hydra writes ``${...}`` interpolations."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and (node.startswith(("@", "$@")) or (node.startswith("$") and not node.startswith("${"))):
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class Layout:
     name: str
@@ -156,6 +171,7 @@ LAYOUTS = (
     Layout("timm", lambda t, lo, f: "workers" in t and _top(t, "pin_mem", "model"), _train_shuffles("timm")),
     Layout("ml-cvnets", lambda t, lo, f: bool(_table(t, "dataset")) and "workers" in _table(t, "dataset"),
            _train_shuffles("ml-cvnets", rename=False)),
+    Layout("MONAI bundle", lambda t, lo, f: "Hydra defaults" not in f and _has_target(t, lo) and _bundle_refs(t)),
     Layout("Hydra", lambda t, lo, f: "Hydra defaults" in f or _has_target(t, lo)),
 )
 BY_NAMES = "read by key names"
@@ -177,7 +193,7 @@ def builder_known(layout: str) -> bool:
 LAYOUTS_UNDERSTOOD = (
     "keys naming DataLoader settings at any depth (num_workers, workers, workers_per_gpu, batch_size, batch, "
     "samples_per_gpu, IMS_PER_BATCH, pin_mem, ...), refined for loaderdoc's [dataloader], DeepSpeed, YOLO, "
-    "mmengine, MMCV 1.x, detectron2, NeMo, LightningCLI, Hugging Face, timm, ml-cvnets and Hydra"
+    "mmengine, MMCV 1.x, detectron2, NeMo, LightningCLI, Hugging Face, timm, ml-cvnets, MONAI bundles and Hydra"
 )
 
 

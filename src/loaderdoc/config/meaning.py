@@ -99,8 +99,8 @@ def meaning_of(key: str) -> Meaning | None:
             scope = "per_gpu"
         elif w in TOTAL_WORDS:
             scope = "total"
-        elif w in COUNT_WORDS and not rest:
-            pass
+        elif (w in COUNT_WORDS or w == "use") and not rest:
+            pass  # num_workers, use_shuffle (ClassyVision), use_pin_memory: the setting's words follow
         elif w not in FILLER:
             rest.append(w)
         i += 1
@@ -254,6 +254,8 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
                     continue
                 if isinstance(value, Table) and any(value.get(k) is False for k in ("enable", "enabled")):
                     continue  # a loader the file switches off (torchtitan's [validation] enable = false)
+                if isinstance(value, Table) and builds_a_dataset(value):
+                    continue  # its keys are the dataset class's arguments (MONAI CacheDataset's cache-filling num_workers)
                 if isinstance(value, (Table, Seq)):
                     # a YAML template outside any split is read where it is merged, never as every loader's
                     template = isinstance(value, Table) and value.template and \
@@ -279,6 +281,23 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
 
     walk(tree, (), None)
     return hits
+
+
+def target_name(node: Table) -> str:
+    """The class a ``_target_`` node builds (Hydra's instantiate, a MONAI bundle, LazyConfig), its last
+    dotted name: ``torch.utils.data.DataLoader`` -> ``DataLoader``; "" where it names none."""
+    target = node.get("_target_")
+    return target.strip().rsplit(".", 1)[-1].split("(")[0] if isinstance(target, str) else ""
+
+
+def builds_a_dataset(node: Table) -> bool:
+    return target_name(node).endswith("Dataset")
+
+
+def builds_a_loader(node: Table) -> bool:
+    """A node that is the DataLoader call itself: its keys are the call's arguments, and what it leaves
+    out is the class's default (torch's, for torch's DataLoader and its subclasses that keep them)."""
+    return target_name(node).endswith("DataLoader")
 
 
 def _shown(value: Any) -> str:

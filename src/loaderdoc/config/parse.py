@@ -146,13 +146,15 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
 
 
 def _parse_json(text: str, path: Path) -> dict[str, Any]:
-    """JSON, and JSON with ``//`` and ``/* */`` comments outside its strings (what Mozilla TTS's
-    and VS Code's loaders read): the comments become blanks, so every line keeps its number."""
+    """JSON, and JSON with ``//`` and ``/* */`` comments outside its strings and commas before a
+    closing bracket (what Mozilla TTS's, Amphion's json5 and VS Code's loaders read): the comments
+    and those commas become blanks, so every line keeps its number."""
     try:
         try:
             data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
         except json.JSONDecodeError:
-            bare = _without_comments(text)
+            uncommented = _without_comments(text)
+            bare = _without_trailing_commas(uncommented or text) or uncommented
             if bare is None:
                 raise
             data = json.loads(bare, object_pairs_hook=_no_duplicate_keys)
@@ -199,6 +201,30 @@ def _without_comments(text: str) -> str | None:
         else:
             out.append(char)
             i += 1
+    return "".join(out) if found else None
+
+
+def _without_trailing_commas(text: str) -> str | None:
+    """``text`` with each comma that only blanks separate from a closing ``}`` or ``]`` (outside
+    strings) blanked; None where it has none. Such a comma has one meaning (json5's, JavaScript's):
+    nothing follows it."""
+    out = list(text)
+    i, n, found = 0, len(text), False
+    while i < n:
+        char = text[i]
+        if char == '"':
+            j = i + 1
+            while j < n and text[j] not in '"\n':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if char == ",":
+            j = i + 1
+            while j < n and text[j] in " \t\r\n":
+                j += 1
+            if j < n and text[j] in "}]":
+                out[i], found = " ", True
+        i += 1
     return "".join(out) if found else None
 
 

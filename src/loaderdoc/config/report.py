@@ -46,7 +46,8 @@ def describe_loader(config: ConfigFile, loader: FoundLoader) -> dict[str, Any]:
             value, source = loader.defaults[setting]
             entry.update(value=value, default="framework", default_source=source)
         elif setting in config.code_decides.get(loader.name, ()):  # a training code loaderdoc does not know
-            entry.update(value=getattr(TORCH_DEFAULTS, setting), default="code")
+            # no value: the run's is the code's; torch's is named for reference only
+            entry.update(value=None, default="code", torch_default=getattr(TORCH_DEFAULTS, setting))
         else:
             entry.update(value=getattr(TORCH_DEFAULTS, setting), default="torch")
         if setting in loader.run:  # what the framework makes of it: the run's value and the rule
@@ -120,8 +121,9 @@ def run_rules(settings: dict[str, dict[str, Any]]) -> str:
 def default_text(setting: str, entry: dict[str, Any]) -> str:
     """What the DataLoader uses for a setting the file leaves out: ``torch default 0``, or, where a
     training code loaderdoc does not know decides, that (with torch's default for reference)."""
-    torch = "torch default: 2 per worker" if setting == "prefetch_factor" and entry["value"] is None else \
-        f"torch default {entry['value']!r}"
+    value = entry["torch_default"] if entry.get("default") == "code" else entry["value"]
+    torch = "torch default: 2 per worker" if setting == "prefetch_factor" and value is None else \
+        f"torch default {value!r}"
     return f"the training code decides; {torch}" if entry.get("default") == "code" else torch
 
 

@@ -38,8 +38,9 @@ def config_lines(report: CheckReport) -> list[str]:
             hint = ("; check the resolved config (tools/misc/print_config.py)" if config["layout"] == "mmengine"
                     else " (partial, below, says what decides it)")
             verb = "is" if len(entry.unreadable) == 1 else "are"
+            first = "    judged without it: " if entry.judged_without_batch else "    not judged: "
             out += wrap(f"{', '.join(entry.unreadable)} {verb} worked out when the job runs{hint}", width,
-                        first="    not judged: ", rest="      ")
+                        first=first, rest="      ")
         torch_defaults, framework = not_set_text(read)
         if torch_defaults:
             out += wrap(torch_defaults, width, first="    not set: ", rest="      ")

@@ -87,11 +87,11 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc._compat import tomllib
-from loaderdoc.advice.watched import LoaderReport, LoaderTotals
 from loaderdoc.watching.apply import table_key
 from loaderdoc.watching.fixes import TABLE_OF_ROLE
 from loaderdoc.watching.fixes import fix_tables as _fix_tables
 from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.watched import LoaderReport, LoaderTotals
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPS_DIR = REPO / "benchmarks" / "watch_loops"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from loaderdoc.probing.result import ConfigResult, ProbeReport, StageTimes, Wait
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
+from loaderdoc.watching import rules as watch_rules  # noqa: F401  (the whole catalogue, as watch runs it)
 
 IMAGE_F32 = 3 * 224 * 224 * 4
 
@@ -30,6 +32,33 @@ def one(findings, rule_id):
 
 
 # ---- catalogue --------------------------------------------------------------------------------
+def test_the_watch_feature_s_rules_join_the_catalogue_last_and_only_from_watching():
+    """The general rules know nothing of watch; loaderdoc.watching.rules adds its own after them (the
+    catalogue's order is the order findings of one severity are listed in), and its judges of two
+    general rules; a watched loader evaluated without them is a loud programming error."""
+    code = """if True:
+        import json
+        import loaderdoc.advice.rules as r
+        from loaderdoc.system.facts import MachineFacts
+        general = [x.id for x in r.RULES]
+        try:
+            r.evaluate(MachineFacts(), None, watch=object())
+            error = None
+        except RuntimeError as exc:
+            error = str(exc)
+        import loaderdoc.watching.rules
+        print(json.dumps({"general": general, "all": [x.id for x in r.RULES], "judges": sorted(r.WATCHED_JUDGES),
+                          "error": error}))
+    """
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                    check=True).stdout)
+    general, everything = got["general"], got["all"]
+    assert general and not any(i.startswith("watch-") for i in general)
+    assert everything[:len(general)] == general and all(i.startswith("watch-") for i in everything[len(general):])
+    assert got["judges"] == ["cpu-oversubscribed", "threads-oversubscribed"]
+    assert got["error"] == "a watched loader evaluated without the watch rules: import loaderdoc.watching.rules first"
+
+
 def test_catalogue_ids_are_unique_and_every_rule_says_where_its_threshold_comes_from():
     assert len({r.id for r in RULES}) == len(RULES)
     for r in RULES:

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from loaderdoc.advice.cpu_use import CpuUse
 from loaderdoc.tuning import window as win
 from loaderdoc.tuning.result import FAILED, OK, Trial, TrialSettings, TuneReport
 from loaderdoc.tuning.search import TuneSearch
 from loaderdoc.tuning.trial import apply_tables
+from loaderdoc.watching.cpu_use import CpuUse
 
 
 # ---- the window ---------------------------------------------------------------------------------

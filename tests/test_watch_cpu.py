@@ -1,5 +1,5 @@
 """CPU accounting of a watched run: the workers' CPU time read from /proc (live and reaped), the
-loop's in its waits and steps, and the model of advice.cpu_use that turns them into a ceiling and
+loop's in its waits and steps, and the model of watching.cpu_use that turns them into a ceiling and
 an expected gain (issue 28)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from loaderdoc.advice.cpu_use import CpuUse
+from loaderdoc.watching.cpu_use import CpuUse
 
 torch = pytest.importorskip("torch")
 
@@ -199,7 +199,7 @@ def test_another_child_the_script_reaps_is_not_the_workers(fake_proc):
 
 
 def test_sibling_ranks_are_not_other_processes():
-    from loaderdoc.advice.cpu_use import cpu_use
+    from loaderdoc.watching.cpu_use import cpu_use
 
     # one of 2 ranks on 2 CPUs (budget 1 each), each keeping 1 CPU busy at 25 batches/s
     n = 1000

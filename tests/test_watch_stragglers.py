@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loaderdoc.advice.stragglers import RankRun, find_stragglers
+from loaderdoc.watching.stragglers import RankRun, find_stragglers
 
 GiB = 1024**3
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoc.advice.cpu_use import CpuUse
 from loaderdoc.tuning.result import OK, Trial, TrialSettings
 from loaderdoc.tuning.search import TuneSearch
+from loaderdoc.watching.cpu_use import CpuUse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "watch"
 

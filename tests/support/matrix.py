@@ -17,6 +17,7 @@ from pathlib import Path
 
 from loaderdoc.advice.findings import CRITICAL, Finding
 from loaderdoc.advice.rules import RULES, TrainingContext
+from loaderdoc.watching import rules as watch_rules  # noqa: F401  (the catalogue as watch runs it)
 from support.scenarios import SCENARIOS, Scenario
 
 # relative to the project root: run `python scripts/diagnoses_docs.py` from there

@@ -18,13 +18,14 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
-from loaderdoc.advice.stragglers import RankRun
-from loaderdoc.advice.watched import LoaderReport, WatchedEpoch
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.units import MiB
+from loaderdoc.watching import rules as watch_rules  # noqa: F401  (the catalogue as watch runs it)
+from loaderdoc.watching.stragglers import RankRun
+from loaderdoc.watching.watched import LoaderReport, WatchedEpoch
 
 # real probe runs recorded on this project's CI box (facts + probe report as JSON); present in a
 # source checkout, absent from an installed wheel, where those scenarios are simply left out

@@ -16,8 +16,8 @@ from loaderdoc.text.findings import finding_lines
 from loaderdoc.units import fmt_bytes, fmt_seconds, fmt_share_fine
 
 if TYPE_CHECKING:
-    from loaderdoc.advice.watched import LoaderReport
     from loaderdoc.watching.watch_report import WatchReport
+    from loaderdoc.watching.watched import LoaderReport
 
 __all__ = ["cpu_text", "io_text", "render_summary"]  # cpu_text, io_text: the accountings' lines, the app's too
 

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.cluster.job_report import JobReport
 from loaderdoc.errors import SettingsError
 from loaderdoc.probing.real_loop import VersusRealLoop
@@ -26,6 +25,7 @@ from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.text.machine import machine_status  # noqa: F401  (the views' text)
 from loaderdoc.text.watch import loader_title, run_header  # noqa: F401  (the views' text)
 from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
+from loaderdoc.watching.watched import LoaderReport
 
 # ---- workload -----------------------------------------------------------------------------
 

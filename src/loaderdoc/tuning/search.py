@@ -2,7 +2,7 @@
 
 Predict, then verify, as the probe does, but every measurement is a real run of the user's job:
 
-1. The user's own settings. Its window's CPU accounting (``advice.cpu_use``: whether loading and the
+1. The user's own settings. Its window's CPU accounting (``watching.cpu_use``: whether loading and the
    step are CPU work, the hand-over, what the CPUs allow) predicts the rate of every worker count.
 2. **Predict**: the fewest workers whose predicted rate is within 1 % of the best the model sees
    (``CpuUse.best_workers``), never past the CPUs for CPU-bound loading. Measure it.
@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loaderdoc import policy
-from loaderdoc.advice.cpu_use import CpuUse, cpu_use, fewest_near_best, fewest_workers_most_threads
 from loaderdoc.policy import Room
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.tuning.result import Pick, Trial, TrialSettings
 from loaderdoc.tuning.window import Window
+from loaderdoc.watching.cpu_use import CpuUse, cpu_use, fewest_near_best, fewest_workers_most_threads
 
 MAX_TRIALS = 6
 # epochs' start-ups >= 6 % of the loop: a persistent twin could beat the tolerance (3 %) with room

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.advice.watched import load_per_batch, wait_share_of
 from loaderdoc.watching.apply import chain_matches
+from loaderdoc.watching.watched import load_per_batch, wait_share_of
 
 # the sampler's per-loader list (loaderdoc.watching.sampler.CUMULATIVE), by position
 FIELDS = ("steps", "wait_s", "step_s", "waits", "steps_timed", "cpu_wait_s", "cpu_step_s", "cpu_wait_wall_s",

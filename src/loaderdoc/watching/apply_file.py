@@ -25,7 +25,7 @@ from loaderdoc.errors import UserError
 from loaderdoc.watching.apply import APPLIED, ENV_APPLY, table_key
 
 if TYPE_CHECKING:
-    from loaderdoc.advice.watched import LoaderReport
+    from loaderdoc.watching.watched import LoaderReport
 
 __all__ = ["ENV_APPLY", "OMP_ENV", "ApplyPlan", "plan_from_file", "role_of_name"]
 OMP_ENV = "OMP_NUM_THREADS"  # [process] torch_threads, in the command's environment

@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from loaderdoc.advice.findings import Finding, new_findings
-from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.errors import UserError
 from loaderdoc.watching.report import gpu_entry, rank_table
 from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.watched import LoaderReport
 
 STRAGGLER_RULE = "watch-straggler-rank"
 
@@ -30,8 +30,9 @@ def _tagged(items: list[dict[str, Any]], source: int) -> list[dict[str, Any]]:
 def stragglers(ranks: list[dict[str, Any]], loaders: list[LoaderReport]) -> list[Finding]:
     """The straggler rule over a merged rank table (each rank's training loader is its evidence)."""
     from loaderdoc.advice.rules import evaluate
-    from loaderdoc.advice.stragglers import rank_runs
     from loaderdoc.system.facts import MachineFacts
+    from loaderdoc.watching import rules  # noqa: F401  (the watch rules join the catalogue)
+    from loaderdoc.watching.stragglers import rank_runs
 
     job = rank_runs(ranks)
     by_key = {(lo.source, lo.pid, lo.number): lo for lo in loaders}

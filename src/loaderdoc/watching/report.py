@@ -3,13 +3,13 @@ timelines, memory, and the findings of the rule catalogue fed with the run's evi
 
 Built from what :mod:`loaderdoc.watching.hook` recorded (one records dict per process), once, as a
 typed :class:`~loaderdoc.watching.watch_report.WatchReport`; no torch, no textual. Each loader
-becomes a :class:`~loaderdoc.advice.watched.LoaderReport` and goes through
+becomes a :class:`~loaderdoc.watching.watched.LoaderReport` and goes through
 ``advice.rules.evaluate`` with the machine facts and the loader's settings as the run used them,
 so a run is judged by the same catalogue and policy as ``check`` and ``probe``: the ``watch-*``
 rules read the measurements, the machine and settings rules the facts (the probe and context
 rules stay silent: there is no probe report or training context here; the few machine rules a
 run's measurement outranks stay silent when given one). The definitions of wait, step and share
-are in :mod:`loaderdoc.advice.watched`.
+are in :mod:`loaderdoc.watching.watched`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 
 from loaderdoc import policy
 from loaderdoc.advice.findings import Finding, new_findings, proposed_change
-from loaderdoc.advice.rules.watch import HEALTHY_RULE, STARVED_RULE
-from loaderdoc.advice.watched import LoaderReport, TimelinePoint, WatchedEpoch
+from loaderdoc.watching.rules.run import HEALTHY_RULE, STARVED_RULE
 from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
+from loaderdoc.watching.watched import LoaderReport, TimelinePoint, WatchedEpoch
 
 __all__ = ["HEALTHY_RULE", "MIN_STEPS", "STARVED_RULE", "WATCH_SCHEMA", "build_report", "watch_report"]
 
@@ -224,7 +224,8 @@ def judge(entries: list[LoaderReport], memory: dict[Any, dict[str, Any]], facts,
     """Every loader through the catalogue; a finding two loaders share (a machine rule, the node's
     /dev/shm) once. ``ranks``: the rank table, handed to each rank's training loader."""
     from loaderdoc.advice.rules import evaluate
-    from loaderdoc.advice.stragglers import rank_runs
+    from loaderdoc.watching import rules  # noqa: F401  (the watch rules join the catalogue)
+    from loaderdoc.watching.stragglers import rank_runs
 
     where = len({e.pid for e in entries}) > 1
     job = rank_runs(ranks or [])

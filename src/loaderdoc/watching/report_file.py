@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.advice.findings import findings_from_json
-from loaderdoc.advice.watched import LoaderReport, LoaderTotals, TimelinePoint, WatchedEpoch
 from loaderdoc.errors import UserError
 from loaderdoc.jsondoc import Bad, beyond_measured, get, load_json, obj, read_document, shown
 from loaderdoc.settings import recorded_counts_problem
 from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
+from loaderdoc.watching.watched import LoaderReport, LoaderTotals, TimelinePoint, WatchedEpoch
 
 HOW_TO_WRITE = "write one with 'loaderdoc watch --report run.json -- python train.py'"
 TOTAL_TYPES = {"epochs": int, "steps": int, "waits": int, "wait_s": float, "step_s": float, "wall_s": float,

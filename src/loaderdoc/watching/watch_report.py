@@ -1,5 +1,5 @@
 """The ``loaderdoc.watch/1`` report as one typed value: :class:`WatchReport`, its loaders
-(:class:`~loaderdoc.advice.watched.LoaderReport`) and its findings.
+(:class:`~loaderdoc.watching.watched.LoaderReport`) and its findings.
 
 Built once, from the hook's records, by :mod:`.report` (or from the nodes' reports by
 :mod:`.merge`); read back, checked, by :mod:`.report_file`; written by :meth:`WatchReport.to_json`,
@@ -14,8 +14,8 @@ from typing import Any
 
 from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, worst
-from loaderdoc.advice.watched import LoaderReport, wait_share_of
 from loaderdoc.jsondoc import stamped
+from loaderdoc.watching.watched import LoaderReport, wait_share_of
 
 WATCH_SCHEMA = "loaderdoc.watch/1"
 

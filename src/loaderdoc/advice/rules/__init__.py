@@ -19,8 +19,6 @@ from loaderdoc.advice.rules import memory  # noqa: F401
 from loaderdoc.advice.rules import files  # noqa: F401
 from loaderdoc.advice.rules import crashes  # noqa: F401
 from loaderdoc.advice.rules import training  # noqa: F401
-from loaderdoc.advice.rules import watch  # noqa: F401
-from loaderdoc.advice.rules import watch_faults  # noqa: F401
 # isort: on
 from loaderdoc.advice.rules.registry import (
     RULES,

@@ -8,6 +8,7 @@ from loaderdoc.advice.rules.registry import (
     QUOTA_HIDDEN_RATIO,
     Inputs,
     found,
+    judged_by_the_run,
     rule,
 )
 from loaderdoc.policy import (
@@ -16,7 +17,7 @@ from loaderdoc.policy import (
     worker_target,
     workers_text,
 )
-from loaderdoc.units import cpus_text, fmt_bytes
+from loaderdoc.units import cpus_text
 
 
 def cpu_evidence(i: Inputs) -> list[str]:
@@ -52,7 +53,7 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
     if per_rank is None or not policy.oversubscribed(n, per_rank):
         return None  # no CPU count was read, or within the budget
     if i.cpu_use is not None:  # a measured run: its CPU time, not the count, says whether workers contend
-        return _watched_oversubscribed(i, i.cpu_use, n, per_rank)
+        return judged_by_the_run("cpu-oversubscribed", i)
     target = worker_target(per_rank)
     evidence = [f"num_workers = {n}"] + cpu_evidence(i)
     if i.ranks > 1:
@@ -89,36 +90,6 @@ def _cpu_oversubscribed(i: Inputs) -> Finding | None:
         f"Use at most {workers_text(target)}{' per rank' if i.ranks > 1 else ''} {fix_text}"
         "; if the step still waits for data, make each batch cheaper rather than adding workers.",
         change,
-    )
-
-
-def _watched_oversubscribed(i: Inputs, use, n: int, per_rank: float) -> Finding | None:
-    """More workers than CPUs in a watched run: a finding only where the CPU time shows them
-    contend (loading is CPU work and the CPUs were saturated); the fix is the CPU cap the data-starved
-    rule never proposes more than, so one run's fix is not undone by the next's."""
-    from loaderdoc.advice.rules.watch import cpu_lines
-
-    cap = use.worker_cap
-    if cap is None or not use.saturated_by_itself or n <= cap:
-        # workers that mostly wait (I/O) do not contend for CPUs, and where others' processes fill the
-        # CPUs a run cannot tell CPU-bound workers that kept up from waiting ones: more are fine
-        return None
-    evidence = [f"num_workers = {n}"] + cpu_evidence(i) + cpu_lines(use)
-    peaks = [e.workers_pss_max_bytes for e in i.watch.epochs if e.workers_pss_max_bytes]
-    pss = max(peaks) if peaks else None
-    saving = f"; {n - cap} fewer worker processes" + (
-        f" (about {fmt_bytes(pss * (n - cap) // n)} of the {fmt_bytes(pss)} they held)" if pss else "")
-    return found(
-        WARNING,
-        f"{n} workers{' per rank' if i.ranks > 1 else ''} on {cpus_text(per_rank)}: the workers contend for the CPUs",
-        evidence,
-        f"Loading is CPU work and the CPUs were saturated: {n} workers and the training process take turns on "
-        f"{cpus_text(per_rank)}, so the extra workers add memory and context switches, not batches.",
-        f"Use {workers_text(cap)}{' per rank' if i.ranks > 1 else ''}: expected about the same "
-        f"{use.rate:.1f} steps/s (the CPUs, not the worker count, set the pace){saving}; check it with "
-        "'loaderdoc watch --apply'.",
-        policy.fewer_workers(cap),
-        expected_gain=1.0,
     )
 
 

@@ -4,7 +4,7 @@ Diagnoses: which symptom *this* machine and *this* loader show, with the numbers
 
 Every rule looks at the machine facts, optionally the user's DataLoader settings, the bytes of one
 collated batch, a probe report, a :class:`TrainingContext` and what a real run measured
-(:class:`~loaderdoc.advice.watched.LoaderReport`, from ``loaderdoc watch``), and either returns a
+(:class:`~loaderdoc.watching.watched.LoaderReport`, from ``loaderdoc watch``), and either returns a
 :class:`~loaderdoc.advice.findings.Finding` (it fires) or ``None`` (it stays silent). A rule that
 lacks the information it needs stays silent: advice that is wrong is worse than none.
 
@@ -18,18 +18,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loaderdoc import policy
 from loaderdoc.advice.context import TrainingContext
-from loaderdoc.advice.cpu_use import CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, SEVERITY_ORDER, WARNING, Finding
-from loaderdoc.advice.io_use import IoUse
-from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.units import MiB
+
+if TYPE_CHECKING:  # the watch feature's model: a rule reads it, the watch feature builds it
+    from loaderdoc.watching.cpu_use import CpuUse
+    from loaderdoc.watching.io_use import IoUse
+    from loaderdoc.watching.watched import LoaderReport
 
 # ---- thresholds (each rule's `threshold` text says where its number comes from) -----------
 # Sizing thresholds (CPU budget, /dev/shm and memory shares, "as fast", bursts) live in
@@ -177,6 +179,15 @@ class Rule:
 
 RULES: list[Rule] = []
 _BY_ID: dict[str, Rule] = {}
+# A rule's judgement of a watched run, given by the watch feature (loaderdoc.watching.rules registers
+# them): where a run was measured, its CPU accounting, not the counts, decides (rule id -> judge).
+WATCHED_JUDGES: dict[str, Callable[[Inputs], Finding | None]] = {}
+
+
+def judged_by_the_run(rule_id: str, i: Inputs) -> Finding | None:
+    """The watch feature's judgement of a watched run for ``rule_id`` (None: it has none)."""
+    judge = WATCHED_JUDGES.get(rule_id)
+    return judge(i) if judge is not None else None
 
 
 def rule(id: str, severity: str, title: str, needs: str, threshold: str):
@@ -219,6 +230,8 @@ def evaluate(
     run; ``with_ok`` keeps the "ok" findings of rules that say a measured thing is fine (watch's
     healthy loader), which check and probe leave out.
     """
+    if watch is not None and not WATCHED_JUDGES:  # a programming error, not a user's: said loudly
+        raise RuntimeError("a watched loader evaluated without the watch rules: import loaderdoc.watching.rules first")
     if batch_bytes is None:
         batch_bytes = batch_bytes_from_probe(probe, settings)
     inputs = Inputs(facts, settings, batch_bytes, probe, context or TrainingContext(), watch)

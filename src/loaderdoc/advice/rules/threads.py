@@ -12,7 +12,7 @@ import math
 from loaderdoc import policy
 from loaderdoc.advice.findings import WARNING, Finding
 from loaderdoc.advice.rules.cpu import cpu_evidence
-from loaderdoc.advice.rules.registry import Inputs, found, rule
+from loaderdoc.advice.rules.registry import Inputs, found, judged_by_the_run, rule
 from loaderdoc.units import cpus_text
 
 
@@ -22,12 +22,12 @@ from loaderdoc.units import cpus_text
       "the CPUs one rank may use (the least of os.cpu_count(), the affinity set and the cgroup quota, divided "
       "by the ranks on this node); a pool that fits the budget leaves its split with the workers to a "
       "measurement (loaderdoc tune); in a watched run its CPU accounting decides: the finding proposes fewer "
-      "threads where the run's model (loaderdoc.advice.cpu_use) expects >= 5 % more steps/s, and otherwise "
+      "threads where the run's model (loaderdoc.watching.cpu_use) expects >= 5 % more steps/s, and otherwise "
       "fires only where the pool alone exceeds the CPUs, with what the run measured")
 def _threads_oversubscribed(i: Inputs) -> Finding | None:
     if i.watch is not None:
         # the facts are the launcher's environment, which --apply may have changed for the run
-        return _watched_threads(i, i.cpu_use) if i.cpu_use is not None else None
+        return judged_by_the_run("threads-oversubscribed", i) if i.cpu_use is not None else None
     reading = i.facts.torch.intra_op_threads
     threads, per_rank = reading.get(), i.per_rank
     if threads is None or per_rank is None or not policy.threads_oversubscribed(threads, per_rank):
@@ -64,49 +64,3 @@ def _threads_oversubscribed(i: Inputs) -> Finding | None:
            "measure it with 'loaderdoc tune'.")
     return found(WARNING, f"torch's intra-op pool runs {threads} threads{each} on {cpus_text(per_rank)}{each}",
                  evidence, cause, fix, {"torch_threads": k})
-
-
-def _watched_threads(i: Inputs, use) -> Finding | None:
-    """The intra-op threads judged by a watched run's CPU accounting (``use``, a CpuUse): a measurement
-    outranks the rule of thumb. It fires where the run's model expects fewer threads to gain >= 5 %
-    (the change and its gain, the same :meth:`CpuUse.best_setting` watch-data-starved reads), or where
-    the pool alone exceeds the rank's CPUs (then with what the run measured, and 'loaderdoc tune' to
-    measure the gain, which the run cannot predict)."""
-    from loaderdoc.advice.rules.watch import spin_line, threads_fix, workers_needed
-
-    threads, per_rank, w = use.torch_threads, i.per_rank, i.watch
-    if not threads or threads <= 1 or per_rank is None or w is None:
-        return None
-    best = use.best_setting(workers_needed(w))
-    proposes = best is not None and best[1] is not None
-    if not proposes and not policy.threads_oversubscribed(threads, per_rank):
-        return None
-    each = " per rank" if i.ranks > 1 else ""
-    evidence = [f"torch.get_num_threads() = {threads} in the training process (read by the hook as each epoch began)",
-                f"DataLoader workers: {use.workers}"] + cpu_evidence(i)
-    if use.spin_s > 0.0:
-        evidence.append(spin_line(use))
-    if use.parallel_share is not None:
-        evidence.append(f"the step: {use.step_cpu_s * 1000:.0f} ms of CPU in {use.step_wall_s * 1000:.0f} ms on "
-                        f"{threads} threads: about {use.parallel_share:.0%} of it runs in parallel")
-    cause = ("torch sizes its intra-op pool from the CPUs it sees. Its threads spin while they wait for the next op, "
-             "and beside busy DataLoader workers each parallel op waits for the thread that lost its CPU")
-    if not proposes:
-        k = policy.thread_target(per_rank, use.workers)
-        fix = (f"Cap them: OMP_NUM_THREADS={k} in the job's environment (or torch.set_num_threads({k})){each}. This "
-               "run cannot predict the gain (its step shared the CPUs with the workers, which hides how it scales): "
-               "measure it with 'loaderdoc tune', which tries the thread count on the real job.")
-        return found(WARNING, f"{w.name}: torch's intra-op pool runs {threads} threads on {cpus_text(per_rank)}{each}",
-                     evidence, cause + ".", fix)
-    n, k, rate = best
-    gain = rate / use.rate
-    change = {"torch_threads": k}
-    what = threads_fix(use, k)
-    if n != use.workers:
-        change = {**policy.fewer_workers(n), **change}
-        what = f"raise num_workers from {use.workers} to {n} and {what}"
-    fix = (f"{what[0].upper()}{what[1:]}: expected about {rate:.1f} steps/s, {gain:.2f}x the {use.rate:.1f} measured "
-           "(the CPU accounting's estimate; its step time counts the pool's spin between ops as work, so fewer "
-           "threads are predicted on the slow side); check it with 'loaderdoc watch --apply' or 'loaderdoc tune'.")
-    return found(WARNING, f"{w.name}: {threads} intra-op threads{each} beside {policy.workers_text(n)} on "
-                 f"{cpus_text(per_rank)}: {k} would be faster", evidence, cause + ".", fix, change, expected_gain=gain)

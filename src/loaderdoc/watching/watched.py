@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from loaderdoc.advice.cpu_use import CpuUse, cpu_use
-from loaderdoc.advice.io_use import IoUse, io_use
-from loaderdoc.advice.stragglers import RankRun
 from loaderdoc.policy import WATCH_MIN_BATCHES
+from loaderdoc.watching.cpu_use import CpuUse, cpu_use
+from loaderdoc.watching.io_use import IoUse, io_use
+from loaderdoc.watching.stragglers import RankRun
 
 
 def wait_share_of(wait_s: float, step_s: float) -> float | None:

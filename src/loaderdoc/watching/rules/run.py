@@ -1,6 +1,6 @@
 """A real run, measured by ``loaderdoc watch``: data wait, epoch start, worker memory, /dev/shm.
 
-These rules read :class:`~loaderdoc.advice.watched.LoaderReport` (one loader of the run) and stay
+These rules read :class:`~loaderdoc.watching.watched.LoaderReport` (one loader of the run) and stay
 silent without it, so ``check`` and ``probe`` never see them fire. Their thresholds are the
 policy's, shared with the probe's decisions: a run and a probe judge a loader alike.
 """
@@ -11,14 +11,20 @@ import math
 from itertools import pairwise
 
 from loaderdoc import policy
-from loaderdoc.advice.cpu_use import CPU_WORK_SHARE, GAIN_WORTH, SATURATED_SHARE, SATURATED_STEP_SHARE, CpuUse
 from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
-from loaderdoc.advice.io_use import DEVICE_MIN_PER_BATCH, DISK, DISK_SHARE, REREAD_SHARE, SMALL_READ, IoUse
 from loaderdoc.advice.rules.memory import MALLOC_CAUSE, malloc_fix
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
-from loaderdoc.advice.stragglers import find_stragglers
-from loaderdoc.advice.watched import LoaderReport
 from loaderdoc.units import cpus_text, fmt_bytes, fmt_seconds
+from loaderdoc.watching.cpu_use import (
+    CPU_WORK_SHARE,
+    GAIN_WORTH,
+    SATURATED_SHARE,
+    SATURATED_STEP_SHARE,
+    CpuUse,
+)
+from loaderdoc.watching.io_use import DEVICE_MIN_PER_BATCH, DISK, DISK_SHARE, REREAD_SHARE, SMALL_READ, IoUse
+from loaderdoc.watching.stragglers import find_stragglers
+from loaderdoc.watching.watched import LoaderReport
 
 STARVED_RULE = "watch-data-starved"
 HEALTHY_RULE = "watch-loader-healthy"
@@ -238,7 +244,7 @@ def _watch_healthy(i: Inputs) -> Finding | None:
 @rule("watch-cpu-shared", WARNING, "Loading and a CPU-trained step compete for the CPUs (measured)", "watch",
       f"measured in the run: the step is CPU work (its CPU time >= {CPU_WORK_SHARE:.0%} of its wall time, "
       f"{SATURATED_STEP_SHARE:.0%} where >= {SATURATED_SHARE:.0%} of the rank's CPUs were busy) and so is "
-      "loading (loaderdoc.advice.cpu_use); it proposes no change: it says what the CPUs allow")
+      "loading (loaderdoc.watching.cpu_use); it proposes no change: it says what the CPUs allow")
 def _watch_cpu_shared(i: Inputs) -> Finding | None:
     w = _judged(i.watch)
     use = i.cpu_use if w is not None else None
@@ -266,7 +272,7 @@ def _watch_cpu_shared(i: Inputs) -> Finding | None:
 _ON_DISK = (f"the loop waits >= {policy.NOT_STARVED_PCT:g} % of its steady time (as {STARVED_RULE}), loading is "
             f"not CPU work, and a block device served >= {DISK_SHARE:.0%} of the bytes loading read and >= "
             f"{fmt_bytes(DEVICE_MIN_PER_BATCH)} a batch (/proc/<pid>/io: read_bytes against rchar; "
-            "loaderdoc.advice.io_use)")
+            "loaderdoc.watching.io_use)")
 
 
 @rule("watch-waits-on-disk", WARNING, "The loop waits for data read from the disk (measured)", "watch",

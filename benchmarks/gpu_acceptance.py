@@ -139,7 +139,7 @@ def check_out_folder(folder: Path) -> None:
 
 def cuda_skip_reason() -> str | None:
     """Why CUDA cannot run here (None: it can). Imports torch; does not create a CUDA context."""
-    from loaderdoc.textfile import first_line
+    from loaderdoc.base.textfile import first_line
 
     try:
         import torch
@@ -315,7 +315,7 @@ def _last_line(log: Path) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    from loaderdoc.safe_write import write_text
+    from loaderdoc.base.safe_write import write_text
 
     write_text(path, text, force=False)
 

@@ -462,7 +462,7 @@ def judge_tune(fig: dict) -> list[Check]:
 # ---- the folder, the table, the exit code ---------------------------------------------------------
 
 def _read_json(path: Path) -> Any:
-    from loaderdoc.textfile import first_line, read_bounded
+    from loaderdoc.base.textfile import first_line, read_bounded
 
     try:
         return json.loads(read_bounded(path))
@@ -475,7 +475,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _read_text(path: Path) -> str | None:
-    from loaderdoc.textfile import first_line, read_bounded
+    from loaderdoc.base.textfile import first_line, read_bounded
 
     try:
         return read_bounded(path)

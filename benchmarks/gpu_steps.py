@@ -52,7 +52,7 @@ TRAIN_SAMPLE_CPU_MS, TRAIN_BATCH, TRAIN_SAMPLES = 2.0, 32, 2048
 
 
 def write_figures(path: str, figures: dict) -> None:
-    from loaderdoc.safe_write import write_text
+    from loaderdoc.base.safe_write import write_text
 
     write_text(Path(path), json.dumps(figures, indent=1) + "\n", force=False)
 

@@ -73,7 +73,7 @@ CASES = [
 
 
 def build(case: Case):
-    from loaderdoc.probing.api import build_workload
+    from loaderdoc.probing.probe import build_workload
     from loaderdoc.probing.workloads import load_user_dataset
 
     if case.factory:
@@ -96,7 +96,7 @@ def key_of(s) -> tuple[int, int, bool]:
 
 
 def grid_settings(case: Case, picks: list) -> list:
-    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.base.settings import LoaderSettings
 
     def make(n: int, pf: int = 2, in_order: bool = True) -> LoaderSettings:
         if n == 0:
@@ -119,9 +119,9 @@ def grid_settings(case: Case, picks: list) -> list:
 
 
 def run_case(case: Case, condition: str, probes: int, rounds: int, window: float, seed: int) -> dict:
-    from loaderdoc.probing.api import probe
     from loaderdoc.probing.isolate import run_config
     from loaderdoc.probing.measure import LoadJob, RunPlan
+    from loaderdoc.probing.probe import probe
 
     dataset, collate = build(case)
     print(f"\n== {case.name} ({condition}): {case.label}", flush=True)

@@ -80,7 +80,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import tune_vs_grid as tvg  # noqa: E402
 from benchmarks import watch_fixes as wf  # noqa: E402
-from loaderdoc._compat import tomllib  # noqa: E402
+from loaderdoc.base._compat import tomllib  # noqa: E402
 
 REPO, RESULTS, FOREVER = tvg.REPO, tvg.RESULTS, tvg.FOREVER
 TUNE_BAR = 0.95  # tune's pick's grid rate over the grid's best

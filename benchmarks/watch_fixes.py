@@ -86,11 +86,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loaderdoc._compat import tomllib
+from loaderdoc.base._compat import tomllib
 from loaderdoc.watching.apply import table_key
 from loaderdoc.watching.fixes import TABLE_OF_ROLE
 from loaderdoc.watching.fixes import fix_tables as _fix_tables
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.report import WatchReport
 from loaderdoc.watching.watched import LoaderReport, LoaderTotals
 
 REPO = Path(__file__).resolve().parent.parent

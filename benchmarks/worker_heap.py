@@ -68,9 +68,9 @@ def growth(seconds: float) -> list[dict]:
 
 
 def windows(rounds: int) -> list[dict]:
+    from loaderdoc.base.settings import LoaderSettings
     from loaderdoc.probing import measure
-    from loaderdoc.probing.api import build_workload
-    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.probing.probe import build_workload
 
     dataset, collate, _info, batch, step = build_workload(preset="large-image")
     job = measure.LoadJob(dataset=dataset, collate_fn=collate, step_ms=50.0)

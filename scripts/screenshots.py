@@ -25,8 +25,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.session import ProbeRequest
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import LoaderDocApp, make_app
 

@@ -119,8 +119,8 @@ def loaderdoc_here(*args: str) -> subprocess.CompletedProcess:
 
     As ``loaderdoc()`` runs it: output to a pipe (80 columns), no colour; the signal handlers the
     command installs are put back after."""
+    from loaderdoc.base.errors import STOP_SIGNALS
     from loaderdoc.cli import main
-    from loaderdoc.errors import STOP_SIGNALS
 
     handlers = {signum: signal.getsignal(signum)
                 for signum in (getattr(signal, name, None) for name in STOP_SIGNALS) if signum is not None}

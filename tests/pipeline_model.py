@@ -8,8 +8,8 @@ advances by each configuration's cost, so budgets can be tested in no time.
 
 from __future__ import annotations
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ConfigResult, WaitStats
-from loaderdoc.settings import LoaderSettings
 
 MiB = 1024**2
 

@@ -11,9 +11,9 @@ import pytest
 from loaderdoc import policy
 from loaderdoc.advice.findings import CRITICAL, WARNING
 from loaderdoc.advice.rules import RULES, TrainingContext, catalogue, evaluate
-from loaderdoc.errors import SettingsError
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ConfigResult, ProbeReport, StageTimes, WaitStats, WorkloadInfo
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.watching import rules as watch_rules  # noqa: F401  (the whole catalogue, as watch runs it)
@@ -803,7 +803,7 @@ def _check_json(env_extra):
 
 
 def test_check_finds_an_oversized_pool_from_the_environment():
-    from loaderdoc.errors import EXIT_WARNING
+    from loaderdoc.base.errors import EXIT_WARNING
 
     # MKL_DYNAMIC=FALSE: torch then really runs 4096 threads (MKL would cap them at the cores)
     rc, report, fired = _check_json({"OMP_NUM_THREADS": "4096", "MKL_DYNAMIC": "FALSE"})

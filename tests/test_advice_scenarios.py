@@ -10,8 +10,8 @@ from support import matrix
 from support.scenarios import SCENARIOS
 
 from loaderdoc.advice.rules import RULES, evaluate
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ProbeReport
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import machine_names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def test_docs_tradeoffs_is_current():
 
 
 def test_findings_serialise_for_check_json():
-    from loaderdoc._serde import to_dict
+    from loaderdoc.base._serde import to_dict
 
     for sc in SCENARIOS:
         for f in sc.run():

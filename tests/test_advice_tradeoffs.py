@@ -8,7 +8,7 @@ from support.scenarios import get_scenario, measured, report
 
 from loaderdoc.advice.knobs import KNOBS, explain
 from loaderdoc.advice.tradeoffs import KNOB_ORDER, to_dict, tradeoffs
-from loaderdoc.settings import LoaderSettings
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.text.tradeoffs import knob_text

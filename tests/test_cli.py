@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from loaderdoc._compat import tomllib
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_USAGE, EXIT_WARNING
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import EXIT_CRITICAL, EXIT_OK, EXIT_USAGE, EXIT_WARNING
 
 
 def run(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:

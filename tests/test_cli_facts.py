@@ -10,7 +10,7 @@ import re
 import pytest
 from faults_support import fault_env, loaderdoc
 
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.base.errors import EXIT_OK
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine, machine_names
 from loaderdoc.text.layout import table_lines, wrap

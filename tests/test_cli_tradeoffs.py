@@ -19,8 +19,8 @@ import pytest
 from faults_support import loaderdoc, loaderdoc_here, one_line_error
 
 from loaderdoc.advice.tradeoffs import KNOB_ORDER
+from loaderdoc.base.errors import EXIT_OK, EXIT_USAGE
 from loaderdoc.commands.tradeoffs import TRADEOFFS_SCHEMA, build_report
-from loaderdoc.errors import EXIT_OK, EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine, machine_names
 from loaderdoc.text.tradeoffs import render_text
 

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding
+from loaderdoc.base._serde import to_dict
+from loaderdoc.base.errors import UserError
 from loaderdoc.cluster.job import RankEntry, build_job_report
 from loaderdoc.cluster.job_file import job_report_from
 from loaderdoc.cluster.job_report import JOB_SCHEMA
 from loaderdoc.cluster.launch import read_place
-from loaderdoc.errors import UserError
 from loaderdoc.system.facts import GiB, GpuDevice, MachineFacts, MiB, Reading
 from loaderdoc.text.job import render_text
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from loaderdoc.base.errors import SettingsError
 from loaderdoc.config import read_config
-from loaderdoc.errors import SettingsError
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from loaderdoc.base.errors import SettingsError
 from loaderdoc.config import read_config
 from loaderdoc.config.meaning import meaning_of
 from loaderdoc.config.report import describe
-from loaderdoc.errors import SettingsError
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -7,13 +7,13 @@ import os
 
 import pytest
 
-from loaderdoc._compat import tomllib
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import recommend
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import ExportError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.config import load_settings
-from loaderdoc.errors import ExportError
 from loaderdoc.export import FORMATS, export_header, findings_header, format_for, render, write_export
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 
 SETTINGS = LoaderSettings(batch_size=32, num_workers=2, prefetch_factor=2, persistent_workers=True)

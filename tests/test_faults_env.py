@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from faults_support import fault_env, loaderdoc, namespaces_usable, one_line_error
 
-from loaderdoc._compat import tomllib
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK, EXIT_USAGE, EXIT_WARNING
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import EXIT_CRITICAL, EXIT_OK, EXIT_USAGE, EXIT_WARNING
 
 CHECK_CODES = (EXIT_OK, EXIT_WARNING, EXIT_CRITICAL)
 

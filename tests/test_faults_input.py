@@ -12,7 +12,7 @@ import os
 import pytest
 from faults_support import fault_env, loaderdoc, namespaces_usable, one_line_error
 
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_PROBE_FAILED, EXIT_USAGE
+from loaderdoc.base.errors import EXIT_CRITICAL, EXIT_PROBE_FAILED, EXIT_USAGE
 from loaderdoc.system.fixtures import machine_path as load_machine_path
 
 NS_REASON = namespaces_usable()

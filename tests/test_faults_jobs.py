@@ -21,8 +21,8 @@ import time
 import pytest
 from faults_support import assert_nothing_left, fault_env, loaderdoc, one_line_error
 
+from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 from loaderdoc.cluster.launch import MAX_WORLD_SIZE, job_conflict, job_identity, read_place
-from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 
 pytest.importorskip("torch.distributed")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from faults_support import fault_env, loaderdoc, namespaces_usable, one_line_error
 
-from loaderdoc.errors import EXIT_OK, EXIT_USAGE
+from loaderdoc.base.errors import EXIT_OK, EXIT_USAGE
 
 TRAIN = """\
 import torch

@@ -1,7 +1,7 @@
 """Where the output goes wrong: stdout closed, full, cut off by its reader or unable to encode a
 character; exports aimed at devices, pipes and very long names; and a bug inside loaderdoc.
 
-The policy (src/loaderdoc/output.py): EPIPE exits 141 quietly, as `cat` does under `head`; any other
+The policy (src/loaderdoc/base/output.py): EPIPE exits 141 quietly, as `cat` does under `head`; any other
 failed write to stdout is one line on stderr and exit 3; a bug exits 70. No traceback may ever exit
 0, 1 or 2, which `check` uses for "healthy", "warnings" and "critical".
 Device files are made in a private mount namespace (a tmpfs over /dev), never the host's.
@@ -17,7 +17,7 @@ import threading
 import pytest
 from faults_support import assert_nothing_left, fault_env, loaderdoc, namespaces_usable, one_line_error
 
-from loaderdoc.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
+from loaderdoc.base.errors import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 NS_REASON = namespaces_usable()
 

@@ -12,7 +12,7 @@ import textwrap
 
 from faults_support import loaderdoc, one_line_error
 
-from loaderdoc.errors import EXIT_OK, EXIT_USAGE
+from loaderdoc.base.errors import EXIT_OK, EXIT_USAGE
 
 LOOP = textwrap.dedent("""
     import sys

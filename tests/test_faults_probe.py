@@ -20,8 +20,8 @@ import psutil
 import pytest
 from faults_support import DATASETS, assert_nothing_left, fault_env, loaderdoc, one_line_error, tagged
 
-from loaderdoc._compat import tomllib
-from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
 
 sys.path.insert(0, DATASETS)
 import faults_data  # noqa: E402

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from faults_support import TESTS, loaderdoc, loaderdoc_here, one_line_error
 
-from loaderdoc.errors import EXIT_OK, EXIT_USAGE
+from loaderdoc.base.errors import EXIT_OK, EXIT_USAGE
 
 PROBE_REPORT = json.loads((TESTS / "fixtures" / "probe" / "image.json").read_text())
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from faults_support import TESTS, assert_nothing_left, fault_env, loaderdoc, run_tagged
 
-from loaderdoc.errors import EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
-from loaderdoc.visible import visible
+from loaderdoc.base.errors import EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
+from loaderdoc.base.visible import visible
 
 TRAIN = """\
 import torch

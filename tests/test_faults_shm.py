@@ -13,8 +13,8 @@ import json
 import pytest
 from faults_support import fault_env, in_small_shm, loaderdoc, namespaces_usable
 
-from loaderdoc._compat import tomllib
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_OK
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import EXIT_CRITICAL, EXIT_OK
 
 REASON = namespaces_usable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")

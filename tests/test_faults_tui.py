@@ -19,8 +19,8 @@ from faults_support import TmuxTerminal, assert_nothing_left, fault_env, tagged
 from textual import events
 from textual.widgets import Button, Input, Static
 
+from loaderdoc.base.errors import EXIT_CRITICAL, EXIT_INTERNAL, EXIT_INTERRUPTED
 from loaderdoc.commands.app import APP_CRASHED, NO_TERMINAL, run_to_exit_code
-from loaderdoc.errors import EXIT_CRITICAL, EXIT_INTERNAL, EXIT_INTERRUPTED
 from loaderdoc.export import render
 from loaderdoc.probing.result import ProbeReport, WorkloadInfo
 from loaderdoc.session import ProbeRequest

@@ -17,8 +17,8 @@ import time
 import pytest
 from faults_support import assert_nothing_left, fault_env, loaderdoc, one_line_error
 
-from loaderdoc._compat import tomllib
-from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
 
 PROBE = ["--batch-size", "8", "--step-ms", "2", "--budget", "3"]
 
@@ -100,7 +100,7 @@ def test_a_thread_the_factory_leaves_does_not_keep_loaderdoc_alive(command):
 def test_a_daemon_thread_the_users_code_left_ends_the_process_without_finalizing(monkeypatch):
     # a dataset's daemon thread printing in a loop crashed one probe at exit (SIGSEGV in libpython
     # while the interpreter finalized): such a thread must not be running Python then
-    from loaderdoc import output, usercode
+    from loaderdoc.base import output, usercode
 
     monkeypatch.setattr(output, "_end_without_finalizing", False)
     monkeypatch.setattr(usercode, "_state", dict(usercode._state, ran=False, depth=0, owner=None))

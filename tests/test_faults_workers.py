@@ -18,7 +18,7 @@ import psutil
 import pytest
 from faults_support import assert_nothing_left, fault_env, loaderdoc, run_tagged, tagged
 
-from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED
+from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED
 
 QUICK = ["--batch-size", "8", "--step-ms", "5", "--no-progress", "--json"]
 

@@ -19,9 +19,9 @@ from pipeline_model import MiB, Model
 from loaderdoc import policy
 from loaderdoc.advice.recommend import recommend
 from loaderdoc.advice.rules import TrainingContext, evaluate
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ProbeReport, WorkloadInfo
 from loaderdoc.probing.search import Search, SearchLimits
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine, machine_names
 

@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import loaderdoc
-from loaderdoc.errors import UserError
-from loaderdoc.probing.api import plan_for_budget, probe
+from loaderdoc.base.errors import UserError
+from loaderdoc.probing.probe import plan_for_budget, probe
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.system.facts import MachineFacts, Reading

@@ -15,7 +15,7 @@ import pytest
 import tomllib
 from support.warm import run_loaderdoc
 
-from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
+from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_USAGE
 
 DATASETS = str(Path(__file__).with_name("probe_datasets"))
 
@@ -141,9 +141,9 @@ def test_ctrl_c_stops_cleanly_reports_what_was_measured_and_leaves_no_process():
 
 
 def test_the_progress_line_of_a_run_that_only_timed_the_restart():
+    from loaderdoc.base.settings import LoaderSettings
     from loaderdoc.commands.probe import _outcome_text
     from loaderdoc.probing.result import ConfigResult
-    from loaderdoc.settings import LoaderSettings
 
     settings = LoaderSettings(batch_size=32, num_workers=2, prefetch_factor=2)
     restart = ConfigResult(settings=settings, epoch_restart_s=0.68, epoch_restart_persistent_s=0.37)

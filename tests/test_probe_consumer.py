@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from loaderdoc.batches import batch_digest, batch_nbytes, iter_tensors, repeated_streams
+from loaderdoc.base.batches import batch_digest, batch_nbytes, iter_tensors, repeated_streams
 from loaderdoc.probing.consumer import (
     SleepConsumer,
     calibrate_spin,

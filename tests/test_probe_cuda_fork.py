@@ -14,7 +14,7 @@ from pathlib import Path
 
 from test_probe_cli import DATASETS
 
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.base.errors import EXIT_OK
 
 SUPPORT = Path(__file__).parent / "support"
 
@@ -32,10 +32,10 @@ def events(log: Path) -> list[tuple[int, str]]:
 MEASURE = textwrap.dedent("""
     import json, os, sys, torch
     from loaderdoc.probing import fresh
-    from loaderdoc.probing.api import plan_for_budget
+    from loaderdoc.probing.probe import plan_for_budget
     from loaderdoc.probing.isolate import run_config
     from loaderdoc.probing.measure import LoadJob
-    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.base.settings import LoaderSettings
     from probe_cuda_data import Waiting
     state, path = sys.argv[1], sys.argv[2]
     if state != "clean":
@@ -79,8 +79,8 @@ def test_a_forked_copy_of_an_initialised_process_fails_as_loaderdocs_own_failure
     """The path issue 48 met: torch refuses CUDA in the fork. It is loaderdoc's failure, and the
     rules say so instead of blaming the dataset."""
     from loaderdoc.advice.rules import evaluate
+    from loaderdoc.base.settings import LoaderSettings
     from loaderdoc.probing.result import ConfigResult, ProbeReport
-    from loaderdoc.settings import LoaderSettings
     from loaderdoc.system.fixtures import load_machine
 
     seen, log = measure_pinned(tmp_path, "initialised", "fork")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.instrument import window
 from loaderdoc.probing.model import LoadModel, breakdown, curve, fit_contention, model_from, prediction
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
-from loaderdoc.settings import LoaderSettings
 
 
 def test_waiting_scales_with_workers_until_the_step_caps_it():

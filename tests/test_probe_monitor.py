@@ -7,11 +7,11 @@ import os
 import pytest
 from support.heap import child_with_growing_heap
 
+from loaderdoc.base.units import MiB
 from loaderdoc.probing import measure
 from loaderdoc.probing.instrument import malloc_state, malloc_sums
 from loaderdoc.probing.monitor import MemorySample, Monitor, heap_bytes
 from loaderdoc.probing.result import MemoryGrowth
-from loaderdoc.units import MiB
 
 linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc/<pid>/maps")
 
@@ -68,8 +68,8 @@ def test_a_measurement_with_workers_carries_the_windows_growth(monkeypatch):
         return MemoryGrowth(first_bytes=1, last_bytes=2, seconds=1.0, heap_rise_bytes=0, heap_grown_bytes=0)
 
     monkeypatch.setattr(Monitor, "growth", growth)
-    from loaderdoc.probing.api import build_workload
-    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.base.settings import LoaderSettings
+    from loaderdoc.probing.probe import build_workload
 
     dataset, collate, *_ = build_workload(preset="tensor")
     job = measure.LoadJob(dataset=dataset, collate_fn=collate, step_ms=1.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoc.errors import EXIT_USAGE, UserError
+from loaderdoc.base.errors import EXIT_USAGE, UserError
 from loaderdoc.probing.report_file import ProbeReportError, load_report
 from loaderdoc.probing.result import ProbeReport
 from loaderdoc.system.fixtures import load_machine

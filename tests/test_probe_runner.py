@@ -15,9 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.isolate import failure_result, run_config
 from loaderdoc.probing.measure import LoadJob, RunPlan
-from loaderdoc.settings import LoaderSettings
 
 sys.path.insert(0, str(Path(__file__).with_name("probe_datasets")))
 import probe_userdata  # noqa: E402

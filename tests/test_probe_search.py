@@ -11,10 +11,10 @@ import pytest
 from pipeline_model import MiB, Model
 
 from loaderdoc import policy
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
 from loaderdoc.probing.search import Search, SearchLimits, repeats
 from loaderdoc.probing.search.outcome import _choose_in_order
-from loaderdoc.settings import LoaderSettings
 
 
 def search(model: Model, budget_s=30.0, cpus=2.0, **limits) -> tuple[Search, object]:

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from loaderdoc.advice.findings import Finding
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import MiB
 from loaderdoc.probing.result import (
     Breakdown,
     ConfigResult,
@@ -28,10 +30,8 @@ from loaderdoc.probing.result import (
     WaitStats,
     WorkloadInfo,
 )
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.text.layout import table_lines
 from loaderdoc.text.probe import render_text
-from loaderdoc.units import MiB
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures" / "probe"
@@ -363,7 +363,7 @@ def test_a_simulated_step_says_what_it_leaves_out_a_sleep_and_a_gpu_kernel_alike
 def test_the_json_report_and_the_tui_carry_the_step_note():
     from types import SimpleNamespace
 
-    from loaderdoc.probing.api import _fill
+    from loaderdoc.probing.probe import _fill
     from loaderdoc.probing.result import GPU_STEP_NOTE, SLEEP_STEP_NOTE
     from loaderdoc.tui import model
 

@@ -13,7 +13,7 @@ import textwrap
 import tomllib
 from test_probe_cli import env, run
 
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.base.errors import EXIT_OK
 
 
 def test_the_measuring_process_loads_on_the_jobs_threads_and_the_export_keeps_them(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoc.errors import EXIT_USAGE, UserError
+from loaderdoc.base.errors import EXIT_USAGE, UserError
 from loaderdoc.probing import workloads
 from loaderdoc.probing.workloads import (
     PRESETS,

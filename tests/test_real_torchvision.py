@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.base.errors import EXIT_OK
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULE = ROOT / "benchmarks" / "torchvision_pipeline.py"

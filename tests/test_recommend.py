@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from loaderdoc.advice.recommend import recommend
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MiB, Reading
 from loaderdoc.system.fixtures import load_machine
 

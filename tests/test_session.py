@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from loaderdoc.advice.findings import Finding
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.session import ProbeRequest, Session
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui import model
 

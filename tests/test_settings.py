@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from loaderdoc._compat import tomllib
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.config import load_settings
-from loaderdoc.errors import SettingsError
 from loaderdoc.export import render, to_python, to_toml
-from loaderdoc.settings import LoaderSettings
 
 
 def write(tmp_path, name, text):

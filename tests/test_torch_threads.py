@@ -16,13 +16,13 @@ import pytest
 from faults_support import loaderdoc_here
 from test_watch import split_output, watch
 
-from loaderdoc._compat import tomllib
 from loaderdoc.advice.findings import Finding
+from loaderdoc.base._compat import tomllib
+from loaderdoc.base.errors import EXIT_USAGE, SettingsError, UserError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.config import read_config
-from loaderdoc.errors import EXIT_USAGE, SettingsError, UserError
 from loaderdoc.export import FORMATS, render
 from loaderdoc.session import Session, apply_change
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.watching import apply
 from loaderdoc.watching.apply_file import OMP_ENV, plan_from_file

@@ -16,7 +16,7 @@ FAKE_TORCH = "OBJECTS = [[i] for i in range(20_000)]\n"
 
 PROBE = """\
 import gc, json, sys, threading
-from loaderdoc import torchload
+from loaderdoc.base import torchload
 if sys.argv[1] == "program":
     torchload.freeze_torch_once_imported()
 if sys.argv[2] == "thread":

@@ -17,9 +17,9 @@ import pytest
 from textual.app import App
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Static, TabbedContent
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
 from loaderdoc.session import ProbeRequest
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
 
@@ -48,7 +48,7 @@ def scripted_results(batch_size: int = 32) -> list[ConfigResult]:
 
 def scripted_probe(dataset=None, *, preset=None, collate_fn=None, batch_size=32, step_ms=20.0, budget_s=30.0,
                    facts=None, on_result=None, on_progress=None, cancel=None, delay=0.0):
-    """Stands in for loaderdoc.probing.api.probe: same keywords, scripted results."""
+    """Stands in for loaderdoc.probing.probe.probe: same keywords, scripted results."""
     results = []
     for i, r in enumerate(scripted_results(batch_size)):
         if cancel is not None and cancel.is_set():
@@ -463,7 +463,7 @@ async def test_probe_cancel_with_escape():
 
 async def test_probe_failure_is_shown():
     def failing(dataset=None, **kwargs):
-        from loaderdoc.errors import UserError
+        from loaderdoc.base.errors import UserError
 
         raise UserError("cannot import module 'nope' (check --dataset)")
 
@@ -787,8 +787,8 @@ async def test_real_probe_of_a_user_dataset_module(tmp_path, monkeypatch):
 def test_run_app_rejects_an_unknown_preset_before_opening():
     import argparse
 
+    from loaderdoc.base.errors import UserError
     from loaderdoc.commands.app import run_app
-    from loaderdoc.errors import UserError
 
     args = argparse.Namespace(batch_size=None, sample_shape=None, dtype="uint8", preset="imagez", dataset=None,
                               step_ms=None, budget=None)

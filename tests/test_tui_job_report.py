@@ -21,14 +21,14 @@ from support.report_files import changed as _changed
 from support.report_files import write_report
 from textual.widgets import DataTable, OptionList, Static, TabbedContent
 
+from loaderdoc.base.errors import EXIT_USAGE
 from loaderdoc.cluster.job_file import JobReportError, job_report_from, load_job_report
 from loaderdoc.cluster.job_report import JobReport
-from loaderdoc.errors import EXIT_USAGE
 from loaderdoc.reports import ReportError, open_report
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app
 from loaderdoc.tui.model import ODD_MARK
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.report import WatchReport
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TWO, FOUR = FIXTURES / "job" / "two-nodes.json", FIXTURES / "job" / "four-nodes-odd.json"

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from loaderdoc.errors import SettingsError
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.summary import settings_diff
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo
 from loaderdoc.session import ProbeRequest, apply_change, parse_workload_field
-from loaderdoc.settings import LoaderSettings
-from loaderdoc.summary import settings_diff
 from loaderdoc.system.fixtures import load_machine, machine_names
 from loaderdoc.tui import model
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from test_tui_app import app_for, scripted_probe
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.session import ProbeRequest
-from loaderdoc.settings import LoaderSettings
 
 BIG = (120, 40)
 SMALL = (80, 24)

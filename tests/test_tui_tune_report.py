@@ -20,7 +20,7 @@ from support.report_files import changed as _changed
 from support.report_files import write_report
 from textual.widgets import DataTable, Static, TabbedContent
 
-from loaderdoc.errors import EXIT_USAGE
+from loaderdoc.base.errors import EXIT_USAGE
 from loaderdoc.reports import ReportError, TuneRun, open_report
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.tui.app import make_app

@@ -17,8 +17,8 @@ import pytest
 from support.report_files import write_report
 from textual.widgets import OptionList, Static, TabbedContent
 
+from loaderdoc.base.errors import EXIT_USAGE
 from loaderdoc.cli import build_parser, main
-from loaderdoc.errors import EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.text.watch import cpu_text, io_text
 from loaderdoc.tui.app import make_app

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from support.paths import pythonpath
 
-from loaderdoc._compat import tomllib
+from loaderdoc.base._compat import tomllib
 
 QUICK = ("--steps", "10")
 

@@ -12,7 +12,7 @@ from test_tune_faults import NOTE_SEEN, PRELUDE, QUICK, TRAIN, env_with_src, rea
 from test_tune_frameworks import DATASET
 from test_watch_frameworks import needs
 
-from loaderdoc._compat import tomllib
+from loaderdoc.base._compat import tomllib
 
 
 def test_a_validation_loader_with_more_batches_is_not_taken_for_the_training_loader(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from loaderdoc import policy
 from loaderdoc.advice.rules import evaluate
 from loaderdoc.advice.tradeoffs import tradeoffs
-from loaderdoc.settings import LoaderSettings
-from loaderdoc.summary import machine_summary
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.summary import machine_summary
 from loaderdoc.system.facts import MachineFacts, Reading
 
 

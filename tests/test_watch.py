@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from support.paths import pythonpath
 
-from loaderdoc.errors import EXIT_USAGE
+from loaderdoc.base.errors import EXIT_USAGE
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.watching import hook
-from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report
+from loaderdoc.watching.build import HEALTHY_RULE, STARVED_RULE, build_report
 
 # A loop whose truth the script times itself: __getitem__ sleeps SAMPLE_S per sample (the load),
 # the step sleeps STEP_S; it prints the load time of every batch after the first and the steps.

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from test_watch import env_with_src, split_output, watch
 
-from loaderdoc.errors import EXIT_USAGE, UserError
+from loaderdoc.base.errors import EXIT_USAGE, UserError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.export import FORMATS, render
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.watching import apply
 from loaderdoc.watching.apply_file import plan_from_file, role_of_name
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from faults_support import loaderdoc, one_line_error
 
-from loaderdoc.jsondoc import MEASURED_BOUNDS
+from loaderdoc.base.jsondoc import MEASURED_BOUNDS
 
 
 @pytest.mark.parametrize("table, key, value", [

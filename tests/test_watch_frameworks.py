@@ -22,7 +22,7 @@ import pytest
 from support.jobs import HUGGING_FACE_TINY, LIGHTNING_TINY
 from support.paths import pythonpath
 
-from loaderdoc.watching.report import STARVED_RULE
+from loaderdoc.watching.build import STARVED_RULE
 
 SAMPLE_S = 0.005  # the load of one sample; a batch of 4 takes 20 ms against a step of a few ms
 BATCH, TRAIN_BATCHES, EPOCHS = 4, 16, 2

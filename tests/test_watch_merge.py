@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_watch import env_with_src
 
-from loaderdoc.errors import UserError
+from loaderdoc.base.errors import UserError
 from loaderdoc.watching.merge import merge_reports
 
 HEALTHY = Path(__file__).parent / "fixtures" / "watch" / "healthy.json"

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from support.paths import pythonpath
 
+from loaderdoc.base.units import MiB
 from loaderdoc.system.fixtures import load_machine
 from loaderdoc.text.watch import render_summary
-from loaderdoc.units import MiB
 from loaderdoc.watching import hook
+from loaderdoc.watching.build import HEALTHY_RULE, STARVED_RULE, build_report, watch_report
 from loaderdoc.watching.records import RecordsReader
-from loaderdoc.watching.report import HEALTHY_RULE, STARVED_RULE, build_report, watch_report
 
 HOST = socket.gethostname()
 
@@ -125,7 +125,7 @@ RESTART_RUNS = {
 
 def _recorded_restarts(name: str):
     from loaderdoc.advice.rules import evaluate
-    from loaderdoc.watching.report import loader_settings
+    from loaderdoc.watching.build import loader_settings
     from loaderdoc.watching.report_file import load_watch_report
 
     report = load_watch_report(Path(__file__).parent / "fixtures" / "watch" / name)

@@ -32,7 +32,7 @@ def __getattr__(name: str) -> Any:
 
         return MachineFacts
     if name == "LoaderSettings":
-        from loaderdoc.settings import LoaderSettings
+        from loaderdoc.base.settings import LoaderSettings
 
         return LoaderSettings
     if name == "recommend":
@@ -40,7 +40,7 @@ def __getattr__(name: str) -> Any:
 
         return recommend
     if name == "probe":
-        from loaderdoc.probing.api import probe
+        from loaderdoc.probing.probe import probe
 
         return probe
     if name == "ProbeReport":

@@ -44,7 +44,7 @@ class LoaderWatch:
     def _report(self):
         # imported here: the report loads the rule catalogue, which iterating alone never needs
         from loaderdoc.system.detect import detect
-        from loaderdoc.watching.report import watch_report
+        from loaderdoc.watching.build import watch_report
 
         if self._facts is None:
             self._facts = detect()

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import NoReturn
 
 from loaderdoc._version import __version__
-from loaderdoc.errors import (
+from loaderdoc.base.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_CRITICAL,
     EXIT_INTERNAL,
@@ -173,7 +173,7 @@ def run_as_program() -> NoReturn:
     They are frozen first, so the shutdown frees what their counts free and skips the walk; atexit
     handlers, threads and files end as usual. Not in main: a caller that stays (a test) keeps its
     collector whole."""
-    from loaderdoc.torchload import freeze_torch_once_imported
+    from loaderdoc.base.torchload import freeze_torch_once_imported
 
     freeze_torch_once_imported()
     code = main()
@@ -183,7 +183,7 @@ def run_as_program() -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from loaderdoc import output, usercode
+    from loaderdoc.base import output, usercode
 
     code = _main(argv)
     usercode.leave_past_user_threads()  # a thread a --dataset factory left must not hold the exit
@@ -192,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from loaderdoc import output
-    from loaderdoc.usercode import UserCodeExit
+    from loaderdoc.base import output
+    from loaderdoc.base.usercode import UserCodeExit
 
     with output.standard_streams_guarded():
         try:

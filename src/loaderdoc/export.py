@@ -1,6 +1,6 @@
 """Every output format of chosen settings (TOML, a Python DataLoader snippet, JSON).
 
-Writing goes through :mod:`loaderdoc.safe_write`: atomic for files, never replacing a device or a
+Writing goes through :mod:`loaderdoc.base.safe_write`: atomic for files, never replacing a device or a
 pipe, never overwriting without ``force``.
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from loaderdoc._version import __version__
 from loaderdoc.advice.findings import Finding
-from loaderdoc.errors import ExportError
-from loaderdoc.safe_write import write_text
-from loaderdoc.settings import PROCESS_TABLE, LoaderSettings, coerce_torch_threads
-from loaderdoc.summary import machine_line
+from loaderdoc.base.errors import ExportError
+from loaderdoc.base.safe_write import write_text
+from loaderdoc.base.settings import PROCESS_TABLE, LoaderSettings, coerce_torch_threads
+from loaderdoc.base.summary import machine_line
 from loaderdoc.system.facts import MachineFacts
 
 # toml/yaml/json: loaderdoc's own layout (what `check --config` reads back); py: a DataLoader snippet;

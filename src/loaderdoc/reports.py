@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
+from loaderdoc.base.visible import visible_data
 from loaderdoc.cluster.job_file import job_report_from
 from loaderdoc.cluster.job_report import JOB_SCHEMA, JobReport
-from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, get, kind, load_json, not_schema, obj, read_document
 from loaderdoc.probing.real_loop import RealLoop
 from loaderdoc.tuning.result import TUNE_SCHEMA, TuneReport
-from loaderdoc.visible import visible_data
+from loaderdoc.watching.report import WATCH_SCHEMA, WatchReport
 from loaderdoc.watching.report_file import watch_report_from
-from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
 
 HOW_TO_WRITE = ("write one with 'loaderdoc watch --report run.json -- python train.py', "
                 "'loaderdoc tune --report tune.json -- python train.py' or "
@@ -48,7 +48,7 @@ def open_report(path: str | Path) -> WatchReport | JobReport | TuneRun:
     path = Path(path)
     data = load_json(path, what="watch, job or tune report", error=ReportError, how_to_write=HOW_TO_WRITE)
     # opened to be shown: an escape sequence in a field (the command line) is shown, never obeyed;
-    # the app draws past the escaping of loaderdoc.output
+    # the app draws past the escaping of loaderdoc.base.output
     data = visible_data(data)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema == WATCH_SCHEMA:
@@ -169,7 +169,7 @@ def _training_first(run: WatchReport) -> list:
 def watched_choice(run: WatchReport):
     """(the settings the watched run's training loader ran with, where they come from), the app's
     chosen settings for that run (its findings are about them); None where none is plain values."""
-    from loaderdoc.watching.report import loader_settings
+    from loaderdoc.watching.build import loader_settings
 
     for lo in _training_first(run):
         settings = loader_settings(lo.settings)

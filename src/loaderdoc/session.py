@@ -20,18 +20,18 @@ from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import Recommendation, recommend
 from loaderdoc.advice.rules import evaluate
 from loaderdoc.advice.tradeoffs import KnobTradeoff, tradeoffs
+from loaderdoc.base.errors import SettingsError, UserError
+from loaderdoc.base.settings import LoaderSettings, coerce_torch_threads, split_process
+from loaderdoc.base.summary import settings_diff, settings_line
+from loaderdoc.base.visible import visible
 from loaderdoc.cluster.job_report import JobReport
-from loaderdoc.errors import SettingsError, UserError
 from loaderdoc.export import export_header
 from loaderdoc.probing.real_loop import VersusRealLoop, versus_real_loop
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
 from loaderdoc.reports import TuneRun, real_loops, watched_choice
-from loaderdoc.settings import LoaderSettings, coerce_torch_threads, split_process
-from loaderdoc.summary import settings_diff, settings_line
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.visible import visible
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.report import WatchReport
 
 DetectFn = Callable[..., MachineFacts]
 ProbeFn = Callable[..., ProbeReport]
@@ -139,7 +139,7 @@ class Session:
     """Everything the app shows, and the only way to change it.
 
     ``detect_fn(cpu_info=...)`` replaces :func:`loaderdoc.system.detect.detect`, ``probe_fn`` replaces
-    :func:`loaderdoc.probing.api.probe` (same keyword arguments), ``load_dataset_fn`` replaces
+    :func:`loaderdoc.probing.probe.probe` (same keyword arguments), ``load_dataset_fn`` replaces
     :func:`loaderdoc.probing.workloads.load_user_dataset`, ``header_fn`` replaces
     :func:`loaderdoc.export.export_header` (snapshots want no clock)."""
 
@@ -449,7 +449,7 @@ class Session:
         callbacks back to its own thread). Raises what the probe raises."""
         probe = self._probe_fn
         if probe is None:
-            from loaderdoc.probing.api import probe
+            from loaderdoc.probing.probe import probe
         w = self.workload
         kwargs: dict[str, Any] = dict(batch_size=w.batch_size, step_ms=w.step_ms, budget_s=w.budget_s,
                                       facts=self.facts, on_result=on_result, on_progress=on_progress,

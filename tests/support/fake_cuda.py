@@ -44,7 +44,8 @@ def install() -> None:
     import torch
     import torch.utils.data._utils.pin_memory as pinning
 
-    from loaderdoc.probing import api, consumer
+    from loaderdoc.probing import consumer
+    from loaderdoc.probing import probe as api
 
     os.register_at_fork(after_in_child=_after_fork_in_child)
     torch.cuda.is_initialized = lambda: STATE["initialized"]

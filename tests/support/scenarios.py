@@ -18,11 +18,11 @@ from typing import Any
 
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.rules import TrainingContext, evaluate
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import MiB
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WaitStats, WorkloadInfo
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.system.fixtures import load_machine
-from loaderdoc.units import MiB
 from loaderdoc.watching import rules as watch_rules  # noqa: F401  (the catalogue as watch runs it)
 from loaderdoc.watching.stragglers import RankRun
 from loaderdoc.watching.watched import LoaderReport, WatchedEpoch

@@ -4,7 +4,7 @@
 fifty commands that import it (a probe, a ``--dataset``), a sixth of what the suite spends on 2
 cores. Each pytest worker keeps one process that has imported
 torch as the ``loaderdoc`` program does (the collector paused meanwhile, the result frozen: see
-``loaderdoc.torchload``) and nothing of loaderdoc; a command is a fork of it that then runs as
+``loaderdoc.base.torchload``) and nothing of loaderdoc; a command is a fork of it that then runs as
 ``python -m loaderdoc ARGS`` runs after its first ``import torch``: its own process with its own
 pid, standard streams (pipes), environment, working directory, ``sys.path`` and argv, the signal
 dispositions a Python process starts with, ``runpy``'s ``-m`` entry, and the interpreter's own exit
@@ -50,7 +50,7 @@ _SERVER = r'''
 import gc, json, os, selectors, signal, socket, struct, sys
 
 gc.disable()
-import torch  # noqa: F401  (as loaderdoc.torchload imports it for the program)
+import torch  # noqa: F401  (as loaderdoc.base.torchload imports it for the program)
 gc.enable()
 gc.freeze()
 

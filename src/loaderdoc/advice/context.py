@@ -10,8 +10,8 @@ import difflib
 from dataclasses import dataclass, fields
 from typing import Any
 
-from loaderdoc.errors import SettingsError
-from loaderdoc.settings import coerce_bool, coerce_count, location
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import coerce_bool, coerce_count, location
 
 DEVICES = ("cuda", "cpu")
 _COUNTS = {"dataset_len", "tensors_per_batch"}

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc._serde import from_dict
-from loaderdoc.jsondoc import Bad, get, obj
+from loaderdoc.base._serde import from_dict
+from loaderdoc.base.jsondoc import Bad, get, obj
 
 OK = "ok"
 WARNING = "warning"

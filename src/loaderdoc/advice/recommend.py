@@ -10,11 +10,11 @@ from typing import Any
 
 from loaderdoc import policy
 from loaderdoc.advice.findings import Finding, proposers
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import cpus_text
 from loaderdoc.policy import DEFAULT_PREFETCH, batch_bytes_for
 from loaderdoc.probing.result import ProbeReport
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.units import cpus_text
 
 
 @dataclass

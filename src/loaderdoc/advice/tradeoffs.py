@@ -18,11 +18,11 @@ from typing import Any
 
 from loaderdoc import policy
 from loaderdoc.advice.rules import batch_bytes_from_probe, gpu_absence_known
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import cpus_text, fmt_bytes, fmt_cpus
 from loaderdoc.policy import worker_target, workers_text
 from loaderdoc.probing.result import ConfigResult, ProbeReport
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus
 
 KNOB_ORDER = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "batch_size")
 BOOLEAN_KNOBS = ("pin_memory", "persistent_workers")  # "raising" = turning on

@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, new_findings, worst
 from loaderdoc.advice.recommend import Recommendation, batch_bytes_for
+from loaderdoc.base._serde import to_dict
+from loaderdoc.base.errors import EXIT_FOR_STATUS
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.summary import machine_summary
 from loaderdoc.checking import CHECK_SCHEMA
-from loaderdoc.errors import EXIT_FOR_STATUS
-from loaderdoc.settings import LoaderSettings
-from loaderdoc.summary import machine_summary
 
 
 @dataclass

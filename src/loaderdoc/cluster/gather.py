@@ -43,10 +43,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.output import end_without_finalizing
+from loaderdoc.base.torchload import import_torch
 from loaderdoc.cluster.launch import Place, job_conflict
-from loaderdoc.errors import UserError
-from loaderdoc.output import end_without_finalizing
-from loaderdoc.torchload import import_torch
 
 OK = "ok"
 READ_WAIT_S = 10.0  # longest rank 0 waits, on a failed roll call, for the others to read its verdict
@@ -293,7 +293,7 @@ def _wait_for(store, keys: list[str], timeout: float) -> None:
 
 def missing_message(joined: dict[int, dict], place: Place, timeout: float) -> str:
     """One line: which ranks, and which nodes as far as rank 0 knows, did not join in time."""
-    from loaderdoc.units import ranges
+    from loaderdoc.base.units import ranges
 
     missing = [r for r in range(place.world_size) if r not in joined]
     text = (f"{len(missing)} of {place.world_size} ranks did not join within {timeout:g} s: "

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoc.advice.findings import WARNING, Finding, worst
+from loaderdoc.base.units import cpus_text, fmt_bytes, fmt_cpus, ranges
 from loaderdoc.cluster.job_report import JobFact, JobNode, JobRank, JobReport, node_label
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.units import cpus_text, fmt_bytes, fmt_cpus, ranges
 
 UNLIMITED = math.inf
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.advice.findings import SEVERITY_ORDER, Finding, findings_from_json
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.jsondoc import Bad, get, load_json, obj, read_document
 from loaderdoc.cluster.job_report import JOB_SCHEMA, JobFact, JobNode, JobRank, JobReport
-from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, get, load_json, obj, read_document
 
 HOW_TO_WRITE = "write one with 'torchrun ... -m loaderdoc check --distributed --json > job.json'"
 

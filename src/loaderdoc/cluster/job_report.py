@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc._serde import to_dict
 from loaderdoc.advice.findings import Finding, worst
-from loaderdoc.errors import EXIT_FOR_STATUS
-from loaderdoc.jsondoc import stamped
-from loaderdoc.units import ranges
+from loaderdoc.base._serde import to_dict
+from loaderdoc.base.errors import EXIT_FOR_STATUS
+from loaderdoc.base.jsondoc import stamped
+from loaderdoc.base.units import ranges
 
 JOB_SCHEMA = "loaderdoc.job/1"
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from loaderdoc.errors import UserError
+from loaderdoc.base.errors import UserError
 
 DEFAULT_PORT = 29500  # torchrun's default --master-port
 MAX_WORLD_SIZE = 1_000_000  # past the largest jobs run; rank 0 lists every rank, so a typo must not fill its memory

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from loaderdoc.base.errors import EXIT_INTERNAL, EXIT_OK, UserError
 from loaderdoc.commands.common import sample_bytes
-from loaderdoc.errors import EXIT_INTERNAL, EXIT_OK, UserError
 
 NO_TERMINAL = "loaderdoc: no terminal; running 'loaderdoc check' (open the app from a terminal)"
 NO_TERMINAL_REPORT = "loaderdoc: no terminal; printing the watched run's summary (open the app from a terminal)"
@@ -101,7 +101,7 @@ def run_app(args: argparse.Namespace) -> int:
     if getattr(args, "open_report", None) is not None:  # a bad file is refused before anything opens
         from loaderdoc.cluster.job_report import JobReport
         from loaderdoc.reports import open_report
-        from loaderdoc.watching.watch_report import WatchReport
+        from loaderdoc.watching.report import WatchReport
 
         opened = open_report(args.open_report)
         if isinstance(opened, WatchReport):

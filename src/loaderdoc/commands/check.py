@@ -11,8 +11,8 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
+from loaderdoc.base.errors import EXIT_OK, UserError
 from loaderdoc.checking import CHECK_SCHEMA
-from loaderdoc.errors import EXIT_OK, UserError
 
 if TYPE_CHECKING:
     from loaderdoc.checking.report import CheckReport

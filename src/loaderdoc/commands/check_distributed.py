@@ -15,12 +15,12 @@ import socket
 import sys
 from collections.abc import Callable
 
-from loaderdoc.errors import EXIT_USAGE
+from loaderdoc.base.errors import EXIT_USAGE
 
 
 def run(args: argparse.Namespace, build_report: Callable[[argparse.Namespace], dict]) -> int:
     """``build_report`` is check's: this rank's own report, before it joins the job."""
-    from loaderdoc._serde import from_dict, to_dict
+    from loaderdoc.base._serde import from_dict, to_dict
     from loaderdoc.cluster.gather import JobStopped, gather
     from loaderdoc.cluster.job import RankEntry, build_job_report
     from loaderdoc.cluster.launch import read_place

@@ -9,7 +9,7 @@ import argparse
 import math
 import re
 
-from loaderdoc.units import DTYPE_BYTES
+from loaderdoc.base.units import DTYPE_BYTES
 
 
 def positive_int(text: str) -> int:
@@ -87,7 +87,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, with_probe: bool)
 
 def command_after_dashes(words: list[str] | None, verb: str) -> list[str]:
     """The user's command after ``--`` (``loaderdoc watch -- python train.py``); one line where there is none."""
-    from loaderdoc.errors import UserError
+    from loaderdoc.base.errors import UserError
 
     command = list(words or [])
     if command[:1] == ["--"]:

@@ -7,16 +7,16 @@ import re
 import sys
 from pathlib import Path
 
-from loaderdoc.errors import EXIT_OK
+from loaderdoc.base.errors import EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
     from loaderdoc.advice.recommend import recommend
     from loaderdoc.advice.rules import evaluate
+    from loaderdoc.base.safe_write import check_writable
     from loaderdoc.commands.check import load_facts
     from loaderdoc.commands.common import sample_bytes
     from loaderdoc.export import export_header, format_for, write_export
-    from loaderdoc.safe_write import check_writable
 
     fmt = format_for(args.export, args.format)
     if args.export != "-":
@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
     facts = load_facts(getattr(args, "machine", None))
     probe_report = None
     if args.preset or args.dataset:
+        from loaderdoc.base.preflight import check_workplace
         from loaderdoc.commands.probe import probe_from_args
-        from loaderdoc.preflight import check_workplace
 
         check_workplace("--export")
 

@@ -10,10 +10,10 @@ import argparse
 import sys
 from typing import Any
 
-from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
+from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, UserError
+from loaderdoc.base.torchload import import_torch
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.probing.workloads import PRESETS
-from loaderdoc.torchload import import_torch
 
 
 class NothingMeasured(UserError):
@@ -92,13 +92,13 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
         budget_s=getattr(args, "budget", None) or 30.0,
         epoch_steps=getattr(args, "epoch_steps", None),
     )
-    from loaderdoc.probing.api import DEFAULT_STEP_MS, check_budget
+    from loaderdoc.probing.probe import DEFAULT_STEP_MS, check_budget
 
     step = kwargs["step_ms"] if kwargs["step_ms"] is not None else (
         get_preset(preset).step_ms if preset else DEFAULT_STEP_MS)
     check_budget(kwargs["budget_s"], step)  # and a budget too short for the step: before loading anything
     require_torch()
-    from loaderdoc.probing.api import probe
+    from loaderdoc.probing.probe import probe
 
     kwargs["torch_threads"], kwargs["torch_threads_source"] = job_threads(getattr(args, "torch_threads", None), facts)
     if facts is not None:
@@ -113,7 +113,7 @@ def probe_from_args(args: argparse.Namespace, *, progress: bool, facts: Any = No
             overrides["dtype"] = args.dtype
         kwargs.update(preset=preset, overrides=overrides or None)  # step_ms None: the preset's typical step
         return _probe(probe, kwargs, progress)
-    from loaderdoc.usercode import running_user_code
+    from loaderdoc.base.usercode import running_user_code
 
     # the factory, the Dataset and its workers print, exit, start threads: none of it is our output
     with running_user_code():
@@ -154,7 +154,7 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from loaderdoc.output import raw_stderr
+        from loaderdoc.base.output import raw_stderr
 
         # the bar moves the cursor: it writes past the escaping of control characters, so the data
         # it shows (a dataset's error) is made visible here, and never read as rich markup
@@ -173,13 +173,13 @@ class _Progress:
         self.progress.stop()
 
     def update(self, fraction: float, message: str) -> None:
-        from loaderdoc.visible import visible
+        from loaderdoc.base.visible import visible
 
         self.progress.update(self.task, completed=fraction, description=visible(message))
 
     def result(self, r: ConfigResult) -> None:
+        from loaderdoc.base.visible import visible
         from loaderdoc.text.probe import config_label
-        from loaderdoc.visible import visible
 
         self.progress.console.print(visible(f"  {config_label(r)}: {_outcome_text(r)}"), highlight=False,
                                     markup=False)
@@ -206,7 +206,7 @@ def _print(report: ProbeReport, as_json: bool, findings: list[Any]) -> None:
     if as_json:
         import json
 
-        from loaderdoc._serde import to_dict
+        from loaderdoc.base._serde import to_dict
 
         doc = report.to_dict()
         doc["findings"] = [to_dict(f) for f in findings]
@@ -225,13 +225,13 @@ def run(args: argparse.Namespace) -> int:
     if args.export is not None and args.export != "-":
         from pathlib import Path
 
+        from loaderdoc.base.safe_write import check_writable
         from loaderdoc.export import format_for
-        from loaderdoc.safe_write import check_writable
 
         format_for(args.export, args.format)  # a bad path or format fails now, not after 30 s
         check_writable(Path(args.export).expanduser(), force=args.force)
-    from loaderdoc.preflight import check_workplace
-    from loaderdoc.probing.api import ProbeInterrupted
+    from loaderdoc.base.preflight import check_workplace
+    from loaderdoc.probing.probe import ProbeInterrupted
     from loaderdoc.system.detect import detect
 
     check_workplace("probe")

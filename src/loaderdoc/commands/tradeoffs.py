@@ -58,10 +58,10 @@ def build_report(args: argparse.Namespace) -> dict[str, Any]:
     objects under ``"items"`` too, for the text renderer)."""
     from loaderdoc.advice.recommend import recommend
     from loaderdoc.advice.tradeoffs import tradeoffs
+    from loaderdoc.base.summary import machine_line
     from loaderdoc.commands.check import load_facts
     from loaderdoc.commands.common import sample_bytes
     from loaderdoc.policy import batch_bytes_for
-    from loaderdoc.summary import machine_line
 
     facts = load_facts(args.machine)
     probe = None

@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def command_of(args: argparse.Namespace) -> list[str]:
+    from loaderdoc.base.preflight import check_startable, check_workplace
     from loaderdoc.commands.common import command_after_dashes
-    from loaderdoc.preflight import check_startable, check_workplace
 
     command = command_after_dashes(args.tuned, "tune")
     check_workplace("tune")
@@ -87,9 +87,9 @@ def command_of(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from loaderdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_WARNING, UserError
+    from loaderdoc.base.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBE_FAILED, EXIT_WARNING, UserError
+    from loaderdoc.base.safe_write import check_writable
     from loaderdoc.export import format_for
-    from loaderdoc.safe_write import check_writable
 
     if args.trials < 2:  # one trial is your settings alone: nothing to compare, so nothing to conclude
         raise UserError(f"tune: --trials {args.trials} measures only your own settings, with nothing to compare "
@@ -149,7 +149,7 @@ class _Progress:
         _say(f"trial {number}: {self.what}" + (f" ({purpose}) ..." if settings is not None else " ..."))
 
     def trial_ended(self, trial, predicted: float | None, log_tail: list[str]) -> None:
-        from loaderdoc.units import fmt_share
+        from loaderdoc.base.units import fmt_share
 
         if trial.ok:
             predicted_text = f", predicted {predicted:.1f}" if predicted else ""
@@ -167,7 +167,7 @@ def _check_report(args, command: list[str]) -> None:
     """--report replaces an earlier tune report; any other file only with --force, never the command's own."""
     from pathlib import Path
 
-    from loaderdoc.own_files import check_replaceable, command_files
+    from loaderdoc.base.own_files import check_replaceable, command_files
 
     check_replaceable(Path(args.report), kind="tune report", option="--report", force=args.force,
                       protected=command_files(command))
@@ -180,8 +180,8 @@ def _write_outputs(report, args, fmt, tuner) -> None:
     import json
     from pathlib import Path
 
-    from loaderdoc.errors import UserError
-    from loaderdoc.safe_write import write_text
+    from loaderdoc.base.errors import UserError
+    from loaderdoc.base.safe_write import write_text
 
     failed: list[UserError] = []
     if args.report is not None:
@@ -212,7 +212,7 @@ def _write_outputs(report, args, fmt, tuner) -> None:
 
 
 def export_lines(report, facts) -> list[str]:
-    from loaderdoc.summary import machine_line
+    from loaderdoc.base.summary import machine_line
 
     pick = report.pick
     lines = [f"measured by loaderdoc tune on the real job: {shell(report.command)}", f"for {machine_line(facts)}",

@@ -21,7 +21,7 @@ import argparse
 import contextlib
 import sys
 
-WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.report.WATCH_SCHEMA)
+WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.build.WATCH_SCHEMA)
 TRACE_STEPS = 10  # loaderdoc.watching.trace's DEFAULT_STEPS and DEFAULT_AFTER (not imported: --help stays cheap)
 TRACE_AFTER = 10
 
@@ -94,7 +94,7 @@ def command_of(args: argparse.Namespace) -> list[str]:
 def run_child(command: list[str], env: dict[str, str], forwarder) -> int:
     """Run ``command`` to its end; its exit code. ``forwarder`` (from :func:`loaderdoc.watching.forward.held`)
     passes on the signals a supervisor sends the launcher meanwhile."""
-    from loaderdoc.preflight import cannot_start
+    from loaderdoc.base.preflight import cannot_start
     from loaderdoc.watching.records import exit_code_of
 
     try:
@@ -173,7 +173,7 @@ class Watch:
 
     def report(self, exit_code: int | None):
         """The run's typed report (a WatchReport) from the records written so far."""
-        from loaderdoc.watching.report import watch_report
+        from loaderdoc.watching.build import watch_report
 
         records = self.reader.read()
         facts = self.facts() if any(r.get("loaders") for r in records) else None
@@ -186,12 +186,12 @@ class Watch:
         """SIGUSR1: the findings so far on stderr (and the report so far in --report's file)."""
         import json
 
-        from loaderdoc.safe_write import write_text
+        from loaderdoc.base.safe_write import write_text
         from loaderdoc.text.watch import render_summary
 
         if self.ended:
             return
-        from loaderdoc.errors import UserError
+        from loaderdoc.base.errors import UserError
 
         report = self.report(None)
         if self.target is not None:  # first: the text on stderr says the look is complete
@@ -211,10 +211,10 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from loaderdoc.errors import UserError
-    from loaderdoc.own_files import check_replaceable, command_files
-    from loaderdoc.preflight import check_startable, check_workplace
-    from loaderdoc.safe_write import check_writable
+    from loaderdoc.base.errors import UserError
+    from loaderdoc.base.own_files import check_replaceable, command_files
+    from loaderdoc.base.preflight import check_startable, check_workplace
+    from loaderdoc.base.safe_write import check_writable
     from loaderdoc.watching.forward import held
     from loaderdoc.watching.records import child_env
 
@@ -274,8 +274,8 @@ def _trace_request(args: argparse.Namespace) -> tuple[str, int] | None:
     """--trace's folder (created if missing, checked writable) and steps, before the command runs."""
     from pathlib import Path
 
-    from loaderdoc.errors import UserError
-    from loaderdoc.safe_write import writable_folder
+    from loaderdoc.base.errors import UserError
+    from loaderdoc.base.safe_write import writable_folder
 
     if args.trace is None:
         if args.trace_steps is not None:
@@ -288,8 +288,8 @@ def _trace_request(args: argparse.Namespace) -> tuple[str, int] | None:
 
 def _write_fixes(report, target, code: int, guard=None) -> int:
     """--fixes: the next settings to try, or one line saying why there are none; the exit code."""
-    from loaderdoc.errors import EXIT_USAGE, UserError
-    from loaderdoc.safe_write import write_text
+    from loaderdoc.base.errors import EXIT_USAGE, UserError
+    from loaderdoc.base.safe_write import write_text
     from loaderdoc.watching.fixes import fix_tables, fixes_toml
 
     tables, notes = fix_tables(report)
@@ -315,9 +315,9 @@ def merge(args: argparse.Namespace) -> int:
     """``--merge``: one report from the reports of a job's nodes; 0 once it is written."""
     from pathlib import Path
 
-    from loaderdoc.errors import UserError
-    from loaderdoc.jsondoc import load_json
-    from loaderdoc.safe_write import check_writable
+    from loaderdoc.base.errors import UserError
+    from loaderdoc.base.jsondoc import load_json
+    from loaderdoc.base.safe_write import check_writable
     from loaderdoc.watching.merge import merge as merge_runs
     from loaderdoc.watching.report_file import HOW_TO_WRITE, WatchReportError, watch_report_from
 
@@ -331,7 +331,7 @@ def merge(args: argparse.Namespace) -> int:
         if any(Path(p).resolve() == target.resolve() for p in args.merge):
             raise UserError(f"watch: --report {target} is one of the reports to merge; write the merged "
                             "report to another file")
-        from loaderdoc.own_files import check_replaceable
+        from loaderdoc.base.own_files import check_replaceable
 
         check_replaceable(target, kind="watch report", option="--report", force=args.force)
     documents, reports = [], []
@@ -353,7 +353,7 @@ def report_destination(args: argparse.Namespace):
     ``--export -`` is, the same as ``--json``; never a file named '-'."""
     from pathlib import Path
 
-    from loaderdoc.errors import UserError
+    from loaderdoc.base.errors import UserError
 
     if args.report is None:
         return args.json, None
@@ -384,8 +384,8 @@ def _finish(report, code: int, target, *, as_json: bool, guard=None) -> int:
     """The summary on stderr, the report on stdout (--json) and in FILE (--report); the exit code."""
     import json
 
-    from loaderdoc.errors import EXIT_USAGE, UserError
-    from loaderdoc.safe_write import write_text
+    from loaderdoc.base.errors import EXIT_USAGE, UserError
+    from loaderdoc.base.safe_write import write_text
     from loaderdoc.text.watch import render_summary
 
     sys.stderr.write(render_summary(report))

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.config.inherit import Loaded, load
 from loaderdoc.config.layouts import (
     BY_NAMES,
@@ -28,8 +30,6 @@ from loaderdoc.config.layouts import (
 )
 from loaderdoc.config.meaning import SETTING_ORDER, FoundLoader, builds_a_loader, collect_hits, group
 from loaderdoc.config.tree import Origin, Table, origin_of, plain
-from loaderdoc.errors import SettingsError
-from loaderdoc.settings import LoaderSettings
 
 READ_COMPLETE, READ_PARTIAL, READ_NONE = "complete", "partial", "none"
 

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.textfile import read_input
 from loaderdoc.config.parse import Tagged, parse_file, scanned_text
 from loaderdoc.config.python import module_file
 from loaderdoc.config.tree import Origin, Seq, Table, Unread, get_path, merge_into, origin_of, without
-from loaderdoc.errors import SettingsError
-from loaderdoc.textfile import read_input
 
 MAX_FILES = 200  # a config's inheritance is a handful of files; a chain past this is a loop or a mistake
 

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import PROCESS_KEYS, PROCESS_TABLE, SETTING_NAMES, coerce_torch_threads, location
 from loaderdoc.config import frameworks
 from loaderdoc.config.meaning import OTHER_LOADER_KEYS, FoundLoader
 from loaderdoc.config.tree import Origin, Table, Unread
-from loaderdoc.errors import SettingsError
-from loaderdoc.settings import PROCESS_KEYS, PROCESS_TABLE, SETTING_NAMES, coerce_torch_threads, location
 
 TABLE_NAMES = ("dataloader", "data_loader", "loader")
 HF_LAYOUT = "Hugging Face TrainingArguments"

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.config.tree import Origin, Seq, Table, Unread
-from loaderdoc.settings import LoaderSettings
 
 SETTING_ORDER = tuple(f.name for f in fields(LoaderSettings))
 # settings that make a table a DataLoader's; the others (shuffle, drop_last, ...) join one only

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.textfile import first_line
 from loaderdoc.config.python import ImportFile, read_python
 from loaderdoc.config.tree import MAX_CONFIG_VALUES, Origin, Seq, Table, Unread
-from loaderdoc.errors import SettingsError
-from loaderdoc.textfile import first_line
 
 
 class Tagged(Unread):
@@ -137,7 +137,7 @@ def _as_mapping(data: Any, path: Path) -> dict[str, Any]:
 
 
 def _parse_toml(text: str, path: Path) -> dict[str, Any]:
-    from loaderdoc._compat import tomllib
+    from loaderdoc.base._compat import tomllib
 
     try:
         return tomllib.loads(text)

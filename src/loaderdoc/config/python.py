@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.base.errors import SettingsError
 from loaderdoc.config.script import read_script
 from loaderdoc.config.tree import MAX_CONFIG_VALUES, Origin, Seq, Table, Unread, merge_into
-from loaderdoc.errors import SettingsError
 
 EXPORT_FUNCTION = "make_loader"  # the function of loaderdoc's own Python export
 # calls that build a mapping from a mapping and keywords, as a config system's own dict types do

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.config.files import ConfigFile
 from loaderdoc.config.layouts import LAYOUTS_UNDERSTOOD
 from loaderdoc.config.meaning import MACHINE_COUNTS, SCOPE_WORDS, SETTING_ORDER, FoundLoader
-from loaderdoc.settings import LoaderSettings
 
 CONFIG_SCHEMA = "loaderdoc.config/1"
 TORCH_DEFAULTS = LoaderSettings()

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from loaderdoc.base.units import cpus_text
 from loaderdoc.policy.core import (
     BEYOND_CPUS_PAYS,
     Key,
@@ -19,7 +20,6 @@ from loaderdoc.policy.core import (
 )
 from loaderdoc.policy.memory import Room, misfit
 from loaderdoc.policy.scaling import BeyondCpus, beyond_cpus_evidence
-from loaderdoc.units import cpus_text
 
 if TYPE_CHECKING:
     from loaderdoc.policy.measurement import Measurement

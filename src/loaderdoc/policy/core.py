@@ -12,11 +12,11 @@ import statistics
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from loaderdoc.units import MiB, fmt_bytes, fmt_cpus
+from loaderdoc.base.units import MiB, fmt_bytes, fmt_cpus
 
 if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
+    from loaderdoc.base.settings import LoaderSettings
     from loaderdoc.policy.measurement import Measurement
-    from loaderdoc.settings import LoaderSettings
     from loaderdoc.system.facts import MachineFacts
 
 

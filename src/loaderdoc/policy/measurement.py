@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from loaderdoc.settings import LoaderSettings
+    from loaderdoc.base.settings import LoaderSettings
 
 
 class Waits(Protocol):

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loaderdoc.base.units import fmt_bytes
 from loaderdoc.policy.core import RAM_SAFE_SHARE, SHM_SAFE_SHARE, Key, stream_key, workers_text
-from loaderdoc.units import fmt_bytes
 
 if TYPE_CHECKING:
     from loaderdoc.policy.measurement import Measurement

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loaderdoc.base.units import cpus_text
 from loaderdoc.policy.core import (
     BEYOND_CPUS_PAYS,
     CPU_IDLE_SHARE,
@@ -23,7 +24,6 @@ from loaderdoc.policy.core import (
     oversubscribed,
     tolerance,
 )
-from loaderdoc.units import cpus_text
 
 if TYPE_CHECKING:
     from loaderdoc.policy.measurement import Measurement

@@ -1,5 +1,5 @@
 """The live probe as a library: measure real DataLoaders on this machine and recommend settings.
 
-The public entry point is :func:`loaderdoc.probing.api.probe`, also reachable as
+The public entry point is :func:`loaderdoc.probing.probe.probe`, also reachable as
 ``loaderdoc.probe(...)``. Importing this package does not import torch.
 """

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoc.batches import iter_tensors
+from loaderdoc.base.batches import iter_tensors
 
 
 def move_to(batch: Any, device: Any, non_blocking: bool = True) -> Any:

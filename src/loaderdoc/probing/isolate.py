@@ -33,11 +33,11 @@ import threading
 import time
 import traceback
 
-from loaderdoc._serde import from_dict, to_dict
+from loaderdoc.base._serde import from_dict, to_dict
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.measure import LoadJob, RunPlan, measure_in_process
 from loaderdoc.probing.reaper import interrupts_deferred, kill_tree, set_subreaper
 from loaderdoc.probing.result import ConfigResult
-from loaderdoc.settings import LoaderSettings
 
 # a forked child that can use the pool does so in milliseconds; one that cannot never returns
 POOL_CHECK_S = 3.0

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.probing.instrument import busy_seconds, malloc_sums
 from loaderdoc.probing.monitor import Monitor
 from loaderdoc.probing.result import ConfigResult, StageTimes, WaitStats
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.shm import shm_used_bytes
 
 
@@ -136,7 +136,7 @@ def measure_in_process(
     import psutil
     from torch.utils.data import DataLoader, IterableDataset
 
-    from loaderdoc.batches import batch_nbytes
+    from loaderdoc.base.batches import batch_nbytes
     from loaderdoc.probing.consumer import make_consumer
     from loaderdoc.probing.instrument import Tally, wrap_collate, wrap_dataset
 
@@ -414,7 +414,7 @@ def _workers_repeat(dataset: Any, workload: LoadJob, kwargs: dict[str, Any], kee
     Anything going wrong (the stream ends, a timeout) is no verdict, not a failed configuration."""
     from torch.utils.data import DataLoader
 
-    from loaderdoc.batches import batch_digest, repeated_streams
+    from loaderdoc.base.batches import batch_digest, repeated_streams
 
     workers = 2
     loader = DataLoader(dataset, collate_fn=workload.collate_fn,

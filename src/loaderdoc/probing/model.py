@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass
 
 from loaderdoc import policy
+from loaderdoc.base.units import fmt_bytes
 from loaderdoc.probing.result import Breakdown, ConfigResult, CurvePoint, Prediction, StageCost
-from loaderdoc.units import fmt_bytes
 
 
 def by_workers(table: dict[policy.Key, float]) -> dict[int, float]:

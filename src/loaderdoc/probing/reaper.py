@@ -142,7 +142,7 @@ def interrupts_deferred() -> Iterator[None]:
     arrived: list[int] = []
     # a signal the process was started ignoring (a background job's SIGINT) stays ignored: catching
     # it here would honour a Ctrl+C only when it happened to arrive during a cleanup
-    from loaderdoc.errors import STOP_SIGNALS
+    from loaderdoc.base.errors import STOP_SIGNALS
 
     stops = [signal.SIGINT, *(getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name))]
     saved = {sig: handler for sig in stops if (handler := signal.getsignal(sig)) is not signal.SIG_IGN}

@@ -19,10 +19,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import beyond_measured, kind, load_json, other_version, shown
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.jsondoc import beyond_measured, kind, load_json, other_version, shown
+from loaderdoc.base.settings import LoaderSettings, recorded_counts_problem
 from loaderdoc.probing.result import ProbeReport
-from loaderdoc.settings import LoaderSettings, recorded_counts_problem
 
 HOW_TO_WRITE = "write one with 'loaderdoc probe PRESET --json > FILE'"
 # the report formats this reader knows (a report from before loaderdoc.probe/2 lacks the breakdown)

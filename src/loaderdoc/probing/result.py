@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loaderdoc._serde import Recorded
-from loaderdoc.jsondoc import stamped
-from loaderdoc.settings import LoaderSettings
+from loaderdoc.base._serde import Recorded
+from loaderdoc.base.jsondoc import stamped
+from loaderdoc.base.settings import LoaderSettings
 
 
 @dataclass

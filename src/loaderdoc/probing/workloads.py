@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loaderdoc.errors import UserError
-from loaderdoc.units import DTYPE_BYTES
-from loaderdoc.usercode import UserCodeExit
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.units import DTYPE_BYTES
+from loaderdoc.base.usercode import UserCodeExit
 
 
 # ---- errors: each names the fix in one line ---------------------------------------------------

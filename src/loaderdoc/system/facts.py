@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderdoc._serde import Recorded
-from loaderdoc.units import MiB  # noqa: F401  (re-exported: tests import it from here)
+from loaderdoc.base._serde import Recorded
+from loaderdoc.base.units import MiB  # noqa: F401  (re-exported: tests import it from here)
 
 SCHEMA_VERSION = 1
 GiB = 1024**3

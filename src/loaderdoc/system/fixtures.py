@@ -18,9 +18,9 @@ import json
 import os
 from pathlib import Path
 
+from loaderdoc.base.textfile import InputTooLarge, NoWriter, read_bounded
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.system.machine_schema import MachineFileError, validate_machine
-from loaderdoc.textfile import InputTooLarge, NoWriter, read_bounded
 
 MACHINES_DIR = Path(__file__).with_name("machines")
 

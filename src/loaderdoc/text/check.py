@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from loaderdoc.base.units import fmt_bytes
 from loaderdoc.text.config import config_lines
 from loaderdoc.text.findings import finding_lines
-from loaderdoc.units import fmt_bytes
 
 if TYPE_CHECKING:
     from loaderdoc.checking.report import CheckReport

@@ -13,7 +13,7 @@ LAST_MIN = 12  # table_lines(wrap_last=True): the narrowest the free-text column
 
 def output_width() -> int:
     """``$COLUMNS`` or the terminal's width (80 for a pipe), kept within 60..120 columns."""
-    from loaderdoc.output import stdout_columns
+    from loaderdoc.base.output import stdout_columns
 
     return max(MIN_WIDTH, min(MAX_WIDTH, stdout_columns(80)))
 

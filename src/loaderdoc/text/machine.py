@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from loaderdoc.summary import machine_summary
+from loaderdoc.base.summary import machine_summary
+from loaderdoc.base.units import fmt_bytes, fmt_cpus, ranges
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.text.layout import wrap
-from loaderdoc.units import fmt_bytes, fmt_cpus, ranges
 
 
 def machine_status(facts: MachineFacts | None) -> str:

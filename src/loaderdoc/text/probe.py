@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from loaderdoc.base.units import MiB, fmt_bytes
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction, ProbeReport, step_note
 from loaderdoc.text.findings import finding_parts
 from loaderdoc.text.layout import LAST_MIN, table_lines, wrap
-from loaderdoc.units import MiB, fmt_bytes
 
 INDENT = "  "
 MARK = "* "  # leads a measured row with the recommended workers and prefetch

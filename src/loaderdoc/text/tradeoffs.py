@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from loaderdoc.advice.knobs import explain
 from loaderdoc.advice.tradeoffs import BOOLEAN_KNOBS
+from loaderdoc.base.units import fmt_bytes
 from loaderdoc.text.layout import table_lines, wrap
-from loaderdoc.units import fmt_bytes
 
 if TYPE_CHECKING:
     from loaderdoc.advice.tradeoffs import KnobTradeoff

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from loaderdoc.units import cpus_text, fmt_bytes, fmt_share
+from loaderdoc.base.units import cpus_text, fmt_bytes, fmt_share
 
 
 def render(report) -> str:

@@ -2,7 +2,7 @@
 
 Every line fits 80 columns (long ones wrap under their indent), so a training log stays readable;
 the one exception is the single line of a run without DataLoaders (its command elided to 40 chars).
-Reads the typed report (:class:`~loaderdoc.watching.watch_report.WatchReport`); no torch, no textual.
+Reads the typed report (:class:`~loaderdoc.watching.report.WatchReport`); no torch, no textual.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import shlex
 import textwrap
 from typing import TYPE_CHECKING, Any
 
+from loaderdoc.base.units import fmt_bytes, fmt_seconds, fmt_share_fine
 from loaderdoc.policy import WATCH_MIN_BATCHES
 from loaderdoc.text.findings import finding_lines
-from loaderdoc.units import fmt_bytes, fmt_seconds, fmt_share_fine
 
 if TYPE_CHECKING:
-    from loaderdoc.watching.watch_report import WatchReport
+    from loaderdoc.watching.report import WatchReport
     from loaderdoc.watching.watched import LoaderReport
 
 __all__ = ["cpu_text", "io_text", "render_summary"]  # cpu_text, io_text: the accountings' lines, the app's too

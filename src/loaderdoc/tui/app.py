@@ -31,11 +31,11 @@ from textual.widgets import Input, Select, TextArea
 from textual.worker import Worker, WorkerState
 
 from loaderdoc.advice.findings import Finding
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.cluster.job_report import JobReport
-from loaderdoc.errors import UserError
 from loaderdoc.reports import TuneRun
 from loaderdoc.session import ConfigChoice, DetectFn, ProbeFn, ProbeRequest, Session, one_line
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
 from loaderdoc.tui.messages import (
     AdviceShown,
@@ -48,7 +48,7 @@ from loaderdoc.tui.messages import (
     ProbeResultArrived,
     ProbeShown,
 )
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.report import WatchReport
 
 TABS = ("machine", "probe", "diagnoses", "tradeoffs", "settings")
 SETTLE_TIMEOUT_S = 10.0  # longest wait, when stopping, for the views being mounted
@@ -418,7 +418,7 @@ def make_app(
 
     ``facts`` fixes the machine (a recorded one, for tests and screenshots) instead of
     detecting it; ``detect_fn(cpu_info=...)`` replaces :func:`loaderdoc.system.detect.detect`;
-    ``probe_fn`` replaces :func:`loaderdoc.probing.api.probe` (same keyword arguments);
+    ``probe_fn`` replaces :func:`loaderdoc.probing.probe.probe` (same keyword arguments);
     ``header_fn`` replaces :func:`loaderdoc.export.export_header` (snapshots want no clock);
     ``early_facts`` is a future of the fast ``detect(cpu_info=False)`` started before textual
     was imported (``run_app`` does this so the machine view paints sooner); ``watch_run`` is a

@@ -16,12 +16,12 @@ from textual.message import Message
 from loaderdoc.advice.findings import Finding
 from loaderdoc.advice.recommend import Recommendation
 from loaderdoc.advice.tradeoffs import KnobTradeoff
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.visible import visible
 from loaderdoc.probing.real_loop import VersusRealLoop
 from loaderdoc.probing.result import ConfigResult, ProbeReport
 from loaderdoc.session import ProbeRequest
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.visible import visible
 
 if TYPE_CHECKING:
     from loaderdoc.session import Session

@@ -15,16 +15,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.settings import MP_CONTEXTS, LoaderSettings
+from loaderdoc.base.summary import settings_diff, settings_line  # noqa: F401  (the views' text)
+from loaderdoc.base.units import fmt_bytes, fmt_cpus, fmt_share_fine
 from loaderdoc.cluster.job_report import JobReport
-from loaderdoc.errors import SettingsError
 from loaderdoc.probing.real_loop import VersusRealLoop
 from loaderdoc.probing.result import ConfigResult, ProbeReport, step_note
-from loaderdoc.settings import MP_CONTEXTS, LoaderSettings
-from loaderdoc.summary import settings_diff, settings_line  # noqa: F401  (the views' text)
 from loaderdoc.system.facts import MachineFacts, Reading
 from loaderdoc.text.machine import machine_status  # noqa: F401  (the views' text)
 from loaderdoc.text.watch import loader_title, run_header  # noqa: F401  (the views' text)
-from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share_fine
 from loaderdoc.watching.watched import LoaderReport
 
 # ---- workload -----------------------------------------------------------------------------

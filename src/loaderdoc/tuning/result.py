@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loaderdoc._serde import from_dict, to_dict
-from loaderdoc.jsondoc import stamped
+from loaderdoc.base._serde import from_dict, to_dict
+from loaderdoc.base.jsondoc import stamped
 
 TUNE_SCHEMA = "loaderdoc.tune/1"
 
@@ -209,7 +209,7 @@ class TuneReport:
     def pick_settings(self):
         """The training loader as the script built it, with the pick's workers, prefetch depth and
         persistence (None without a pick): what --export writes and the app takes as chosen."""
-        from loaderdoc.settings import LoaderSettings
+        from loaderdoc.base.settings import LoaderSettings
 
         if self.pick is None:
             return None

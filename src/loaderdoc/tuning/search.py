@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loaderdoc import policy
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.policy import Room
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.tuning.result import Pick, Trial, TrialSettings
 from loaderdoc.tuning.window import Window
 from loaderdoc.watching.cpu_use import CpuUse, cpu_use, fewest_near_best, fewest_workers_most_threads

@@ -126,7 +126,7 @@ def run_trial(command: list[str], number: int, settings: TrialSettings | None, k
     which names the training loader). ``evidence`` fills the trial's CPU figures from its windows."""
     import io
 
-    from loaderdoc.preflight import cannot_start
+    from loaderdoc.base.preflight import cannot_start
     from loaderdoc.watching.records import RecordsReader
 
     trial = Trial(number=number, settings=settings or TrialSettings())

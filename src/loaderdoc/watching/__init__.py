@@ -4,8 +4,8 @@
   DataLoader and per epoch, the data wait, the step, the first batch;
 - ``sitedir/sitecustomize.py``: installs the hook in the child of ``loaderdoc watch``;
 - :mod:`records`: reads every process's ``records-<pid>.json`` from the launcher's directory;
-- :mod:`report`: merges them into the ``loaderdoc.watch/1`` report, its findings from the rule
-  catalogue (``watching.rules.run`` and the machine and settings rules), and
-  its text is printed by :mod:`loaderdoc.text.watch`;
+- :mod:`build`: merges them into the typed ``loaderdoc.watch/1`` report (:mod:`report`), its findings
+  from the rule catalogue (the general rules and this package's own, :mod:`rules`), and its text is
+  printed by :mod:`loaderdoc.text.watch`; :mod:`report_file` reads a written one back;
 - ``loaderdoc.watch(loader)`` (:mod:`loaderdoc.api`) for those who prefer a line of code.
 """

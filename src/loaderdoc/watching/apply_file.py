@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from loaderdoc.base.errors import UserError
 from loaderdoc.config.layouts import HF_LAYOUT  # its loaders share every setting but the batch size
-from loaderdoc.errors import UserError
 from loaderdoc.watching.apply import APPLIED, ENV_APPLY, table_key
 
 if TYPE_CHECKING:
@@ -102,9 +102,9 @@ class ApplyPlan:
 def plan_from_file(path: str) -> ApplyPlan:
     """Read FILE; UserError (exit 3, before anything runs) when it cannot be read, a value is
     invalid, or it sets nothing --apply would change."""
+    from loaderdoc.base.errors import SettingsError
+    from loaderdoc.base.jsondoc import MEASURED_BOUNDS
     from loaderdoc.config import read_config
-    from loaderdoc.errors import SettingsError
-    from loaderdoc.jsondoc import MEASURED_BOUNDS
 
     try:
         config = read_config(path, flag="--apply")

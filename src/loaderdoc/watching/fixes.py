@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loaderdoc.settings import PROCESS_KEYS, PROCESS_TABLE, split_process
+from loaderdoc.base.settings import PROCESS_KEYS, PROCESS_TABLE, split_process
 from loaderdoc.watching.apply import WORKER_ONLY, table_key
 
 if TYPE_CHECKING:
-    from loaderdoc.watching.watch_report import WatchReport
+    from loaderdoc.watching.report import WatchReport
 
 TABLE_OF_ROLE = {"": "dataloader", "train": "train_dataloader", "val": "val_dataloader",
                  "test": "test_dataloader"}

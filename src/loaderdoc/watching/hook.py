@@ -59,16 +59,17 @@ clock = time.perf_counter
 CPU_ALL, CPU_EVERY = 64, 16
 
 
-def _sibling(name: str, up: bool = False):
-    """A module beside this file (``up``: in the package folder above it), loaded by path as
-    sitecustomize loads this one (the child need not be able to import loaderdoc)."""
+def _sibling(name: str, package: str = ""):
+    """A module beside this file (``package``: in that sibling package of loaderdoc's instead), loaded
+    by path as sitecustomize loads this one (the child need not be able to import loaderdoc)."""
     import importlib.util
 
     full = f"_loaderdoc_watch_{name}"
     if full not in sys.modules:
         folder = os.path.dirname(os.path.abspath(__file__))
-        spec = importlib.util.spec_from_file_location(
-            full, os.path.join(os.path.dirname(folder) if up else folder, f"{name}.py"))
+        if package:
+            folder = os.path.join(os.path.dirname(folder), package)
+        spec = importlib.util.spec_from_file_location(full, os.path.join(folder, f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
         sys.modules[full] = module
         spec.loader.exec_module(module)
@@ -92,8 +93,8 @@ if __package__:  # imported as loaderdoc.watching.hook
     )
 else:  # loaded by path under ``loaderdoc watch``
     # sampler first: cpuacct reads with it; epochs after cpuacct and ioacct, which it uses; frozen last;
-    # the package's batches.py before replays, which reads with it
-    _sibling("batches", up=True)
+    # loaderdoc.base's batches.py before replays, which reads with it
+    _sibling("batches", package="base")
     _NAMES = "sampler apply cpuacct gpuidle importpatch procinfo ioacct trace epochs frozen iterwrap replays"
     (sampler, apply, cpuacct, gpuidle, importpatch, procinfo, ioacct, trace, epochs, frozen, iterwrap,
      replays) = map(_sibling, _NAMES.split())

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loaderdoc.units import fmt_bytes
+from loaderdoc.base.units import fmt_bytes
 
 DISK = "disk"
 PAGE_CACHE = "page-cache"

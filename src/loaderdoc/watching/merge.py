@@ -6,7 +6,7 @@ one ``ranks`` table and looks for stragglers across the whole job. Each node's o
 judged against that node's machine and are kept as they are (a finding two nodes share, once);
 only the straggler rule runs again, on the merged table. Processes, loaders and memory entries
 carry ``source`` (the index of the report they came from): process ids repeat across machines,
-containers above all. Works on typed reports (:class:`~loaderdoc.watching.watch_report.WatchReport`,
+containers above all. Works on typed reports (:class:`~loaderdoc.watching.report.WatchReport`,
 as :mod:`.report_file` reads them). No torch, no textual.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from loaderdoc.advice.findings import Finding, new_findings
-from loaderdoc.errors import UserError
-from loaderdoc.watching.report import gpu_entry, rank_table
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.base.errors import UserError
+from loaderdoc.watching.build import gpu_entry, rank_table
+from loaderdoc.watching.report import WatchReport
 from loaderdoc.watching.watched import LoaderReport
 
 STRAGGLER_RULE = "watch-straggler-rank"

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 if __package__:  # imported as loaderdoc.watching.replays
-    from loaderdoc.batches import batch_digest, repeated_streams
-else:  # loaded by path beside hook.py, which loads the package's batches.py first
+    from loaderdoc.base.batches import batch_digest, repeated_streams
+else:  # loaded by path beside hook.py, which loads loaderdoc.base's batches.py first
     batch_digest = sys.modules["_loaderdoc_watch_batches"].batch_digest
     repeated_streams = sys.modules["_loaderdoc_watch_batches"].repeated_streams
 

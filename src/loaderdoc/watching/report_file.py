@@ -1,5 +1,5 @@
 """Reading back a ``loaderdoc.watch/1`` report (``loaderdoc watch --report FILE``): the one checked
-reader, returning the same typed :class:`~loaderdoc.watching.watch_report.WatchReport` the run built.
+reader, returning the same typed :class:`~loaderdoc.watching.report.WatchReport` the run built.
 
 The app shows a finished run (its findings in the diagnoses view, per loader the data wait against
 the step over the run) and ``watch --merge`` joins the nodes' reports. A file that is not such a
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from loaderdoc.advice.findings import findings_from_json
-from loaderdoc.errors import UserError
-from loaderdoc.jsondoc import Bad, beyond_measured, get, load_json, obj, read_document, shown
-from loaderdoc.settings import recorded_counts_problem
-from loaderdoc.watching.watch_report import WATCH_SCHEMA, WatchReport
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.jsondoc import Bad, beyond_measured, get, load_json, obj, read_document, shown
+from loaderdoc.base.settings import recorded_counts_problem
+from loaderdoc.watching.report import WATCH_SCHEMA, WatchReport
 from loaderdoc.watching.watched import LoaderReport, LoaderTotals, TimelinePoint, WatchedEpoch
 
 HOW_TO_WRITE = "write one with 'loaderdoc watch --report run.json -- python train.py'"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loaderdoc import policy
-from loaderdoc.units import cpus_text, fmt_bytes
+from loaderdoc.base.units import cpus_text, fmt_bytes
 
 LESS_SHARE = 0.8  # a fact counts as "less" below 80 % of the other ranks' median
 

@@ -191,7 +191,7 @@ class Interval:
 class LoaderReport:
     """One DataLoader of a watched run: the report's entry for it and what the ``watch`` rules read.
 
-    Built once from the hook's records (``watching/report.py``) or read back from a report
+    Built once from the hook's records (``watching/build.py``) or read back from a report
     (``watching/report_file.py``); every figure over its epochs is in :attr:`totals`."""
 
     number: int | None = None  # the hook's loader number ("loader" in the report)

@@ -11,13 +11,13 @@ from loaderdoc.advice.rules.registry import (
     judged_by_the_run,
     rule,
 )
+from loaderdoc.base.units import cpus_text
 from loaderdoc.policy import (
     BEYOND_CPUS_PAYS,
     fewer_workers,
     worker_target,
     workers_text,
 )
-from loaderdoc.units import cpus_text
 
 
 def cpu_evidence(i: Inputs) -> list[str]:

@@ -10,7 +10,7 @@ from loaderdoc.advice.rules.registry import (
     gpu_absence_known,
     rule,
 )
-from loaderdoc.units import fmt_bytes
+from loaderdoc.base.units import fmt_bytes
 
 
 @rule("pin-memory-without-gpu", WARNING, "pin_memory=True with no usable GPU", "settings",

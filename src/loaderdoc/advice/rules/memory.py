@@ -5,7 +5,7 @@ from __future__ import annotations
 from loaderdoc import policy
 from loaderdoc.advice.findings import WARNING, Finding
 from loaderdoc.advice.rules.registry import Inputs, describe, found, rule
-from loaderdoc.units import fmt_bytes
+from loaderdoc.base.units import fmt_bytes
 
 _TUNABLE = f"GLIBC_TUNABLES=glibc.malloc.mmap_threshold={policy.MALLOC_MMAP_THRESHOLD}"
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 from loaderdoc import policy
 from loaderdoc.advice.context import TrainingContext
 from loaderdoc.advice.findings import CRITICAL, OK, SEVERITY_ORDER, WARNING, Finding
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import MiB
 from loaderdoc.probing.result import ConfigResult, ProbeReport
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.system.facts import MachineFacts
-from loaderdoc.units import MiB
 
 if TYPE_CHECKING:  # the watch feature's model: a rule reads it, the watch feature builds it
     from loaderdoc.watching.cpu_use import CpuUse

@@ -15,13 +15,13 @@ from loaderdoc.advice.rules.registry import (
     found,
     rule,
 )
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import GiB, fmt_bytes, shm_size_flag
 from loaderdoc.policy import (
     SHM_SAFE_SHARE,
     ZERO_WORKERS,
 )
 from loaderdoc.probing.result import ConfigResult
-from loaderdoc.settings import LoaderSettings
-from loaderdoc.units import GiB, fmt_bytes, shm_size_flag
 
 
 def _shm_error(i: Inputs) -> ConfigResult | None:

@@ -13,7 +13,7 @@ from loaderdoc import policy
 from loaderdoc.advice.findings import WARNING, Finding
 from loaderdoc.advice.rules.cpu import cpu_evidence
 from loaderdoc.advice.rules.registry import Inputs, found, judged_by_the_run, rule
-from loaderdoc.units import cpus_text
+from loaderdoc.base.units import cpus_text
 
 
 @rule("threads-oversubscribed", WARNING, "torch's intra-op threads alone exceed the rank's CPUs", "machine",

@@ -16,6 +16,7 @@ from loaderdoc.advice.rules.registry import (
     found,
     rule,
 )
+from loaderdoc.base.units import fmt_bytes, fmt_num
 from loaderdoc.policy import (
     BURSTY_RATIO,
     CPU_BUSY_SHARE,
@@ -25,7 +26,6 @@ from loaderdoc.policy import (
     fewer_workers,
     workers_text,
 )
-from loaderdoc.units import fmt_bytes, fmt_num
 
 
 def _consumer(i: Inputs) -> str:

@@ -52,12 +52,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loaderdoc import policy
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.policy import NOT_STARVED_PCT
 from loaderdoc.probing.model import LoadModel, by_workers, model_from
 from loaderdoc.probing.result import ConfigResult
 from loaderdoc.probing.search import in_order, past_cpus, persistence, prefetch, repeats, shared_cpus
 from loaderdoc.probing.search.outcome import SearchOutcome, outcome
-from loaderdoc.settings import LoaderSettings
 
 MAX_CONSECUTIVE_FAILURES = 3
 

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from loaderdoc import policy
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import MiB
 from loaderdoc.policy import NOT_STARVED_PCT, TOLERANCE
 from loaderdoc.probing.model import breakdown, by_workers, prediction
 from loaderdoc.probing.result import Breakdown, ConfigResult, Prediction
 from loaderdoc.probing.search import persistence
-from loaderdoc.settings import LoaderSettings
-from loaderdoc.units import MiB
 
 if TYPE_CHECKING:
     from loaderdoc.probing.search.core import Search

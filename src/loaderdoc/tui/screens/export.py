@@ -19,9 +19,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Footer, Input, Label, Static, TextArea
 
-from loaderdoc.errors import UserError
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.export import render, write_export
-from loaderdoc.settings import LoaderSettings
 from loaderdoc.tui.screens.confirm import ConfirmScreen
 from loaderdoc.tui.screens.dialog import Dialog
 

@@ -40,7 +40,7 @@ from loaderdoc.tui.widgets.settings_editor import SettingsPane
 from loaderdoc.tui.widgets.status import StatusBar
 from loaderdoc.tui.widgets.tradeoffs import TradeoffsPane
 from loaderdoc.tui.widgets.tune import TunePane
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.report import WatchReport
 
 VIEWS: dict[str, tuple[str, type[Widget]]] = {
     "machine": ("1 Machine", MachinePane),

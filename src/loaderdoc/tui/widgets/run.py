@@ -15,7 +15,7 @@ from textual.widgets import Static
 from loaderdoc.text.watch import cpu_text, io_text
 from loaderdoc.tui import model
 from loaderdoc.tui.widgets.view import View
-from loaderdoc.watching.watch_report import WatchReport
+from loaderdoc.watching.report import WatchReport
 from loaderdoc.watching.watched import Interval, LoaderReport, wait_share_of
 
 # fixed colours, as in chart.py; without colour (NO_COLOR) the wait is solid and the step shaded

@@ -14,10 +14,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Static
 
+from loaderdoc.base.units import fmt_bytes, fmt_cpus, fmt_share
 from loaderdoc.reports import TuneRun
 from loaderdoc.tui.widgets.view import View
 from loaderdoc.tuning.result import OK, Pick, Trial, TuneReport
-from loaderdoc.units import fmt_bytes, fmt_cpus, fmt_share
 
 # fixed colours, as in run.py and job.py: readable on the dark and the light theme; the mark says it without colour
 PICKED = Style(color=Color.from_rgb(40, 160, 60), bold=True)

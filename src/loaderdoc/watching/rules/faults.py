@@ -13,7 +13,7 @@ from loaderdoc.advice.rules.registry import Inputs, found, rule
 @rule("watch-stream-replayed", CRITICAL, "Every worker yields the whole stream (measured)", "watch",
       "measured in the run: the loader's dataset is an IterableDataset and, in its first epoch, two rounds of "
       "batches (one per worker) were each the first worker's batch while the stream moved on between them "
-      "(content digests, loaderdoc.batches.repeated_streams)")
+      "(content digests, loaderdoc.base.batches.repeated_streams)")
 def _watch_replayed(i: Inputs) -> Finding | None:
     w = i.watch
     if w is None or not w.replays:

@@ -9,8 +9,8 @@ from loaderdoc import policy
 from loaderdoc.advice.findings import WARNING, Finding
 from loaderdoc.advice.rules.cpu import cpu_evidence
 from loaderdoc.advice.rules.registry import WATCHED_JUDGES, Inputs, found
+from loaderdoc.base.units import cpus_text, fmt_bytes
 from loaderdoc.policy import workers_text
-from loaderdoc.units import cpus_text, fmt_bytes
 from loaderdoc.watching.cpu_use import CpuUse
 from loaderdoc.watching.rules.run import cpu_lines, spin_line, threads_fix, workers_needed
 

@@ -14,7 +14,7 @@ from loaderdoc import policy
 from loaderdoc.advice.findings import CRITICAL, OK, WARNING, Finding
 from loaderdoc.advice.rules.memory import MALLOC_CAUSE, malloc_fix
 from loaderdoc.advice.rules.registry import STARVED_CRIT_PCT, Inputs, found, rule
-from loaderdoc.units import cpus_text, fmt_bytes, fmt_seconds
+from loaderdoc.base.units import cpus_text, fmt_bytes, fmt_seconds
 from loaderdoc.watching.cpu_use import (
     CPU_WORK_SHARE,
     GAIN_WORTH,

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from loaderdoc.errors import SettingsError
-from loaderdoc.jsondoc import MEASURED_BOUNDS, beyond_measured
+from loaderdoc.base.errors import SettingsError
+from loaderdoc.base.jsondoc import MEASURED_BOUNDS, beyond_measured
 
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
 
@@ -184,7 +184,7 @@ _OPT_INT_KEYS = {"batch_size", "prefetch_factor"}
 def recorded_counts_problem(data: dict[str, Any], where: str) -> str | None:
     """Why the counts a report recorded (``batch_size``, ``num_workers``, ``prefetch_factor`` of a
     probe's or a watched run's settings, at ``where``) are no measurement: past what any run can
-    have measured (:data:`loaderdoc.jsondoc.MEASURED_BOUNDS`), or refused by torch on their own (a
+    have measured (:data:`loaderdoc.base.jsondoc.MEASURED_BOUNDS`), or refused by torch on their own (a
     negative ``num_workers``). Values that are not numbers are left to the reader."""
     counts = {key: data[key] for key in MEASURED_BOUNDS
               if isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool)}

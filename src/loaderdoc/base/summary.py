@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from loaderdoc.settings import LoaderSettings
+from loaderdoc.base.settings import LoaderSettings
+from loaderdoc.base.units import fmt_bytes, fmt_cpus
 from loaderdoc.system.facts import MachineFacts, Reading
-from loaderdoc.units import fmt_bytes, fmt_cpus
 
 
 def _val(reading: Reading, fmt=str, unset: str = "none") -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loaderdoc._version import __version__
-from loaderdoc.textfile import read_input
+from loaderdoc.base.textfile import read_input
 
 T = TypeVar("T")
 

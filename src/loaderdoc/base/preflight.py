@@ -17,7 +17,7 @@ import errno
 import os
 import shutil
 
-from loaderdoc.errors import UserError
+from loaderdoc.base.errors import UserError
 
 
 def check_workplace(verb: str) -> None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from loaderdoc.errors import ExportError
+from loaderdoc.base.errors import ExportError
 
 # the first bytes of each kind loaderdoc writes (reports: indented JSON whose first key is the schema)
 KINDS = {

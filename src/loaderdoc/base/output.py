@@ -7,7 +7,7 @@
 - A terminal or ``PYTHONIOENCODING`` that cannot encode a character (a non-ASCII path under
   ``ascii``): the character is written as a backslash escape, never a crash.
 - A control character (an escape sequence in a command line, a path, a user's error message):
-  written as a backslash escape (:mod:`loaderdoc.visible`), to a terminal, a pipe or a file alike.
+  written as a backslash escape (:mod:`loaderdoc.base.visible`), to a terminal, a pipe or a file alike.
   Every text command prints data through here; loaderdoc's own text has no control character
   but newline and tab. Only the probe's progress bar, which draws with them, writes to
   :func:`raw_stderr`.
@@ -28,8 +28,8 @@ import os
 import sys
 import threading
 
-from loaderdoc.errors import UserError
-from loaderdoc.visible import visible
+from loaderdoc.base.errors import UserError
+from loaderdoc.base.visible import visible
 
 
 class OutputError(UserError):
@@ -133,7 +133,7 @@ def guard_standard_streams() -> None:
 
 def raw_stderr():
     """Standard error without the escaping, for a drawing that moves the cursor (rich's progress
-    bar); what it shows from data must be made :func:`~loaderdoc.visible.visible` first."""
+    bar); what it shows from data must be made :func:`~loaderdoc.base.visible.visible` first."""
     return sys.stderr.wrapped if isinstance(sys.stderr, QuietStderr) else sys.stderr
 
 

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from loaderdoc.errors import UserError
+from loaderdoc.base.errors import UserError
 from loaderdoc.probing.result import ConfigResult, ProbeReport, WorkloadInfo, step_note
 from loaderdoc.system.facts import MachineFacts
 
@@ -166,11 +166,11 @@ def probe(
     :class:`ProbeInterrupted` (a KeyboardInterrupt) carrying the partial report. Either way no
     worker process is left running.
     """
+    from loaderdoc.base.settings import LoaderSettings
     from loaderdoc.probing.consumer import SleepConsumer
     from loaderdoc.probing.isolate import run_config
     from loaderdoc.probing.measure import LoadJob
     from loaderdoc.probing.search import Search
-    from loaderdoc.settings import LoaderSettings
 
     if budget_s <= 0:
         raise UserError(f"the probe budget must be > 0 seconds, got {budget_s:g}")

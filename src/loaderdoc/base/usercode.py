@@ -6,7 +6,7 @@ Inside :func:`running_user_code`:
 - **output**: whatever it writes to standard output goes to standard error. At the descriptor level
   (``print``, ``sys.stdout``, ``os.write(1, ...)``, C code, the DataLoader workers and any process
   it starts all write fd 1), fd 1 becomes a copy of fd 2, and loaderdoc's own output goes to the
-  real standard output through a private descriptor (:mod:`loaderdoc.output`'s router). So
+  real standard output through a private descriptor (:mod:`loaderdoc.base.output`'s router). So
   ``probe --json`` and ``--export -`` stay valid whatever the dataset prints; kept to the end of
   the command (a thread the factory left may print at any time).
 - **exit**: ``os._exit()`` called in loaderdoc's own process (not in a measuring process or a
@@ -30,8 +30,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from loaderdoc import output
-from loaderdoc.errors import EXIT_USAGE
+from loaderdoc.base import output
+from loaderdoc.base.errors import EXIT_USAGE
 
 _state = {"ran": False, "depth": 0, "owner": None, "before": frozenset()}
 
@@ -52,7 +52,7 @@ class UserCodeExit(BaseException):
 def running_user_code() -> Iterator[None]:
     """The block runs the user's code: its standard output goes to stderr (from here to the end of
     the command), an ``os._exit()`` it calls is seen."""
-    from loaderdoc import output
+    from loaderdoc.base import output
 
     output.route_user_output_to_stderr(inside)
     if not _state["ran"] or _state["owner"] != os.getpid():
@@ -94,7 +94,7 @@ def _observed_exit(real_exit):
 
 def leave_past_user_threads() -> None:
     """If the user's code ran and left threads running, have the CLI end the process without
-    finalizing (:func:`loaderdoc.output.exit_now_if_asked`), saying so for the non-daemon ones it
+    finalizing (:func:`loaderdoc.base.output.exit_now_if_asked`), saying so for the non-daemon ones it
     would otherwise wait for."""
     if not _state["ran"] or os.getpid() != _state["owner"]:
         return

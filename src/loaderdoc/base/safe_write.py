@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from loaderdoc.errors import ExportError
-from loaderdoc.visible import encodable
+from loaderdoc.base.errors import ExportError
+from loaderdoc.base.visible import encodable
 
 # paths that name an open descriptor, whatever it is (a pipe, a terminal, a file the shell opened)
 _DESCRIPTOR_PATH = re.compile(r"^/(dev/(stdout|stderr|fd/\d+)|proc/(self|\d+)/fd/\d+)$")

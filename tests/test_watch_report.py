@@ -390,7 +390,7 @@ def test_a_look_asked_for_while_one_runs_runs_after_it_never_inside_it():
     """SIGUSR1 arriving while the handler answers an earlier one (Python runs the handler again at
     the next bytecode, inside the first): it is answered once the first is done, never dropped
     (a test that sent its second SIGUSR1 just after reading the first answer's first line hung)."""
-    from loaderdoc.commands.watch import _once_at_a_time
+    from loaderdoc.watching.launcher import once_at_a_time as _once_at_a_time
 
     calls, depth = [], []
 

@@ -18,7 +18,6 @@ stdout after the child's output.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 
 WATCH_SCHEMA = "loaderdoc.watch/1"  # the report (loaderdoc.watching.build.WATCH_SCHEMA)
@@ -91,118 +90,27 @@ def command_of(args: argparse.Namespace) -> list[str]:
     return command_after_dashes(args.watched, "watch")
 
 
-def run_child(command: list[str], env: dict[str, str], forwarder) -> int:
-    """Run ``command`` to its end; its exit code. ``forwarder`` (from :func:`loaderdoc.watching.forward.held`)
-    passes on the signals a supervisor sends the launcher meanwhile."""
-    from loaderdoc.base.preflight import cannot_start
-    from loaderdoc.watching.records import exit_code_of
+def so_far(run, target, guard) -> None:
+    """SIGUSR1: the findings so far on stderr (and the report so far in --report's file)."""
+    import json
 
-    try:
-        forwarder.start(command, env)
-    except OSError as exc:
-        raise cannot_start("watch", command[0], exc) from None
-    return exit_code_of(forwarder.wait())
+    from loaderdoc.base.safe_write import write_text
+    from loaderdoc.text.watch import render_summary
 
-
-@contextlib.contextmanager
-def on_sigusr1(fn):
-    """While in the block, SIGUSR1 runs ``fn()`` in the launcher. Installed before the child starts
-    (exec resets a caught signal to its default in the child, so the child never inherits it) and
-    kept until the final report is out (a late SIGUSR1's default action would end the launcher)."""
-    import signal
-    import threading
-
-    if not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread():
-        yield
+    if run.ended:
         return
-    saved = signal.signal(signal.SIGUSR1, _once_at_a_time(fn))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGUSR1, saved)
+    from loaderdoc.base.errors import UserError
 
-
-def _once_at_a_time(fn):
-    """A signal handler running ``fn()``, never nested: a signal arriving while it runs makes it run
-    once more when it is done (several such signals, once), so a request is never lost to one still
-    being answered. It runs in the launcher's main thread between the waits for the child (PEP 475
-    resumes them)."""
-    state = {"busy": False, "again": False}
-
-    def handler(signum, frame) -> None:
-        if state["busy"]:
-            state["again"] = True  # asked while answering: the answer may predate what was asked about
-            return
-        state["busy"] = True
+    report = run.report(None)
+    if target is not None:  # first: the text on stderr says the look is complete
         try:
-            while True:
-                state["again"] = False
-                try:
-                    fn()
-                except Exception as exc:  # a mid-run look must never end the watch
-                    print(f"loaderdoc watch: could not report so far: {exc}", file=sys.stderr)
-                if not state["again"]:
-                    break
-        finally:
-            state["busy"] = False
-
-    return handler
-
-
-class Watch:
-    """One watched run: where its records go, and the report built from them (at the end or mid-run)."""
-
-    def __init__(self, command: list[str], records_dir, target, plan=None, guard=None) -> None:
-        from loaderdoc.watching.records import RecordsReader
-
-        self.command = command
-        self.plan = plan  # --apply's ApplyPlan, or None
-        self.reader = RecordsReader(records_dir)
-        self.target = target
-        self.guard = guard  # (path, kind, option) -> None, raising where writing would lose a file
-        self.ended = False  # the child has exited: the final report follows, no look mid-run
-        self._facts = None
-
-    def facts(self):
-        """The machine facts, detected once (fast path, no torch) when a report first needs them."""
-        if self._facts is None:
-            from loaderdoc.system.detect import detect
-
-            self._facts = detect()
-        return self._facts
-
-    def report(self, exit_code: int | None):
-        """The run's typed report (a WatchReport) from the records written so far."""
-        from loaderdoc.watching.build import watch_report
-
-        records = self.reader.read()
-        facts = self.facts() if any(r.get("loaders") for r in records) else None
-        report = watch_report(records, command=self.command, exit_code=exit_code, facts=facts)
-        if self.plan is not None:
-            report.apply = self.plan.outcome(report.loaders)
-        return report
-
-    def so_far(self) -> None:
-        """SIGUSR1: the findings so far on stderr (and the report so far in --report's file)."""
-        import json
-
-        from loaderdoc.base.safe_write import write_text
-        from loaderdoc.text.watch import render_summary
-
-        if self.ended:
-            return
-        from loaderdoc.base.errors import UserError
-
-        report = self.report(None)
-        if self.target is not None:  # first: the text on stderr says the look is complete
-            try:
-                if self.guard is not None:
-                    self.guard(self.target, "watch report", "--report")
-                write_text(self.target, json.dumps(report.to_json(), indent=2) + "\n", force=True)
-            except UserError as err:
-                print(f"loaderdoc: error: {err}", file=sys.stderr)
-        sys.stderr.write(render_summary(report))
-        sys.stderr.flush()
+            if guard is not None:
+                guard(target, "watch report", "--report")
+            write_text(target, json.dumps(report.to_json(), indent=2) + "\n", force=True)
+        except UserError as err:
+            print(f"loaderdoc: error: {err}", file=sys.stderr)
+    sys.stderr.write(render_summary(report))
+    sys.stderr.flush()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -216,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     from loaderdoc.base.preflight import check_startable, check_workplace
     from loaderdoc.base.safe_write import check_writable
     from loaderdoc.watching.forward import held
+    from loaderdoc.watching.launcher import WatchedRun, on_sigusr1, run_child
     from loaderdoc.watching.records import child_env
 
     if args.merge:
@@ -256,8 +165,8 @@ def run(args: argparse.Namespace) -> int:
     # reaches the command, and the launcher still writes the report and removes the folder
     with held() as forwarder:
         tmpdir = tempfile.mkdtemp(prefix="loaderdoc-watch-")
-        watch = Watch(command, Path(tmpdir), target, plan, guard)
-        with on_sigusr1(watch.so_far):
+        watch = WatchedRun(command, Path(tmpdir), plan)
+        with on_sigusr1(lambda: so_far(watch, target, guard)):
             try:
                 env = child_env(tmpdir, apply=plan.env_value() if plan else None, trace=trace)
                 env.update(plan.environment() if plan else {})  # [process] torch_threads: OMP_NUM_THREADS

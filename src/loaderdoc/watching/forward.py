@@ -12,7 +12,7 @@ the report is out, and taken with ``sigwaitinfo``, which says who sent them:
 
 A signal the launcher was started ignoring (``nohup``'s SIGHUP, a background job's SIGINT) is left
 alone: the command inherits the same disposition, as it would bare. SIGUSR1 is not forwarded: it
-asks the launcher for the findings so far (``commands.watch.on_sigusr1``). The command runs with
+asks the launcher for the findings so far (``watching.launcher.on_sigusr1``). The command runs with
 the mask the launcher had before (restored between fork and exec). A signal for the command that
 arrives once it has ended has nothing left to reach and is dropped. Linux (``sigwaitinfo``); where it
 is missing the signals are forwarded by handlers, SIGINT excepted.

@@ -22,6 +22,7 @@ from loaderdoc.advice.rules import training  # noqa: F401
 # isort: on
 from loaderdoc.advice.rules.registry import (
     RULES,
+    WATCHED_JUDGES,
     Inputs,
     Rule,
     batch_bytes_from_probe,
@@ -33,5 +34,5 @@ from loaderdoc.advice.rules.registry import (
     gpu_absence_known,
 )
 
-__all__ = ["RULES", "Inputs", "Rule", "TrainingContext", "batch_bytes_from_probe", "catalogue", "change_text",
+__all__ = ["RULES", "WATCHED_JUDGES", "Inputs", "Rule", "TrainingContext", "batch_bytes_from_probe", "catalogue", "change_text",
            "describe", "evaluate", "get_rule", "gpu_absence_known"]

@@ -74,6 +74,11 @@ def finish(proc: subprocess.Popen, timeout: float = 90) -> subprocess.CompletedP
 # One job's rank 0 (a Slurm job, a torchrun run id, a world size of 2) and a rank 1 of another job for
 # each of those fields, differing in that one alone: each is refused, then the job's own rank 1 joins.
 JOB = {"SLURM_JOB_ID": "111", "TORCHELASTIC_RUN_ID": "run-a", "GROUP_RANK": "0"}
+# rank 0 waits this long for the job while the test starts its other ranks one after another (each a
+# Python and torch start-up: 3 s alone, over 15 s on a CI box running the suite's other workers beside
+# a busy core, where 60 s ran out before the job's own last rank joined); it ends as soon as they have
+RANK0_WAITS_S = 300
+
 OTHER_JOBS = [
     ({"SLURM_JOB_ID": "222"}, "(SLURM job 111; this rank's: 222)"),
     ({"TORCHELASTIC_RUN_ID": "run-b"}, "(torchrun run id 'run-a'; this rank's: 'run-b')"),
@@ -84,7 +89,7 @@ OTHER_JOBS = [
 def test_a_rank_of_another_job_on_the_same_port_is_refused_and_the_job_stays_its_own():
     port = free_port()
     env0 = rank_env(0, 2, port, **JOB)
-    rank0 = start(env0, "--json", "--timeout", "60")
+    rank0 = start(env0, "--json", "--timeout", str(RANK0_WAITS_S))
     try:
         listening_on(port, rank0)
         for other_job, needle in OTHER_JOBS:
@@ -104,7 +109,7 @@ def test_a_rank_number_given_twice_is_refused():
     # nothing tells the two apart but the claim on the rank: no Slurm or torchrun id, one world size
     port = free_port()
     env0 = rank_env(0, 3, port)
-    rank0 = start(env0, "--json", "--timeout", "60")
+    rank0 = start(env0, "--json", "--timeout", str(RANK0_WAITS_S))
     try:
         listening_on(port, rank0)
         env1 = rank_env(1, 3, port)

@@ -96,7 +96,13 @@ def test_windows_scale_with_the_budget():
     assert default.watchdog_s(10_000) > 30.0  # but never less than three 10 s steps take
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+# CPU-bound decoding in a 3 s budget is a measurement of the machine's time: beside the suite's other
+# workers on 2 CPUs its first window outran the watchdog (8 s); it runs alone, as the timing tests do
+CPU_PRESETS = {"image", "large-image"}
+
+
+@pytest.mark.parametrize("preset", [pytest.param(p, marks=pytest.mark.alone) if p in CPU_PRESETS else p
+                                    for p in sorted(PRESETS)])
 def test_every_preset_finishes_within_a_small_budget(preset):
     budget = 3.0
     report = probe(preset=preset, budget_s=budget, facts=two_cpu_facts())

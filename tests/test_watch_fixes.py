@@ -114,8 +114,11 @@ def test_a_cpu_trained_loop_converges_and_its_ceiling_holds(tmp_path):
 
 
 def test_an_io_bound_loop_is_neither_oversubscribed_nor_starved_by_its_hand_over(tmp_path):
+    # a 32 ms step: beside a busy core the loop also waits about 1 ms a batch for a CPU to take a ready
+    # batch on (runnable, not running: neither data nor its own CPU work), 5.5 % of a 16 ms step, at
+    # the starved line (it failed about one run in four); 32 ms keeps the hand-over under test
     runs = converge(tmp_path, ["--io", "--workers", "8", "--batch-size", "8", "--load-ms", "8",
-                               "--step-ms", "16", "--steps", "60", "--epochs", "2"])
+                               "--step-ms", "32", "--steps", "60", "--epochs", "2"])
     for _, report in runs:
         rules = {f["rule_id"] for f in report["findings"]}
         assert "cpu-oversubscribed" not in rules and "watch-data-starved" not in rules, rules

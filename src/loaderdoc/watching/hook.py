@@ -101,6 +101,7 @@ else:  # loaded by path under ``loaderdoc watch``
 EpochRecord, LoaderRecord = epochs.EpochRecord, epochs.LoaderRecord
 cpu_clock, loop_clock = epochs.cpu_clock, epochs.loop_clock
 _MARK = iterwrap.MARK
+_INTERRUPTED = procinfo.INTERRUPTED
 
 
 class WatchedIterator:
@@ -125,6 +126,8 @@ class WatchedIterator:
         return self
 
     def __next__(self):
+        if _INTERRUPTED[0]:  # a tune trial's SIGINT that a __del__ swallowed: the loop stops as asked
+            raise KeyboardInterrupt
         if self._trace is not None:
             self._trace(self)
         t0 = clock()
@@ -437,6 +440,7 @@ def install(directory: str | None) -> Recorder:
     recorder = Recorder(directory)
     if os.environ.get(ENV_TUNE_TRIAL):
         procinfo.quiet_interrupt()
+        procinfo.interrupt_sticks()
     recorder.tracer = trace.Tracer.from_env(recorder.io)  # --trace DIR: a profiler trace of a few steady steps
     applier = apply.Applier.from_env()  # --apply's tables (none: the loaders are only named)
 

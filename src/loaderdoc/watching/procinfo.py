@@ -56,3 +56,29 @@ def quiet_interrupt() -> None:
             previous(kind, value, tb)
 
     sys.excepthook = excepthook
+
+
+# tune's SIGINT, once taken: the next batch the loop asks for raises KeyboardInterrupt again
+INTERRUPTED = [False]
+
+
+def interrupt_sticks() -> None:
+    """In a tune trial, tune's one SIGINT must end the loop as Ctrl+C does. Python raises the
+    KeyboardInterrupt wherever the main thread is, and one raised inside a ``__del__`` (a DataLoader
+    iterator joining its workers at an epoch's end) is printed and dropped: the loop ran on until
+    tune's SIGTERM ended it without its ``finally`` (a lock file left behind). The SIGINT is
+    remembered, and the watched iterator raises it again at the next batch. A program's own SIGINT
+    handler is left alone."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def handler(signum, frame) -> None:
+        INTERRUPTED[0] = True
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: Python's own handling stays
+        pass

@@ -69,6 +69,7 @@ def interrupt_sticks() -> None:
     tune's SIGTERM ended it without its ``finally`` (a lock file left behind). The SIGINT is
     remembered, and the watched iterator raises it again at the next batch. A program's own SIGINT
     handler is left alone."""
+    import contextlib
     import signal
 
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -78,7 +79,5 @@ def interrupt_sticks() -> None:
         INTERRUPTED[0] = True
         raise KeyboardInterrupt
 
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread: Python's own handling stays
         signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: Python's own handling stays
-        pass

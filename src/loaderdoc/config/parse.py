@@ -175,6 +175,15 @@ def scanned_text(path: Path, text: str) -> str:
     return text
 
 
+def _string_end(text: str, start: int) -> int:
+    """The index just past the JSON string opening at ``start``: its closing quote, escapes skipped
+    (or the line's end, for one left open)."""
+    j, n = start + 1, len(text)
+    while j < n and text[j] not in '"\n':
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
 def _without_comments(text: str) -> str | None:
     """``text`` with its ``//`` and ``/* */`` comments outside strings blanked (newlines kept); None
     where it holds none (then it is plain JSON, and its error stands)."""
@@ -183,11 +192,9 @@ def _without_comments(text: str) -> str | None:
     while i < n:
         char = text[i]
         if char == '"':  # a string, escapes included, to its closing quote (or the line's end)
-            j = i + 1
-            while j < n and text[j] not in '"\n':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
+            j = _string_end(text, i)
+            out.append(text[i:j])
+            i = j
         elif text.startswith("//", i):
             j = text.find("\n", i)
             j = n if j < 0 else j
@@ -213,10 +220,7 @@ def _without_trailing_commas(text: str) -> str | None:
     while i < n:
         char = text[i]
         if char == '"':
-            j = i + 1
-            while j < n and text[j] not in '"\n':
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
+            i = _string_end(text, i)
             continue
         if char == ",":
             j = i + 1

@@ -35,10 +35,11 @@ def machine_summary(facts: MachineFacts) -> list[tuple[str, str]]:
     ranks = facts.distributed.ranks_on_this_node
     launcher = facts.distributed.launcher.get()
     if ranks > 1 or launcher:
+        per_rank = facts.cpus_per_rank
         rows.append((
             "Ranks",
             f"{launcher or 'distributed'}: {ranks} local rank(s), world size {facts.distributed.world_size.get('?')}"
-            f" -> {fmt_cpus(None if facts.cpus_per_rank is None else round(facts.cpus_per_rank, 2))} CPUs per rank",
+            f" -> {fmt_cpus(None if per_rank is None else round(per_rank, 2))} CPUs per rank",
         ))
     rows.append((
         "Memory",

@@ -62,7 +62,7 @@ def _bundle_refs(tree: Any) -> bool:
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-        elif isinstance(node, str) and (node.startswith(("@", "$@")) or (node.startswith("$") and not node.startswith("${"))):
+        elif isinstance(node, str) and (node.startswith("@") or (node.startswith("$") and not node.startswith("${"))):
             return True
     return False
 

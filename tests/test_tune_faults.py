@@ -169,11 +169,12 @@ open("started-" + TRIAL, "w").write(str(helper.pid))
 time.sleep(600)  # never gets to its DataLoader
 """)
     report_path = tmp_path / "tune.json"
-    proc = tune(tmp_path, *QUICK, "--first-batch-timeout", "1.5", "--report", str(report_path), "--",
+    # 5 s: the script must start and write its marker before the stop, beside busy CPUs
+    proc = tune(tmp_path, *QUICK, "--first-batch-timeout", "5", "--report", str(report_path), "--",
                 sys.executable, str(script), marker)
     assert proc.returncode == 4, proc.stderr[-3000:]
     assert (tmp_path / "started-1").exists()  # it did run, in trial 1
-    assert "trial 1 (your settings): no-batch: no DataLoader batch within 1.5 s of the start; stopped" in proc.stderr
+    assert "trial 1 (your settings): no-batch: no DataLoader batch within 5 s of the start; stopped" in proc.stderr
     assert "no pick: your own settings could not be measured (no DataLoader batch within" in proc.stdout
     assert not alive_with(marker)  # neither the script nor its helper
     report = read_report(report_path)

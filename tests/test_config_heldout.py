@@ -161,3 +161,45 @@ def test_a_batch_only_the_run_counts_leaves_the_other_settings_judged():
     (loader,) = report.loaders
     assert loader.judged_without_batch and loader.settings.num_workers == 12
     assert [f.rule_id for f in loader.findings] == ["cpu-oversubscribed"]
+
+
+# ---- third round: pytorchvideo's trainer (Hydra), super-gradients (Hydra recipes) -----------------
+def test_a_hydra_group_option_that_is_a_list_is_placed_at_its_key_not_refused():
+    """pytorchvideo_trainer: `module/metrics: accuracy` is a list of metrics, which Hydra places at
+    module.metrics; the whole read was refused ("expected a mapping of settings, got list", exit 3)."""
+    got = read("pytorchvideo/pytorchvideo_trainer/pytorchvideo_trainer/conf/classification_slow_8x8_r50.yaml")
+    loaders = by_name(got)
+    assert sorted(loaders) == ["test", "train", "val"]
+    train = loaders["train"]
+    assert (train["batch_size"]["value"], train["num_workers"]["value"], train["pin_memory"]["value"]) == (8, 8, True)
+    assert train["num_workers"]["set_by"]["file"].endswith("datamodule/dataloader/kinetics_classification.yaml")
+    # the schema groups live in the installed torchrecipes package (hydra.searchpath): named, not guessed
+    assert any("schema/trainer: trainer, not found" in r for r in got["partial_reasons"])
+
+
+def test_a_list_is_still_no_config_at_the_root(tmp_path):
+    import pytest
+
+    from loaderdoc.base.errors import SettingsError
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "top1.yaml").write_text("- name: accuracy\n")
+    (tmp_path / "train.yaml").write_text("defaults:\n  - metrics@_global_: top1\n  - _self_\nbatch_size: 4\n")
+    with pytest.raises(SettingsError, match="top1.yaml: a list, which Hydra cannot merge at the config's root"):
+        read_config(tmp_path / "train.yaml")
+    (tmp_path / "bare.yaml").write_text("- batch_size: 4\n")
+    with pytest.raises(SettingsError, match="expected a mapping of settings, got list"):
+        read_config(tmp_path / "bare.yaml")
+
+
+def test_an_empty_shortcut_key_is_not_a_batch_size_that_disagrees():
+    """super-gradients' variable_setup.yaml: `batch_size:` left empty (a command-line shortcut) was
+    "dataset_params.batch_size = 256, batch_size = None disagree", and the val loader's batch was
+    credited to the legacy dataset_params.val_batch_size rather than its DataLoader arguments."""
+    got = read("super-gradients/src/super_gradients/recipes/cifar10_resnet.yaml")
+    assert not any("disagree" in r for r in got["partial_reasons"]), got["partial_reasons"]
+    loaders = by_name(got)
+    assert loaders["train"]["batch_size"]["value"] == 256
+    val = loaders["val"]["batch_size"]
+    assert val["value"] == 512 and val["set_by"]["key"] == "dataset_params.val_dataloader_params.batch_size"
+    assert val["set_by"]["line"] == 55

@@ -69,8 +69,10 @@ class _Loader:
         self.open: list[Path] = []  # files being read, to refuse a cycle
         self.cache: dict[Path, Table] = {}
 
-    def file(self, path: Path, text: str | None = None, *, named_by: str = "") -> Table | None:
-        """One file, its own inheritance followed; None (and a note) when it cannot be read."""
+    def file(self, path: Path, text: str | None = None, *, named_by: str = "",
+             list_ok: bool = False) -> Table | Seq | None:
+        """One file, its own inheritance followed; None (and a note) when it cannot be read.
+        ``list_ok``: the file may be a list (a Hydra group option, placed at its package)."""
         try:
             resolved = path.resolve()
         except (OSError, RuntimeError):  # a symlink loop: read_input names it below
@@ -93,8 +95,9 @@ class _Loader:
         self.open.append(resolved)
         try:
             tree = parse_file(path, text, import_file=self.importer(path), notes=self.loaded.notes,
-                              run_time=self.loaded.run_time)
-            tree = self.inherit(path, tree)
+                              run_time=self.loaded.run_time, list_ok=list_ok)
+            if isinstance(tree, Table):
+                tree = self.inherit(path, tree)
         finally:
             self.open.pop()
         self.cache[resolved] = copy.deepcopy(tree)
@@ -201,11 +204,15 @@ class _Loader:
                             self.missing(f"{path}: defaults names {group.strip('/')}: {choice}, not found "
                                          f"({relative})")
                         continue
-                    node = self.file(found, named_by=f"defaults of {path.name}")
+                    # a group's option may be a list (pytorchvideo's module/metrics: accuracy), placed at its key
+                    node = self.file(found, named_by=f"defaults of {path.name}", list_ok=True)
                     if node is None:
                         continue
                     header = _package_header(self.loaded.texts.get(str(found), ""))
                     at = _package_path(pkg or header, group.strip("/"))
+                    if isinstance(node, Seq) and not at:
+                        raise SettingsError(f"{found}: a list, which Hydra cannot merge at the config's root "
+                                            f"(defaults of {path.name}); a group's option there is a mapping")
                     merge_into(composed, _placed(node, at))
         return composed
 
@@ -242,7 +249,7 @@ def _package_path(package: str, group: str) -> tuple[str, ...]:
     return tuple(part for part in package.replace("_group_", group.replace("/", ".")).split(".") if part)
 
 
-def _placed(node: Table, at: tuple[str, ...]) -> Table:
+def _placed(node: Table | Seq, at: tuple[str, ...]) -> Table:
     for key in reversed(at):
         outer = Table()
         outer.put(key, node, None)

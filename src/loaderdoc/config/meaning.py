@@ -15,6 +15,7 @@ every loader below the table that holds it. No torch, no textual.
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -443,10 +444,15 @@ def _settle(hits: list[Hit], unattributed: list[str], disagreeing: dict[str, str
     are said (in ``unattributed``, and by setting in ``disagreeing``) and left out, never one picked
     at random."""
     out: dict[str, list[Hit]] = {}
-    for hit in hits:
+    per_owner = collections.Counter(h.owner for h in hits)
+    # where keys agree, the one in the table holding most of the loader's settings is named (its
+    # DataLoader arguments: super-gradients' val_dataloader_params.batch_size over a legacy val_batch_size)
+    for hit in sorted(hits, key=lambda h: -per_owner[h.owner]):
         out.setdefault(hit.setting, []).append(hit)
     for setting, hit_list in list(out.items()):
         if setting == "batch_size":
+            if any(h.value is not None for h in hit_list):  # a null beside a number is "not set here"
+                hit_list = [h for h in hit_list if h.value is not None]  # (super-gradients' empty shortcut)
             best = min(SCOPE_ORDER.index(h.scope) for h in hit_list)
             chosen = [h for h in hit_list if SCOPE_ORDER.index(h.scope) == best]
             others = [h for h in hit_list if h not in chosen]

@@ -35,9 +35,11 @@ NOT_READ = {".json5": "JSON5", ".ini": "INI", ".cfg": "INI (setup.cfg-style)",
 
 
 def parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
-               notes: list[str] | None = None, run_time: list[str] | None = None) -> Table:
-    """The file's tree; ``notes`` and ``run_time`` get what a ``.py`` file leaves to its run."""
-    table = _parse_file(path, text, import_file=import_file, notes=notes, run_time=run_time)
+               notes: list[str] | None = None, run_time: list[str] | None = None,
+               list_ok: bool = False) -> Table | Seq:
+    """The file's tree; ``notes`` and ``run_time`` get what a ``.py`` file leaves to its run.
+    ``list_ok``: a YAML or JSON file may hold a list (a Hydra group option placed at a key)."""
+    table = _parse_file(path, text, import_file=import_file, notes=notes, run_time=run_time, list_ok=list_ok)
     if _has_huge_int(table):  # 0x and 4000 hex digits parse (a power of two base has no digit limit), then
         raise SettingsError(f"{path}: {HUGE_NUMBER}")  # nothing can print it: exit 70 (issue 49)
     return table
@@ -59,16 +61,17 @@ def _has_huge_int(value: Any, depth: int = 0) -> bool:
 
 
 def _parse_file(path: Path, text: str, *, import_file: ImportFile | None = None,
-                notes: list[str] | None = None, run_time: list[str] | None = None) -> Table:
+                notes: list[str] | None = None, run_time: list[str] | None = None,
+                list_ok: bool = False) -> Table | Seq:
     suffix = path.suffix.lower() or (path.name.lower() if path.name.startswith(".") else "")
     where = str(path)
     try:
         if suffix == ".py":
             return read_python(text, where, import_file=import_file, notes=notes, run_time=run_time)
         if suffix in (".yaml", ".yml"):
-            return _parse_yaml(text, path)
+            return _parse_yaml(text, path, list_ok=list_ok)
         if suffix in (".json", ".jsonc"):
-            return _with_origins(_parse_json(text, path), where, (), {})
+            return _with_origins(_parse_json(text, path, list_ok=list_ok), where, (), {})
         if suffix == ".toml":
             return _with_origins(_parse_toml(text, path), where, (), {})
         if suffix in NOT_READ:  # read where its text is also TOML or YAML (an INI section often is)
@@ -128,9 +131,11 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _as_mapping(data: Any, path: Path) -> dict[str, Any]:
+def _as_mapping(data: Any, path: Path, *, list_ok: bool = False) -> dict[str, Any] | list[Any]:
     if data is None:
         return {}
+    if list_ok and isinstance(data, list):
+        return data
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
     return data
@@ -145,7 +150,7 @@ def _parse_toml(text: str, path: Path) -> dict[str, Any]:
         raise SettingsError(f"{path}: not valid TOML: {first_line(exc)}") from None
 
 
-def _parse_json(text: str, path: Path) -> dict[str, Any]:
+def _parse_json(text: str, path: Path, *, list_ok: bool = False) -> dict[str, Any] | list[Any]:
     """JSON, and JSON with ``//`` and ``/* */`` comments outside its strings and commas before a
     closing bracket (what Mozilla TTS's, Amphion's json5 and VS Code's loaders read): the comments
     and those commas become blanks, so every line keeps its number."""
@@ -164,7 +169,7 @@ def _parse_json(text: str, path: Path) -> dict[str, Any]:
         if "integer string conversion" in str(exc):
             raise SettingsError(f"{path}: {HUGE_NUMBER}") from None
         raise SettingsError(f"{path}: not valid JSON: {exc}") from None
-    return _as_mapping(data, path)
+    return _as_mapping(data, path, list_ok=list_ok)
 
 
 def scanned_text(path: Path, text: str) -> str:
@@ -232,7 +237,7 @@ def _without_trailing_commas(text: str) -> str | None:
     return "".join(out) if found else None
 
 
-def _parse_yaml(text: str, path: Path) -> Table:
+def _parse_yaml(text: str, path: Path, *, list_ok: bool = False) -> Table | Seq:
     import yaml
 
     class ConfigLoader(yaml.SafeLoader):
@@ -281,7 +286,7 @@ def _parse_yaml(text: str, path: Path) -> Table:
         raise SettingsError(f"{path}{line}: not valid YAML: {problem}") from None
     finally:
         loader.dispose()
-    return _with_origins(_as_mapping(data, path), str(path), (), lines, frozenset(templates))
+    return _with_origins(_as_mapping(data, path, list_ok=list_ok), str(path), (), lines, frozenset(templates))
 
 
 def _bound_expansion(root, path: Path) -> None:

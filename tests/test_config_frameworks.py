@@ -1,5 +1,5 @@
 """Configs read for what the framework between them and torch makes of them (issue 50): real files
-of OLMo, llm-foundry, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
+of OLMo, llm-foundry, mosaicml/examples' BERT, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
 latent-diffusion (tests/fixtures/configs/projects/, each with its source and commit in SOURCES.md,
 each rule read in the framework's code at that commit). Per loader and setting: the file's value
 and line, and what the run gets where the framework changes it (``run``) or fills it (``framework``)."""
@@ -39,6 +39,13 @@ EXPECTED = {
                   "pin_memory": (("framework", True), None), "prefetch_factor": (("framework", 2), None),
                   "persistent_workers": (("framework", True), None)},
         "eval": {"batch_size": ((16, 86), None), "num_workers": ((8, 56), None), "drop_last": ((False, 55), None)}}),
+    # llm-foundry's layout, but the benchmark's own main.py: its eval loader takes the global batch, not
+    # device_eval_batch_size (line 81, read as the eval batch before)
+    "mosaicml-examples/examples/benchmarks/bert/yamls/main/mosaic-bert-base-uncased.yaml": ("mosaicml/examples BERT", {
+        "train": {"batch_size": ((4096, 77), None), "num_workers": ((8, 42), None), "shuffle": ((True, 39), False),
+                  "pin_memory": (("framework", True), None), "persistent_workers": (("framework", True), None)},
+        "eval": {"batch_size": ((4096, 77), None), "num_workers": ((8, 55), None), "drop_last": ((False, 54), None),
+                 "shuffle": ((False, 52), None), "prefetch_factor": (("framework", 2), None)}}),
     "axolotl/examples/llama-3/lora-8b.yml": ("axolotl", {
         "train": {"batch_size": ((2, 41), None), "num_workers": (("torch", 0), WORLD),
                   "pin_memory": (("framework", True), None), "prefetch_factor": (("framework", 256), None),
@@ -103,6 +110,18 @@ def test_each_framework_config_is_read_as_its_run_gets_it(relative):
             else:
                 assert (entry["value"], entry["set_by"]["line"]) == stated, (name, setting, entry)
             assert _run(entry) == run, (name, setting, entry)
+
+
+def test_the_bert_benchmark_s_eval_batch_is_a_total_and_its_device_eval_batch_size_is_said_unused():
+    got = describe(read_config(PROJECTS / "mosaicml-examples/examples/benchmarks/bert/yamls/main/"
+                                          "mosaic-bert-base-uncased.yaml"))
+    (evaluation,) = [lo for lo in got["loaders"] if lo["name"] == "eval"]
+    assert evaluation["batch_scope"] == "total", evaluation
+    assert "device_eval_batch_size = 128 (not the eval loader's" in " ".join(evaluation["also"]), evaluation
+    # llm-foundry's own file keeps device_eval_batch_size as its eval loader's, per process
+    foundry = describe(read_config(PROJECTS / "llm-foundry/scripts/train/yamls/pretrain/mpt-125m.yaml"))
+    (evaluation,) = [lo for lo in foundry["loaders"] if lo["name"] == "eval"]
+    assert evaluation["batch_scope"] == "per_gpu" and evaluation["settings"]["batch_size"]["value"] == 16
 
 
 def test_olmo_s_prefetch_factor_with_no_workers_is_no_crash_and_its_file_values_stay_recommended(monkeypatch):

@@ -227,17 +227,48 @@ def is_llm_foundry(tree: Table, loaders: list[FoundLoader], frameworks: set[str]
     return (table(tree, "train_loader") or {}).get("name") in FOUNDRY_BUILDERS
 
 
-def llm_foundry(loaders: list[FoundLoader], tree: Table) -> None:
+def llm_foundry(loaders: list[FoundLoader], tree: Table, *, who: str = LLM_FOUNDRY,
+                builders: dict[str, str] = FOUNDRY_BUILDERS) -> None:
     for loader in loaders:
         key = "train_loader" if loader.name == "train" else "eval_loader"
-        builder = FOUNDRY_BUILDERS.get((table(tree, key) or {}).get("name"), "its dataloader builder")
+        builder = builders.get((table(tree, key) or {}).get("name"), "its dataloader builder")
         for setting, value in (("pin_memory", True), ("prefetch_factor", 2), ("persistent_workers", True)):
             if setting not in loader.keys:
-                loader.defaults[setting] = (value, f"llm-foundry's default in {builder}")
+                loader.defaults[setting] = (value, f"{who}'s default in {builder}")
         if loader.values.get("shuffle") is True:  # dataset.shuffle: the streaming dataset (or the sampler) shuffles
-            loader.run["shuffle"] = RunValue(False, f"llm-foundry gives {'.'.join(loader.keys['shuffle'])} to the "
+            loader.run["shuffle"] = RunValue(False, f"{who} gives {'.'.join(loader.keys['shuffle'])} to the "
                                                     "dataset (a StreamingDataset shuffles itself) or the sampler, "
                                                     "never to the DataLoader")
+
+
+# ---- mosaicml/examples' BERT benchmark ------------------------------------------------------------
+MOSAIC_BERT = "mosaicml/examples BERT"
+MOSAIC_BERT_MODELS = ("mosaic_bert", "hf_bert")  # the benchmark's models; llm-foundry registers no BERT
+MOSAIC_BERT_MAIN = "examples/benchmarks/bert/main.py"
+
+
+def is_mosaic_bert(tree: Table, loaders: list[FoundLoader], frameworks: set[str]) -> bool:
+    """llm-foundry's layout for a BERT of mosaicml/examples' benchmark, whose own main.py builds the loaders."""
+    return is_llm_foundry(tree, loaders, frameworks) and (table(tree, "model") or {}).get("name") in MOSAIC_BERT_MODELS
+
+
+def mosaic_bert(loaders: list[FoundLoader], tree: Table) -> None:
+    """llm-foundry's builder defaults (its src/text_data.py is llm-foundry's ancestor), but the eval
+    loader takes global_eval_batch_size, else global_train_batch_size, over the world size: main.py
+    never passes device_eval_batch_size on (it was read as the eval loader's batch)."""
+    llm_foundry(loaders, tree, who=MOSAIC_BERT, builders={"text": "src/text_data.py build_text_dataloader"})
+    key = "global_eval_batch_size" if "global_eval_batch_size" in tree else "global_train_batch_size"
+    total, _ = value_at(tree, key)
+    if count(total) is None:
+        return
+    for loader in loaders:
+        if loader.name == "train":
+            continue
+        stated = [f"{'.'.join(loader.keys['batch_size'])} = {loader.values['batch_size']!r} (not the eval "
+                  f"loader's: {MOSAIC_BERT_MAIN} gives it {key} over the GPUs)"] if "batch_size" in loader.keys else []
+        loader.put("batch_size", total, (key,), tree.origins.get(key))
+        loader.batch_scope = "total"
+        loader.also = stated
 
 
 # ---- kohya sd-scripts -----------------------------------------------------------------------------

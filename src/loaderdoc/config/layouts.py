@@ -143,6 +143,7 @@ LAYOUTS = (
     Layout(frameworks.FAST_REID, frameworks.is_fast_reid, refine_with=frameworks.fast_reid),
     Layout(frameworks.LIGHTLY, frameworks.is_lightly, refine_with=frameworks.lightly),
     Layout(frameworks.OLMO, frameworks.is_olmo, refine_with=frameworks.olmo),
+    Layout(frameworks.MOSAIC_BERT, frameworks.is_mosaic_bert, refine_with=frameworks.mosaic_bert),
     Layout(frameworks.LLM_FOUNDRY, frameworks.is_llm_foundry, refine_with=frameworks.llm_foundry),
     Layout(frameworks.KOHYA, frameworks.is_kohya, refine_with=frameworks.kohya),
     Layout(frameworks.AXOLOTL, frameworks.is_axolotl, refine_with=frameworks.axolotl),
@@ -181,7 +182,7 @@ BY_NAMES = "read by key names"
 # other layout the training code decides an unset setting (issue 50: fairseq passes pin_memory=True,
 # timm persistent_workers=True), so the read says so and is partial.
 KNOWN_BUILDERS = {"mmengine", HF_LAYOUT, frameworks.SLOWFAST, frameworks.FAST_REID, frameworks.LIGHTLY,
-                  frameworks.OLMO, frameworks.LLM_FOUNDRY, frameworks.KOHYA, frameworks.AXOLOTL,
+                  frameworks.OLMO, frameworks.LLM_FOUNDRY, frameworks.MOSAIC_BERT, frameworks.KOHYA, frameworks.AXOLOTL,
                   frameworks.MOZILLA_TTS, frameworks.LDM}
 DECIDED_BY_CODE = ("batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "persistent_workers",
                    "prefetch_factor")  # the settings a builder commonly passes: said when a file leaves them

@@ -203,3 +203,20 @@ def test_an_empty_shortcut_key_is_not_a_batch_size_that_disagrees():
     val = loaders["val"]["batch_size"]
     assert val["value"] == 512 and val["set_by"]["key"] == "dataset_params.val_dataloader_params.batch_size"
     assert val["set_by"]["line"] == 55
+
+
+# ---- fourth round: FunASR, WeNet (speech toolkits that batch by length) -----------------------------
+def test_a_batch_type_of_length_makes_batch_size_a_size_not_a_count():
+    """FunASR: `batch_type: length` and `batch_size: 25000` fill each batch up to 25000 frames; it was
+    read, and judged, as 25000 samples a batch."""
+    got = read("funasr/paraformer_conformer_12e_6d_2048_256.yaml")
+    (loader,) = got["loaders"]
+    assert loader["settings"]["batch_size"]["unreadable"] == "batch_size: 25000 (batch_type: length)"
+    assert loader["settings"]["num_workers"]["value"] == 4  # the other settings are still read
+    assert any("batches packed by size, not counted" in r for r in got["partial_reasons"])
+
+
+def test_a_static_batch_type_keeps_batch_size_a_count():
+    """WeNet: `batch_type: 'static'`, `batch_size: 16`: sixteen utterances a batch."""
+    (loader,) = read("wenet/train_conformer.yaml")["loaders"]
+    assert loader["settings"]["batch_size"]["value"] == 16 and loader["settings"]["batch_size"]["set_by"]["line"] == 91

@@ -45,6 +45,10 @@ PACKED_BATCH = {"batch_bins", "max_tokens", "bucket_config", "max_batch_length",
                 "dynamic_batching"}
 PACKED_WHY = ("batches packed by size, not counted: the framework fills each batch up to this many bins, "
               "tokens or frames, so the samples in one vary batch to batch")
+# a `batch_type` beside `batch_size` that makes it a size (FunASR's `length`, WeNet's `dynamic`,
+# ESPnet's `numel`); `static` / `example` / `sorted` / `folded` keep it a count of samples
+SIZE_BATCH_TYPES = {"length", "token", "tokens", "frame", "frames", "numel", "bin", "bins", "dynamic",
+                    "duration", "size", "bucket"}
 
 # what the remaining words name
 NAMES: dict[tuple[str, ...], str] = {
@@ -252,6 +256,11 @@ def collect_hits(tree: Table, opaque: list[str] | None = None) -> list[Hit]:
                 if key in PACKED_BATCH and value not in (None, False, 0):
                     hits.append(Hit("batch_size", (*path, key), Unread(f"{key}: {_shown(value)}", PACKED_WHY),
                                     node.origins.get(key), split_of_key(key), "total", item))
+                    continue
+                if key == "batch_size" and value is not None and \
+                        str(node.get("batch_type", "")).strip().lower() in SIZE_BATCH_TYPES:
+                    hits.append(Hit("batch_size", (*path, key), Unread(f"{key}: {_shown(value)} (batch_type: "
+                                    f"{node['batch_type']})", PACKED_WHY), node.origins.get(key), None, "loader", item))
                     continue
                 if isinstance(value, Table) and any(value.get(k) is False for k in ("enable", "enabled")):
                     continue  # a loader the file switches off (torchtitan's [validation] enable = false)

@@ -220,3 +220,15 @@ def test_a_static_batch_type_keeps_batch_size_a_count():
     """WeNet: `batch_type: 'static'`, `batch_size: 16`: sixteen utterances a batch."""
     (loader,) = read("wenet/train_conformer.yaml")["loaders"]
     assert loader["settings"]["batch_size"]["value"] == 16 and loader["settings"]["batch_size"]["set_by"]["line"] == 91
+
+
+# ---- fifth round: 8 more projects (coqui-ai/TTS's recipe among them) --------------------------------
+def test_a_script_s_config_object_is_not_labelled_hydra():
+    """coqui-ai/TTS's recipe: `config = VitsConfig(batch_size=32, ..., num_loader_workers=8)`. The call
+    the Python reader records (a `_target_` of its own) made the layout "Hydra", and the partial line
+    "loaderdoc knows no rule of how Hydra builds its DataLoaders"."""
+    got = read("coqui-tts/train_vits.py")
+    assert got["layout"] != "Hydra" and not any("Hydra" in r for r in got["partial_reasons"]), got["layout"]
+    loaders = by_name(got)
+    assert (loaders["train"]["batch_size"]["value"], loaders["train"]["num_workers"]["value"]) == (32, 8)
+    assert (loaders["eval"]["batch_size"]["value"], loaders["eval"]["num_workers"]["value"]) == (16, 4)

@@ -42,12 +42,14 @@ def _table(tree: Table, key: str) -> Table | None:
 
 
 def _has_target(tree: Table, loaders: list[FoundLoader]) -> bool:
+    """A ``_target_`` key the file writes above a loader setting: not the one the Python reader
+    records for a call (``config = VitsConfig(batch_size=32)`` in a script is no Hydra node)."""
     for loader in loaders:
         for path in loader.keys.values():
             node: Any = tree
             for key in path[:-1]:
                 node = node.get(key) if isinstance(node, dict) else None
-            if isinstance(node, dict) and "_target_" in node:
+            if isinstance(node, Table) and "_target_" in node and node.origins.get("_target_") is not None:
                 return True
     return False
 

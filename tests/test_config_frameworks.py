@@ -1,5 +1,5 @@
 """Configs read for what the framework between them and torch makes of them (issue 50): real files
-of OLMo, llm-foundry, mosaicml/examples' BERT, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
+of OLMo, llm-foundry, mosaicml/examples' BERT, BasicSR, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
 latent-diffusion (tests/fixtures/configs/projects/, each with its source and commit in SOURCES.md,
 each rule read in the framework's code at that commit). Per loader and setting: the file's value
 and line, and what the run gets where the framework changes it (``run``) or fills it (``framework``)."""
@@ -46,6 +46,13 @@ EXPECTED = {
                   "pin_memory": (("framework", True), None), "persistent_workers": (("framework", True), None)},
         "eval": {"batch_size": ((4096, 77), None), "num_workers": ((8, 55), None), "drop_last": ((False, 54), None),
                  "shuffle": ((False, 52), None), "prefetch_factor": (("framework", 2), None)}}),
+    "basicsr/options/train/SRResNet_SRGAN/train_MSRResNet_x4.yml": ("BasicSR", {
+        "train": {"batch_size": ((16, 39), None), "num_workers": ((6, 38), None), "shuffle": (("framework", False), None),
+                  "drop_last": (("framework", True), None), "pin_memory": (("framework", False), None)},
+        "val": {"batch_size": (("framework", 1), None), "num_workers": (("framework", 0), None)}}),
+    # Real-ESRGAN trains with BasicSR: its use_shuffle is read nowhere (the sampler shuffles)
+    "real-esrgan/options/train_realesrnet_x4plus.yml": ("BasicSR", {
+        "train": {"batch_size": ((12, 69), None), "num_workers": ((5, 68), None), "shuffle": ((True, 67), False)}}),
     "axolotl/examples/llama-3/lora-8b.yml": ("axolotl", {
         "train": {"batch_size": ((2, 41), None), "num_workers": (("torch", 0), WORLD),
                   "pin_memory": (("framework", True), None), "prefetch_factor": (("framework", 256), None),
@@ -122,6 +129,14 @@ def test_the_bert_benchmark_s_eval_batch_is_a_total_and_its_device_eval_batch_si
     foundry = describe(read_config(PROJECTS / "llm-foundry/scripts/train/yamls/pretrain/mpt-125m.yaml"))
     (evaluation,) = [lo for lo in foundry["loaders"] if lo["name"] == "eval"]
     assert evaluation["batch_scope"] == "per_gpu" and evaluation["settings"]["batch_size"]["value"] == 16
+
+
+def test_basicsr_s_batch_is_one_process_s_and_the_gpus_multiply_it_when_not_distributed():
+    got = describe(read_config(PROJECTS / "real-esrgan/options/train_realesrnet_x4plus.yml"))
+    (train,) = got["loaders"]
+    assert train["batch_scope"] == "per_gpu" and got["read"] == "complete"
+    assert train["also"] == ["batch_size_per_gpu and num_worker_per_gpu times num_gpu: 4 in one process when not "
+                             "launched distributed (--launcher none: basicsr/data/__init__.py build_dataloader)"]
 
 
 def test_olmo_s_prefetch_factor_with_no_workers_is_no_crash_and_its_file_values_stay_recommended(monkeypatch):

@@ -421,3 +421,42 @@ def latent_diffusion(loaders: list[FoundLoader], tree: Table) -> None:
             other = copy_loader(source, split, ("batch_size", "num_workers"))
             other.batch_scope = "per_gpu"
             loaders.append(other)
+
+
+# ---- BasicSR (and the projects built on it: Real-ESRGAN, GFPGAN, ...) -----------------------------
+BASICSR = "BasicSR"
+BASICSR_BUILDER = "basicsr/data/__init__.py build_dataloader"
+
+
+def is_basicsr(tree: Table, loaders: list[FoundLoader], frameworks: set[str]) -> bool:
+    """``datasets.train`` holding BasicSR's per-GPU keys, beside its ``model_type`` / ``network_g``."""
+    train = table(tree, "datasets", "train") or Table()
+    return bool({"batch_size_per_gpu", "num_worker_per_gpu"} & set(train)) and bool({"model_type", "network_g"} & set(tree))
+
+
+def basicsr(loaders: list[FoundLoader], tree: Table) -> None:
+    """The train loader: the per-GPU keys, an EnlargedSampler that shuffles every epoch (so the
+    DataLoader's shuffle=False; ``use_shuffle`` is read nowhere), drop_last=True, pin_memory and
+    persistent_workers from the file else False. Not launched distributed, one process takes
+    num_gpu times both. Every val/test dataset's loader: batch 1, 0 workers, no shuffle."""
+    train = named(loaders, "train")
+    if train is not None:
+        sampler = f"{BASICSR_BUILDER} passes shuffle=False beside its EnlargedSampler, which shuffles every epoch"
+        if "shuffle" in train.keys:
+            train.run["shuffle"] = RunValue(False, f"{sampler}; {'.'.join(train.keys['shuffle'])} is read nowhere")
+        for setting, value, why in (("shuffle", False, sampler), ("drop_last", True, f"fixed in {BASICSR_BUILDER}"),
+                                    ("pin_memory", False, f"{BASICSR_BUILDER}'s default"),
+                                    ("persistent_workers", False, f"{BASICSR_BUILDER}'s default")):
+            if setting not in train.keys:
+                train.defaults[setting] = (value, why)
+        gpus, where = value_at(tree, "num_gpu")
+        if gpus == "auto" or (count(gpus) or 0) > 1:
+            train.also = [f"batch_size_per_gpu and num_worker_per_gpu times {where.split(',')[0]} in one process "
+                          f"when not launched distributed (--launcher none: {BASICSR_BUILDER})"]
+    phases = sorted({str(key).split("_")[0] for key in table(tree, "datasets") or () if str(key).startswith(("val", "test"))})
+    for phase in phases:
+        if named(loaders, phase) is None:
+            loader = FoundLoader(phase, layout=BASICSR, batch_scope="per_gpu")
+            for setting, value in (("batch_size", 1), ("num_workers", 0), ("shuffle", False)):
+                loader.defaults[setting] = (value, f"fixed for every {phase} dataset in {BASICSR_BUILDER}")
+            loaders.append(loader)

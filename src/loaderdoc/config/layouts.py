@@ -151,6 +151,7 @@ LAYOUTS = (
     Layout(frameworks.AXOLOTL, frameworks.is_axolotl, refine_with=frameworks.axolotl),
     Layout(frameworks.MOZILLA_TTS, frameworks.is_mozilla_tts, refine_with=frameworks.mozilla_tts),
     Layout(frameworks.LDM, frameworks.is_latent_diffusion, refine_with=frameworks.latent_diffusion),
+    Layout(frameworks.BASICSR, frameworks.is_basicsr, refine_with=frameworks.basicsr),
     Layout("DeepSpeed", _is_deepspeed, _deepspeed),
     Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
     # the Runner's own keys: a `_base_` chain alone is mmengine's Config, which other projects use with
@@ -185,7 +186,7 @@ BY_NAMES = "read by key names"
 # timm persistent_workers=True), so the read says so and is partial.
 KNOWN_BUILDERS = {"mmengine", HF_LAYOUT, frameworks.SLOWFAST, frameworks.FAST_REID, frameworks.LIGHTLY,
                   frameworks.OLMO, frameworks.LLM_FOUNDRY, frameworks.MOSAIC_BERT, frameworks.KOHYA, frameworks.AXOLOTL,
-                  frameworks.MOZILLA_TTS, frameworks.LDM}
+                  frameworks.MOZILLA_TTS, frameworks.LDM, frameworks.BASICSR}
 DECIDED_BY_CODE = ("batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "persistent_workers",
                    "prefetch_factor")  # the settings a builder commonly passes: said when a file leaves them
 

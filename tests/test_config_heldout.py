@@ -232,3 +232,16 @@ def test_a_script_s_config_object_is_not_labelled_hydra():
     loaders = by_name(got)
     assert (loaders["train"]["batch_size"]["value"], loaders["train"]["num_workers"]["value"]) == (32, 8)
     assert (loaders["eval"]["batch_size"]["value"], loaders["eval"]["num_workers"]["value"]) == (16, 4)
+
+
+# ---- sixth round: nanotron, verl, ai-toolkit, nanoGPT, ... ---------------------------------------
+def test_a_hydra_defaults_entry_with_a_package_is_that_file_placed_at_its_key():
+    """verl's ppo_trainer.yaml: `- reward_manager@reward_manager` (a config beside it, placed at
+    reward_manager) was looked for as a file named 'reward_manager@reward_manager.yaml'."""
+    path = HELDOUT / "verl/verl/trainer/config/ppo_trainer.yaml"
+    got = describe(read_config(path))
+    assert not any("reward_manager" in r for r in got["partial_reasons"]), got["partial_reasons"]
+    assert read_config(path).document["reward_manager"]["source"] == "register"
+    train = by_name(got)["train"]  # one driver process builds it: 1024 prompts a batch, 8 workers
+    assert (train["batch_size"]["value"], train["num_workers"]["value"], train["shuffle"]["value"]) == (1024, 8, True)
+    assert train["batch_size"]["set_by"]["file"].endswith("data/legacy_data.yaml")

@@ -181,12 +181,14 @@ class _Loader:
             if kind == "self":
                 merge_into(composed, own)
             elif kind == "file":
+                entry, _, pkg = entry.partition("@")  # `reward_manager@reward_manager`: placed at that key (verl)
                 name = entry if entry.endswith((".yaml", ".yml")) else f"{entry}.yaml"
                 found = self.group_file(path, name.lstrip("/"), absolute=name.startswith("/"))
                 if found is None:
                     self.missing(f"{path}: defaults names {entry!r}, not found beside it")
                     continue
-                merge_into(composed, self.file(found, named_by=f"defaults of {path.name}") or Table())
+                node = self.file(found, named_by=f"defaults of {path.name}") or Table()
+                merge_into(composed, _placed(node, _package_path(pkg, "")) if pkg else node)
             else:
                 group, option, pkg, optional = entry
                 options = option if isinstance(option, list) else [option]

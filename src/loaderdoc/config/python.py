@@ -124,12 +124,11 @@ class _Reader:
                 table.put(key, self.field_value(item.value, (node.name, key)), self.origin((node.name, key), item))
             elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
                 for statement in ast.walk(item):
-                    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-                        target = statement.targets[0]
-                        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                                and target.value.id == "self":
-                            path = (node.name, target.attr)
-                            table.put(target.attr, self.value(statement.value, path), self.origin(path, statement))
+                    chain = _self_chain(statement.targets[0]) if isinstance(statement, ast.Assign) \
+                        and len(statement.targets) == 1 else None
+                    if chain:  # self.num_workers = 4, or DAMO-YOLO's self.train.batch_size = 256
+                        path = (node.name, *chain)
+                        _put_at(table, chain, self.value(statement.value, path), self.origin(path, statement))
         inherited = [self.packaged[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in self.packaged]
         if table and inherited:  # YOLOX's `class Exp(MyExp)`: the base's defaults decide what is not set here
             self.run_time.append(f"{self.where}:{node.lineno}: class {node.name} inherits {', '.join(inherited)}, an "
@@ -349,3 +348,21 @@ def module_file(module: str, level: int, importer: Path) -> Path | None:
             if candidate is not None and candidate.is_file():
                 return candidate
     return None
+
+
+def _self_chain(target: ast.expr) -> tuple[str, ...] | None:
+    """``self.a.b`` -> ("a", "b"); None for a target not rooted at ``self``."""
+    names: list[str] = []
+    while isinstance(target, ast.Attribute):
+        names.append(target.attr)
+        target = target.value
+    return tuple(reversed(names)) if names and isinstance(target, ast.Name) and target.id == "self" else None
+
+
+def _put_at(table: Table, chain: tuple[str, ...], value: Any, origin: Origin) -> None:
+    """``value`` at ``chain`` below ``table``, its tables made where the class sets none."""
+    for key in chain[:-1]:
+        if not isinstance(table.get(key), Table):
+            table.put(key, Table(), None)
+        table = table[key]
+    table.put(chain[-1], value, origin)

@@ -1,5 +1,5 @@
 """Configs read for what the framework between them and torch makes of them (issue 50): real files
-of OLMo, llm-foundry, mosaicml/examples' BERT, BasicSR, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
+of OLMo, llm-foundry, mosaicml/examples' BERT, BasicSR, RT-DETR, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
 latent-diffusion (tests/fixtures/configs/projects/, each with its source and commit in SOURCES.md,
 each rule read in the framework's code at that commit). Per loader and setting: the file's value
 and line, and what the run gets where the framework changes it (``run``) or fills it (``framework``)."""
@@ -53,6 +53,15 @@ EXPECTED = {
     # Real-ESRGAN trains with BasicSR: its use_shuffle is read nowhere (the sampler shuffles)
     "real-esrgan/options/train_realesrnet_x4plus.yml": ("BasicSR", {
         "train": {"batch_size": ((12, 69), None), "num_workers": ((5, 68), None), "shuffle": ((True, 67), False)}}),
+    # RT-DETR's __include__ lists merged in order, the file last: v1's include/dataloader.yml batch 4
+    # over coco_detection.yml's 8; v2's total_batch_size a total its solver divides among the GPUs
+    "rt-detr/rtdetr_pytorch/configs/rtdetr/rtdetr_r50vd_6x_coco.yml": ("RT-DETR (YAMLConfig)", {
+        "train": {"batch_size": ((4, 23), None), "shuffle": ((True, 22), None), "num_workers": ((4, 24), None),
+                  "drop_last": ((True, 19), None), "pin_memory": (("torch", False), None)},
+        "val": {"batch_size": ((8, 38), None), "shuffle": ((False, 37), None), "drop_last": ((False, 35), None)}}),
+    "rt-detr/rtdetrv2_pytorch/configs/rtdetrv2/rtdetrv2_r18vd_120e_coco.yml": ("RT-DETR (YAMLConfig)", {
+        "train": {"batch_size": ((16, 27), None), "num_workers": ((4, 28), None)},
+        "val": {"batch_size": ((32, 38), None)}}),
     "axolotl/examples/llama-3/lora-8b.yml": ("axolotl", {
         "train": {"batch_size": ((2, 41), None), "num_workers": (("torch", 0), WORLD),
                   "pin_memory": (("framework", True), None), "prefetch_factor": (("framework", 256), None),

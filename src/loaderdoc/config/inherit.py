@@ -8,6 +8,7 @@ Followed, never run:
   LazyConfig imports (``from ..common.data.coco import dataloader``), with later
   ``.update(...)``, item and attribute assignment (:mod:`.python`);
 - detectron2 / yacs ``_BASE_: "../Base-RCNN-FPN.yaml"``;
+- RT-DETR's ``__include__: [...]`` (D-FINE's, DEIM's): merged in order, the file over them;
 - Hydra ``defaults`` lists (groups, ``override``, ``optional``, ``@package``, ``_self_``);
 - ``${a.b}`` / ``${.x}`` interpolations and SpeechBrain's ``!ref <a>``; ``${oc.env:VAR}`` is left
   unresolved and said.
@@ -124,6 +125,8 @@ class _Loader:
             tree = self.mmengine_bases(path, tree)
         if isinstance(tree.get("_BASE_"), str):
             tree = self.yacs_base(path, tree)
+        if isinstance(tree.get("__include__"), list):
+            tree = self.includes(path, tree)
         if path.suffix.lower() in (".yaml", ".yml") and isinstance(tree.get("defaults"), list):
             tree = self.hydra_defaults(path, tree)
         return tree
@@ -148,6 +151,18 @@ class _Loader:
         name = tree["_BASE_"]
         base = self.file(path.parent / name, named_by=f"_BASE_ of {path.name}") or Table()
         return merge_into(base, without(tree, "_BASE_"))
+
+    def includes(self, path: Path, tree: Table) -> Table:
+        """RT-DETR's ``__include__`` (its YAMLConfig, which D-FINE and DEIM share): the files, each
+        relative to this one, merged in order, later over earlier, this file over them all."""
+        self.loaded.frameworks.add("RT-DETR __include__")
+        merged = Table()
+        for name in tree["__include__"]:
+            if isinstance(name, str):
+                base = self.file(path.parent / name, named_by=f"__include__ of {path.name}")
+                if base is not None:
+                    merge_into(merged, base)
+        return merge_into(merged, without(tree, "__include__"))
 
     def hydra_defaults(self, path: Path, tree: Table) -> Table:
         """Compose a Hydra config: each defaults entry's file merged at its package, ``_self_``

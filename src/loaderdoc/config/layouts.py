@@ -140,6 +140,7 @@ def _deepspeed(loaders: list[FoundLoader]) -> None:
             loader.batch_scope = "total"  # DeepSpeed's train_batch_size: micro batch x accumulation x GPUs
 
 
+RTDETR = "RT-DETR (YAMLConfig)"  # unset settings: torch's (its DataLoader takes the table's keys, nothing more)
 LAYOUTS = (
     Layout(frameworks.SLOWFAST, frameworks.is_slowfast, refine_with=frameworks.slowfast),
     Layout(frameworks.FAST_REID, frameworks.is_fast_reid, refine_with=frameworks.fast_reid),
@@ -154,6 +155,8 @@ LAYOUTS = (
     Layout(frameworks.BASICSR, frameworks.is_basicsr, refine_with=frameworks.basicsr),
     Layout("DeepSpeed", _is_deepspeed, _deepspeed),
     Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
+    # RT-DETR's YAMLConfig (D-FINE, DEIM) has mmengine's *_dataloader tables but builds its own loaders
+    Layout(RTDETR, lambda t, lo, f: "RT-DETR __include__" in f),
     # the Runner's own keys: a `_base_` chain alone is mmengine's Config, which other projects use with
     # loader builders of their own (Open-Sora), so it is no evidence of how the loaders are built
     Layout("mmengine", lambda t, lo, f: any(isinstance(t.get(f"{s}_dataloader"), Table) for s in ("train", "val", "test"))),
@@ -184,7 +187,7 @@ BY_NAMES = "read by key names"
 # table to DataLoader), Hugging Face TrainingArguments and the frameworks of frameworks.py. In any
 # other layout the training code decides an unset setting (issue 50: fairseq passes pin_memory=True,
 # timm persistent_workers=True), so the read says so and is partial.
-KNOWN_BUILDERS = {"mmengine", HF_LAYOUT, frameworks.SLOWFAST, frameworks.FAST_REID, frameworks.LIGHTLY,
+KNOWN_BUILDERS = {"mmengine", RTDETR, HF_LAYOUT, frameworks.SLOWFAST, frameworks.FAST_REID, frameworks.LIGHTLY,
                   frameworks.OLMO, frameworks.LLM_FOUNDRY, frameworks.MOSAIC_BERT, frameworks.KOHYA, frameworks.AXOLOTL,
                   frameworks.MOZILLA_TTS, frameworks.LDM, frameworks.BASICSR}
 DECIDED_BY_CODE = ("batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "persistent_workers",

@@ -1,5 +1,5 @@
 """Configs read for what the framework between them and torch makes of them (issue 50): real files
-of OLMo, llm-foundry, mosaicml/examples' BERT, BasicSR, RT-DETR, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
+of OLMo, llm-foundry, mosaicml/examples' BERT, BasicSR, RT-DETR, AudioCraft, axolotl, SlowFast, fast-reid, lightly, kohya sd-scripts, Mozilla TTS and
 latent-diffusion (tests/fixtures/configs/projects/, each with its source and commit in SOURCES.md,
 each rule read in the framework's code at that commit). Per loader and setting: the file's value
 and line, and what the run gets where the framework changes it (``run``) or fills it (``framework``)."""
@@ -62,6 +62,12 @@ EXPECTED = {
     "rt-detr/rtdetrv2_pytorch/configs/rtdetrv2/rtdetrv2_r18vd_120e_coco.yml": ("RT-DETR (YAMLConfig)", {
         "train": {"batch_size": ((16, 27), None), "num_workers": ((4, 28), None)},
         "val": {"batch_size": ((32, 38), None)}}),
+    # AudioCraft: a loader per dataset split, the batch a total (train.py divides it by the world size);
+    # evaluate.num_workers / generate.num_workers (5) are process pools', no loader's
+    "audiocraft/config/solver/musicgen/musicgen_base_32khz.yaml": ("AudioCraft", {
+        "train": {"batch_size": ((192, 28), None), "num_workers": ((10, 40), None), "shuffle": ((True, 36), None),
+                  "pin_memory": (("torch", False), None)},
+        "val": {"batch_size": ((192, 28), None), "num_workers": ((10, 40), None), "shuffle": ((False, 30), None)}, "evaluate": {"batch_size": ((192, 28), None), "num_workers": ((10, 40), None), "shuffle": ((False, 30), None)}, "generate": {"batch_size": ((192, 28), None), "num_workers": ((10, 40), None), "shuffle": ((False, 30), None)}}),
     "axolotl/examples/llama-3/lora-8b.yml": ("axolotl", {
         "train": {"batch_size": ((2, 41), None), "num_workers": (("torch", 0), WORLD),
                   "pin_memory": (("framework", True), None), "prefetch_factor": (("framework", 256), None),
@@ -146,6 +152,15 @@ def test_basicsr_s_batch_is_one_process_s_and_the_gpus_multiply_it_when_not_dist
     assert train["batch_scope"] == "per_gpu" and got["read"] == "complete"
     assert train["also"] == ["batch_size_per_gpu and num_worker_per_gpu times num_gpu: 4 in one process when not "
                              "launched distributed (--launcher none: basicsr/data/__init__.py build_dataloader)"]
+
+
+def test_audiocraft_s_stage_worker_counts_are_no_loader_s_and_its_batch_is_a_total():
+    """Was: "num_workers: dataset.num_workers = 10, generate.num_workers = 5, evaluate.num_workers = 5
+    disagree", the train loader's workers unread, and one loader where the solver builds four."""
+    got = describe(read_config(PROJECTS / "audiocraft/config/solver/musicgen/musicgen_base_32khz.yaml"))
+    assert not any("disagree" in r for r in got["partial_reasons"]), got["partial_reasons"]
+    assert {lo["name"]: lo["batch_scope"] for lo in got["loaders"]} == {
+        "train": "total", "val": "total", "evaluate": "total", "generate": "total"}
 
 
 def test_olmo_s_prefetch_factor_with_no_workers_is_no_crash_and_its_file_values_stay_recommended(monkeypatch):

@@ -21,6 +21,7 @@ from loaderdoc.config.layouts import (
     BY_NAMES,
     DECIDED_BY_CODE,
     LAYOUTS_UNDERSTOOD,
+    RULE_PICKS_KEYS,
     builder_known,
     check_native,
     is_loaderdoc_shaped,
@@ -197,6 +198,10 @@ def read_config(path: str | Path, *, flag: str = "--config") -> ConfigFile:
     config.disagreeing = found.disagreeing
     config.missing += _unread_bases(loaded.tree, loaded.files)
     config.layout = refine(loaded.tree, found.loaders, loaded.frameworks)
+    if config.layout in RULE_PICKS_KEYS:
+        for setting in [s for s in config.disagreeing if all(s in lo.keys for lo in found.loaders)]:
+            note = config.disagreeing.pop(setting)
+            config.unattributed = [line for line in config.unattributed if line != note]
     if not builder_known(config.layout):
         for loader in found.loaders:
             if _from_call(loaded.tree, loader):

@@ -460,3 +460,35 @@ def basicsr(loaders: list[FoundLoader], tree: Table) -> None:
             for setting, value in (("batch_size", 1), ("num_workers", 0), ("shuffle", False)):
                 loader.defaults[setting] = (value, f"fixed for every {phase} dataset in {BASICSR_BUILDER}")
             loaders.append(loader)
+
+
+# ---- AudioCraft (MusicGen, AudioGen, EnCodec solvers) -------------------------------------------
+AUDIOCRAFT = "AudioCraft"
+AUDIO_DATASET_KEYS = {"segment_duration", "sample_on_duration", "sample_on_weight", "min_segment_ratio"}
+AUDIOCRAFT_SPLITS = {"train": "train", "valid": "val", "evaluate": "evaluate", "generate": "generate"}
+
+
+def is_audiocraft(tree: Table, loaders: list[FoundLoader], frameworks: set[str]) -> bool:
+    """A ``dataset:`` table holding a batch_size beside AudioCraft's AudioDataset keys."""
+    dataset = table(tree, "dataset") or Table()
+    return "batch_size" in dataset and bool(AUDIO_DATASET_KEYS & set(dataset))
+
+
+def audiocraft(loaders: list[FoundLoader], tree: Table) -> None:
+    """A loader per split table under ``dataset`` (builders.get_audio_datasets): the split's own
+    batch_size, num_workers and shuffle over the dataset's; batch_size a total train.py divides by
+    the world size. ``evaluate.num_workers`` / ``generate.num_workers`` are no loader's."""
+    dataset = table(tree, "dataset")
+    if dataset is None:
+        return
+    loaders.clear()
+    for key, name in AUDIOCRAFT_SPLITS.items():
+        split = table(dataset, key)
+        if split is None:
+            continue  # `generate: null`: no loader
+        loader = FoundLoader(name, layout=AUDIOCRAFT, batch_scope="total")
+        for setting in ("batch_size", "num_workers", "shuffle"):
+            source, prefix = (split, ("dataset", key)) if setting in split else (dataset, ("dataset",))
+            if setting in source and source[setting] is not None:
+                loader.put(setting, source[setting], (*prefix, setting), source.origins.get(setting))
+        loaders.append(loader)

@@ -153,6 +153,7 @@ LAYOUTS = (
     Layout(frameworks.MOZILLA_TTS, frameworks.is_mozilla_tts, refine_with=frameworks.mozilla_tts),
     Layout(frameworks.LDM, frameworks.is_latent_diffusion, refine_with=frameworks.latent_diffusion),
     Layout(frameworks.BASICSR, frameworks.is_basicsr, refine_with=frameworks.basicsr),
+    Layout(frameworks.AUDIOCRAFT, frameworks.is_audiocraft, refine_with=frameworks.audiocraft),
     Layout("DeepSpeed", _is_deepspeed, _deepspeed),
     Layout("YOLO (ultralytics / YOLOv5)", lambda t, lo, f: "workers" in t and _top(t, "imgsz", "img_size"), _yolo),
     # RT-DETR's YAMLConfig (D-FINE, DEIM) has mmengine's *_dataloader tables but builds its own loaders
@@ -189,7 +190,11 @@ BY_NAMES = "read by key names"
 # timm persistent_workers=True), so the read says so and is partial.
 KNOWN_BUILDERS = {"mmengine", RTDETR, HF_LAYOUT, frameworks.SLOWFAST, frameworks.FAST_REID, frameworks.LIGHTLY,
                   frameworks.OLMO, frameworks.LLM_FOUNDRY, frameworks.MOSAIC_BERT, frameworks.KOHYA, frameworks.AXOLOTL,
-                  frameworks.MOZILLA_TTS, frameworks.LDM, frameworks.BASICSR}
+                  frameworks.MOZILLA_TTS, frameworks.LDM, frameworks.BASICSR,
+                  frameworks.AUDIOCRAFT}
+# layouts whose rule names the key each loader takes: another key that disagrees is no loader's
+# (AudioCraft's generate.num_workers is a process pool's, beside dataset.num_workers)
+RULE_PICKS_KEYS = {frameworks.AUDIOCRAFT}
 DECIDED_BY_CODE = ("batch_size", "shuffle", "num_workers", "pin_memory", "drop_last", "persistent_workers",
                    "prefetch_factor")  # the settings a builder commonly passes: said when a file leaves them
 

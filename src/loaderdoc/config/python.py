@@ -124,11 +124,12 @@ class _Reader:
                 table.put(key, self.field_value(item.value, (node.name, key)), self.origin((node.name, key), item))
             elif isinstance(item, ast.FunctionDef) and item.name == "__init__":
                 for statement in ast.walk(item):
-                    chain = _self_chain(statement.targets[0]) if isinstance(statement, ast.Assign) \
+                    target = self.target_path(statement.targets[0]) if isinstance(statement, ast.Assign) \
                         and len(statement.targets) == 1 else None
-                    if chain:  # self.num_workers = 4, or DAMO-YOLO's self.train.batch_size = 256
-                        path = (node.name, *chain)
-                        _put_at(table, chain, self.value(statement.value, path), self.origin(path, statement))
+                    if target and target[0] == "self" and len(target) > 1:
+                        # self.num_workers = 4, or DAMO-YOLO's self.train.batch_size = 256
+                        path = (node.name, *target[1:])
+                        _put_at(table, target[1:], self.value(statement.value, path), self.origin(path, statement))
         inherited = [self.packaged[b.id] for b in node.bases if isinstance(b, ast.Name) and b.id in self.packaged]
         if table and inherited:  # YOLOX's `class Exp(MyExp)`: the base's defaults decide what is not set here
             self.run_time.append(f"{self.where}:{node.lineno}: class {node.name} inherits {', '.join(inherited)}, an "
@@ -348,15 +349,6 @@ def module_file(module: str, level: int, importer: Path) -> Path | None:
             if candidate is not None and candidate.is_file():
                 return candidate
     return None
-
-
-def _self_chain(target: ast.expr) -> tuple[str, ...] | None:
-    """``self.a.b`` -> ("a", "b"); None for a target not rooted at ``self``."""
-    names: list[str] = []
-    while isinstance(target, ast.Attribute):
-        names.append(target.attr)
-        target = target.value
-    return tuple(reversed(names)) if names and isinstance(target, ast.Name) and target.id == "self" else None
 
 
 def _put_at(table: Table, chain: tuple[str, ...], value: Any, origin: Origin) -> None:

@@ -136,15 +136,7 @@ class _Loader:
         bases = tree["_base_"]
         names = [bases] if isinstance(bases, str) else [b for b in bases if isinstance(b, str)] \
             if isinstance(bases, list) else []
-        merged = Table()
-        for name in names:
-            if "::" in name:  # `mmdet::_base_/...`: a file inside an installed package
-                self.missing(f"{path}: _base_ {name!r} lives in an installed package, not beside the config")
-                continue
-            base = self.file(path.parent / name, named_by=f"_base_ of {path.name}")
-            if base is not None:
-                merge_into(merged, base)
-        return merge_into(merged, without(tree, "_base_"))
+        return self.merged_bases(path, tree, "_base_", names)
 
     def yacs_base(self, path: Path, tree: Table) -> Table:
         self.loaded.frameworks.add("detectron2 _BASE_")
@@ -153,16 +145,23 @@ class _Loader:
         return merge_into(base, without(tree, "_BASE_"))
 
     def includes(self, path: Path, tree: Table) -> Table:
-        """RT-DETR's ``__include__`` (its YAMLConfig, which D-FINE and DEIM share): the files, each
-        relative to this one, merged in order, later over earlier, this file over them all."""
+        """RT-DETR's ``__include__`` (its YAMLConfig, which D-FINE and DEIM share): merged as
+        mmengine merges ``_base_``."""
         self.loaded.frameworks.add("RT-DETR __include__")
+        return self.merged_bases(path, tree, "__include__", [n for n in tree["__include__"] if isinstance(n, str)])
+
+    def merged_bases(self, path: Path, tree: Table, key: str, names: list[str]) -> Table:
+        """The files ``names`` (each relative to ``path``) merged in order, later over earlier, and
+        ``tree`` less ``key`` over them all."""
         merged = Table()
-        for name in tree["__include__"]:
-            if isinstance(name, str):
-                base = self.file(path.parent / name, named_by=f"__include__ of {path.name}")
-                if base is not None:
-                    merge_into(merged, base)
-        return merge_into(merged, without(tree, "__include__"))
+        for name in names:
+            if "::" in name:  # `mmdet::_base_/...`: a file inside an installed package
+                self.missing(f"{path}: {key} {name!r} lives in an installed package, not beside the config")
+                continue
+            base = self.file(path.parent / name, named_by=f"{key} of {path.name}")
+            if base is not None:
+                merge_into(merged, base)
+        return merge_into(merged, without(tree, key))
 
     def hydra_defaults(self, path: Path, tree: Table) -> Table:
         """Compose a Hydra config: each defaults entry's file merged at its package, ``_self_``

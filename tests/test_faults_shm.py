@@ -20,6 +20,10 @@ REASON = namespaces_usable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 BATCH = ["--batch-size", "16", "--sample-shape", "3x1024x1024", "--dtype", "uint8"]  # 48 MiB batches
+# the probe stops once settled (3-6 s here, even beside 14 busy processes); the budget is only its cap.
+# 10 s was not always enough beside the suite's other workers (CI at fe94651: "Findings: none", so no
+# worker run failed: the slow 0-worker baseline of 48 MiB batches left no budget for one, as we read it)
+BUDGET = ["--budget", "60"]
 
 
 def shm_findings(doc: dict) -> list[dict]:
@@ -50,7 +54,7 @@ def test_check_predicts_the_failure_before_any_probe(tmp_path):
 def test_probe_hits_the_real_shm_failure_and_reports_the_shm_finding(tmp_path):
     out = tmp_path / "loader.toml"
     env, _ = fault_env()
-    proc = loaderdoc("probe", "--dataset", "faults_data:make_big", *BATCH, "--step-ms", "0", "--budget", "10",
+    proc = loaderdoc("probe", "--dataset", "faults_data:make_big", *BATCH, "--step-ms", "0", *BUDGET,
                      "--json", "--no-progress", "--export", str(out), env=env, prefix=in_small_shm())
     assert proc.returncode == EXIT_OK, proc.stderr
     doc = json.loads(proc.stdout)
@@ -73,10 +77,10 @@ def test_probe_hits_the_real_shm_failure_and_reports_the_shm_finding(tmp_path):
 
 def test_probe_text_output_shows_the_finding_and_its_fix():
     env, _ = fault_env()
-    proc = loaderdoc("probe", "--dataset", "faults_data:make_big", *BATCH, "--step-ms", "0", "--budget", "10",
+    proc = loaderdoc("probe", "--dataset", "faults_data:make_big", *BATCH, "--step-ms", "0", *BUDGET,
                      "--no-progress", env=env, prefix=in_small_shm())
     assert proc.returncode == EXIT_OK, proc.stderr
     flat = " ".join(proc.stdout.split())  # the text wraps to the terminal's width
     findings = flat.split("Findings", 1)[1]
-    assert "shm-too-small" in findings and "docker run --shm-size=" in findings
+    assert "shm-too-small" in findings and "docker run --shm-size=" in findings, proc.stdout[:3000]
     assert "unable to allocate shared memory" in flat  # the failure itself, in the table's notes

@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # data contracts only; the policy never calls into the probe
 # Comparing measurements
 TOLERANCE = 0.03  # "as fast as the best": within 3 % of its steps/s (a cheaper config within it wins)
 MAX_NOISE = 0.10  # repeated runs may widen the tolerance, never past 10 %: larger gaps are real
+BUSY_SHARE = 0.25  # other processes kept >= a quarter of the rank's CPUs busy in a measurement: a busy
+#                    machine, said first; tune then measures the user's settings and its pick again in
+#                    turns, so that a neighbour's load during one trial is not read as a gain
+CLOSE_SPREADS = 2.0  # two candidates closer than twice the spread seen between or within runs are
+#                      measured again in turns before either is called faster
 # How much the step waits for data, the one ladder every judgement uses: below NOT_STARVED_PCT more
 # loading capacity cannot help (the probe stops adding workers, watch and tune call the loop fed);
 # the probe's rules warn from STARVED_WARN_PCT (utilisation under the usual 80 % target, and only
@@ -355,3 +360,8 @@ def noise(results: Iterable[Measurement]) -> float:
 
 def tolerance(results: Iterable[Measurement]) -> float:
     return max(TOLERANCE, noise(results))
+
+
+def busy(other_cpus: float | None, per_rank: float | None) -> bool:
+    """Other processes kept at least :data:`BUSY_SHARE` of the rank's CPUs busy (unknown: not said busy)."""
+    return other_cpus is not None and bool(per_rank) and other_cpus >= BUSY_SHARE * per_rank

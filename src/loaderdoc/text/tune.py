@@ -19,6 +19,11 @@ def render(report) -> str:
         asked = loader.get("asked") or loader.get("settings") or {}
         out.append(f"training loader: {where} ({loader.get('class') or 'DataLoader'}, batch_size="
                    f"{asked.get('batch_size')}); {cpus_text(report.cpu_budget) if report.cpu_budget else 'unknown CPUs'} per rank")
+    if report.busy:
+        lo, hi = report.others_cpus
+        used = f"{lo:.1f}-{hi:.1f}" if hi - lo >= 0.05 else f"{hi:.1f}"
+        out.append(f"busy machine: other processes used {used} of the {cpus_text(report.cpu_budget)} during the trials: "
+                   "every rate below was measured beside that load")
     out.append("")
     out.append(f"{'trial':<6}{'workers':>7}{'prefetch':>9}{'steps/s':>9}{'predicted':>10}{'wait':>6}{'step ms':>9}"
                f"{'workers mem':>13}")
@@ -54,12 +59,24 @@ def render(report) -> str:
         out.append(f"why: {pick.reason}")
         if pick.gain is not None:
             out.append(f"gain over your settings: {pick.gain:.2f}x ({pick.verdict})")
+        out.append(f"noise: {noise_text(report)}")
         for key, why in pick.excluded.items():
             out.append(f"not picked: {key}: {why}")
     for note in report.notes:
         out.append(f"note: {note}")
     out.append(f"{len(report.trials)} trials in {report.elapsed_s:.0f} s; {report.stopped_text}")
     return "\n".join(out) + "\n"
+
+
+def noise_text(report) -> str:
+    """The noise the trials showed (between repeats, or within a run) and what a gain must clear."""
+    pick = report.pick
+    if pick.repeated:
+        again = ", ".join(str(n) for n in pick.repeated)
+        basis = f"your settings and the pick measured again (trial{'s' if len(pick.repeated) > 1 else ''} {again})"
+    else:
+        basis = "no configuration measured twice: from each run's two halves"
+    return f"+/-{pick.noise:.0%}, {basis}; a gain must clear {max(pick.tolerance, pick.noise):.0%}"
 
 
 def shell(command: list[str]) -> str:

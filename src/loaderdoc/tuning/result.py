@@ -91,6 +91,7 @@ class Trial:
     window_steps: int = 0
     window_s: float = 0.0
     settled: bool = False
+    spread: float | None = None  # the window's two halves' rates, relative difference (noise within the run)
     wait_share: float | None = None  # the loop's share of the window spent waiting for a batch
     idle_share: float | None = None  # ... beyond taking a ready batch (the hand-over)
     step_ms: float | None = None  # the training step, per batch
@@ -134,6 +135,8 @@ class Pick:
     gain: float | None = None  # the pick's rate over the user's own settings'
     user_within_tolerance: bool = False
     excluded: dict[str, str] = field(default_factory=dict)  # trial settings measured but not allowed, and why
+    noise: float = 0.0  # half the largest spread between repeats of one configuration, or within a run's window
+    repeated: list[int] = field(default_factory=list)  # trials that measured the user's settings or the pick again
 
     def headline(self) -> str:
         """The pick, its measured rate, the trial, and how far the prediction was."""
@@ -166,6 +169,20 @@ class TuneReport:
     @property
     def user(self) -> Trial | None:
         return self.trials[0] if self.trials else None
+
+    @property
+    def others_cpus(self) -> tuple[float, float] | None:
+        """The least and most CPUs other processes used in the measured trials' windows (None: unknown)."""
+        seen = [t.others_cpus for t in self.trials if t.ok and t.others_cpus is not None]
+        return (min(seen), max(seen)) if seen else None
+
+    @property
+    def busy(self) -> bool:
+        """Some trial ran beside other processes' load (``policy.busy``): the text says so first."""
+        from loaderdoc.policy import busy
+
+        seen = self.others_cpus
+        return seen is not None and busy(seen[1], self.cpu_budget)
 
     @property
     def user_measured(self) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loaderdoc import policy
 from loaderdoc.base.settings import LoaderSettings
@@ -45,6 +45,15 @@ SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none le
 # the floor counts the pool's spin inside the step as work, which on the 2-CPU grid put one thread's step
 # 10-20 % slow (issue 47); below 90 % even that error would not make them the fastest
 THREAD_TRIAL_FLOOR = 0.9
+
+def _mean(trials: list[Trial]) -> float:
+    return sum(t.steps_per_s for t in trials) / len(trials)
+
+
+def _same(a: TrialSettings, b: TrialSettings) -> bool:
+    """One configuration: workers, prefetch depth, persistence and the training process's threads."""
+    return a.key == b.key and a.persistent == b.persistent and a.torch_threads == b.torch_threads
+
 
 RunTrial = Callable[[TrialSettings | None, str, float | None], Trial]
 
@@ -128,7 +137,26 @@ class TuneSearch:
         return [t for t in self.trials if t.ok]
 
     def results(self) -> list[policy.Measured]:
-        return [measured(t, self.uses.get(t.number)) for t in self.ok if not self._twin(t)]
+        pooled = [t for t in self.ok if not self._twin(t)]
+        keys = {t.settings.key for t in pooled}
+        return [measured(t, self.uses.get(t.number)) for key in sorted(keys) for t in self.runs_of(key)]
+
+    def set_aside(self) -> list[tuple[Trial, list[int]]]:
+        """Runs left out of the comparison for a quieter run of the same settings, with those runs' numbers."""
+        out = []
+        for t in self.ok:
+            if policy.busy(t.others_cpus, self.per_rank):
+                quiet = [u.number for u in self.runs_like(t.settings) if u.number != t.number]
+                if quiet and t not in self.runs_like(t.settings):
+                    out.append((t, quiet))
+        return out
+
+    def _quiet(self, runs: list[Trial]) -> list[Trial]:
+        """Runs of one configuration, less those beside other processes' load (:func:`policy.busy`)
+        where a quieter run of it exists: a neighbour's load only slows a run, so the mean of a
+        disturbed run and a quiet one is neither (issue 57)."""
+        quiet = [t for t in runs if not policy.busy(t.others_cpus, self.per_rank)]
+        return quiet or runs
 
     def _twin(self, trial: Trial) -> bool:
         """A trial that turned persistent workers on where the script has them off, or changed the
@@ -142,7 +170,8 @@ class TuneSearch:
         return {t.settings.key for t in self.trials}
 
     def runs_of(self, key: tuple[int, int]) -> list[Trial]:
-        return [t for t in self.ok if t.settings.key == key and not self._twin(t)]
+        """The measured runs of a pooled configuration (the quiet ones where some ran beside a load)."""
+        return self._quiet([t for t in self.ok if t.settings.key == key and not self._twin(t)])
 
     def choice(self) -> policy.Choice | None:
         return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
@@ -169,7 +198,122 @@ class TuneSearch:
     def next_trial(self) -> tuple[TrialSettings, str, float | None] | None:
         # as many workers as CPUs first: a faster trial past them counts only against it
         return (self._at_cpu_limit() or self._predicted_best() or self._after_failure() or self._climb()
-                or self._repeat_beyond() or self._threads() or self._leaner() or self._persistent())
+                or self._repeat_beyond() or self._threads() or self._leaner() or self._persistent()
+                or self._neighbours() or self._repeat_close())
+
+    # ---- before concluding: a model proposes, a measurement decides --------------------------------
+    def _neighbours(self):
+        """The pick's nearest alternatives, measured before the search concludes rather than ruled
+        out by the model: one worker fewer and one more (first the way the loop leans: more where
+        it still waited for data), then the training process's other thread count. On
+        pytorch/examples' ImageNet script the model priced a worker's share of the CPUs above what
+        it cost the step, predicted 1 worker slower than 0, and the search stopped after one trial;
+        1 worker measured 1.1x faster (issue 57)."""
+        nxt = self.unmeasured_neighbours()
+        return nxt[0] if nxt else None
+
+    def unmeasured_neighbours(self) -> list[tuple[TrialSettings, str, float | None]]:
+        """The pick's neighbours not yet measured, in the order they would be (see :meth:`_neighbours`)."""
+        choice = self.choice()
+        if choice is None:
+            return []
+        n = choice.key[0]
+        runs = self.runs_of(choice.key)
+        use = self.uses.get(runs[0].number) if runs else None
+        waits = use is None or use.idle_share >= policy.NOT_STARVED_SHARE
+        measured = {t.settings.key for t in self.trials if not self._twin(t)}
+        out = []
+        for m in ((n + 1, n - 1) if waits else (n - 1, n + 1)):
+            settings = self._settings(m) if m >= 0 else None
+            if settings is None or settings.key in measured:
+                continue
+            predicted = self.predicted(m)
+            said = f"; the model predicts {predicted:.1f} steps/s" if predicted is not None else ""
+            out.append((settings, f"neighbour: {policy.workers_text(m)}, one {'more' if m > n else 'fewer'} than "
+                                  f"the pick's {n}, measured before concluding{said}", predicted))
+        threads = self._other_threads(runs[0] if runs else None)
+        if threads is not None:
+            out.append(threads)
+        return out
+
+    def _other_threads(self, base: Trial | None):
+        """The pick's workers with the training process's other intra-op thread count, where no trial
+        changed the threads yet: as many as its workers leave of the CPUs where it ran more, else half
+        as many where it has workers to share the CPUs with (without workers nothing competes with them)."""
+        if base is None or self.per_rank is None or any(t.settings.torch_threads is not None for t in self.trials):
+            return None
+        threads = base.torch_threads
+        if not threads:
+            return None
+        n = base.settings.num_workers
+        target = policy.thread_target(self.per_rank, n)
+        if threads > target:
+            k = target
+        elif n and threads > 1:
+            k = max(1, threads // 2)
+        else:
+            return None
+        settings = TrialSettings(n, base.settings.prefetch_factor, base.settings.persistent_workers, torch_threads=k)
+        return settings, (f"the other thread count: {policy.workers_text(n)} with {k} intra-op "
+                          f"thread{'s' if k > 1 else ''} instead of {threads}, measured before concluding"), None
+
+    def neighbours_text(self) -> str:
+        """The pick's neighbours as measured (workers one either side, the other thread count), with
+        their rates: what a "settled" search rests on."""
+        choice = self.choice()
+        if choice is None:
+            return ""
+        n = choice.key[0]
+        near = [t for t in self.ok if (not self._twin(t) and abs(t.settings.num_workers - n) == 1)
+                or (t.settings.torch_threads is not None and t.settings.num_workers == n)]
+        seen: dict[str, Trial] = {}
+        for t in near:
+            seen.setdefault(t.settings.text(), t)
+        if not seen:
+            return ""
+        parts = [f"{text} {_mean(self.runs_like(t.settings)):.1f} steps/s (trial {t.number})" for text, t in seen.items()]
+        return (f"next to the pick's {choice.rate:.1f} steps/s ({policy.workers_text(n)}) were measured "
+                + ", ".join(parts))
+
+    def spread(self) -> float:
+        """The noise seen on this machine: half the largest spread between repeated runs of one
+        configuration, or within one run (its window's halves), whichever is larger."""
+        within = max((t.spread for t in self.ok if t.spread is not None), default=0.0) / 2
+        return max(policy.noise(self.results()), within)
+
+    def busy(self) -> bool:
+        """Other processes kept a share of the CPUs busy in some trial (:func:`policy.busy`)."""
+        return any(policy.busy(t.others_cpus, self.per_rank) for t in self.ok)
+
+    def runs_like(self, settings: TrialSettings) -> list[Trial]:
+        """The measured trials of exactly these settings (workers, prefetch, persistence, threads)."""
+        return self._quiet([t for t in self.ok if _same(t.settings, settings)])
+
+    def _repeat_close(self):
+        """Your settings and the pick measured again, in turns (your settings first), where some trial
+        ran beside other processes' load (:func:`policy.busy`) or the two differ by less than
+        :data:`policy.CLOSE_SPREADS` times the spread seen: a neighbour's load during one trial, or a
+        window's drift, is not a gain. On a busy machine a single run of each had called a pick 1.97x
+        faster that ran 0.91x of the user's settings on the quiet machine (issue 57)."""
+        pick = self.pick()
+        user = self.trials[0]
+        if pick is None or not user.ok or _same(pick.settings, user.settings):
+            return None
+        mine, theirs = self.runs_like(user.settings), self.runs_like(pick.settings)
+        if len(mine) >= 2 and len(theirs) >= 2:
+            return None
+        left = self.max_trials - len(self.trials)
+        if left < (2 if len(mine) <= len(theirs) else 1):
+            return None  # a pair that cannot be finished compares nothing
+        if len(mine) == len(theirs) == 1:  # not yet started: only where it may matter
+            gain = pick.gain or 1.0
+            if not (self.busy() or abs(gain - 1) < policy.CLOSE_SPREADS * self.spread()):
+                return None
+        why = ("other processes used the CPUs during the trials" if self.busy()
+               else f"the two differ by less than {policy.CLOSE_SPREADS:g}x the {self.spread():.0%} spread seen")
+        if len(mine) <= len(theirs):
+            return None, f"again: your settings, in turns with the pick ({why})", None
+        return replace(pick.settings), f"again: the pick ({pick.settings.text()}), in turns with your settings ({why})", None
 
     def _after_failure(self):
         """A trial with more workers than any measured one failed (too many processes, memory, a
@@ -406,9 +550,11 @@ class TuneSearch:
         busy = (use.work_cpus or 0.0) + (use.others_cpus or 0.0)  # work: a spinning pool's CPU is not
         if busy >= SATURATED * use.budget:
             what = "loading and the step" if use.load_is_cpu and use.step_is_cpu else "loading" if use.load_is_cpu else "the step" if use.step_is_cpu else "this job and other processes"
+            # a ceiling is an estimate: never stated below a rate some trial measured
+            allows = (f"the CPUs allow about {use.ceiling:.1f} steps/s against the {best.steps_per_s:.1f} measured, so "
+                      if use.ceiling is not None and use.ceiling >= best.steps_per_s else "")
             return (f"{what} kept the {use.budget:g} CPUs {min(1.0, busy / use.budget):.0%} busy at {policy.workers_text(n)}: "
-                    f"the CPUs allow about {use.ceiling:.1f} steps/s against the {best.steps_per_s:.1f} measured, so more "
-                    "workers would only share the same CPUs")
+                    f"{allows}more workers would only share the same CPUs")
         pred = use.best_workers(use.workers_to_keep_up)
         if pred is not None:
             return (f"the fastest trial's window predicts at most {pred[1]:.1f} steps/s ({policy.workers_text(pred[0])}), "
@@ -420,13 +566,11 @@ class TuneSearch:
         choice = self.choice()
         if choice is None:
             return None
-        by_key = {}
-        for t in self.ok:
-            by_key.setdefault(t.settings.key, t)
-        trial = by_key[choice.key]
-        best = by_key[choice.best_key]
+        trial = self.runs_of(choice.key)[0]
+        best = self.runs_of(choice.best_key)[0]
         user = self.trials[0]
-        user_rate = sum(t.steps_per_s for t in self.runs_of(user.settings.key)) / max(1, len(self.runs_of(user.settings.key)))
+        user_runs = self.runs_of(user.settings.key) if not self._twin(user) else self.runs_like(user.settings)
+        user_rate = _mean(user_runs) if user_runs else 0.0
         within = user.ok and user_rate >= choice.best_rate * (1 - choice.tolerance)
         rate = choice.rate
         reason = (f"{trial.settings.text()}: {rate:.1f} steps/s measured, the fewest workers within "
@@ -435,22 +579,29 @@ class TuneSearch:
         # CPUs another worker count needed): kept where it measured faster by more than the tolerance
         twins = [t for t in self.ok if self._twin(t)
                  and (t.settings.key == choice.key or t.settings.torch_threads is not None)]
-        if twins and max(t.steps_per_s for t in twins) > rate * (1 + choice.tolerance):
-            twin = max(twins, key=lambda t: t.steps_per_s)
+        # a twin measured more than once counts at its mean, as the pooled configurations do
+        twin_rate = {t.number: _mean(self.runs_like(t.settings)) for t in twins}
+        if twins and max(twin_rate.values()) > rate * (1 + choice.tolerance):
+            twin = max(twins, key=lambda t: twin_rate[t.number])
             changed = twin.settings
             if changed.torch_threads is not None:
-                reason += (f"; {changed.text()}: {twin.steps_per_s:.1f} steps/s (trial {twin.number}): the "
+                reason += (f"; {changed.text()}: {twin_rate[twin.number]:.1f} steps/s (trial {twin.number}): the "
                            "training process's intra-op threads "
                            f"{'from ' + str(trial.torch_threads) + ' ' if trial.torch_threads else ''}to "
                            f"{changed.torch_threads} (OMP_NUM_THREADS={changed.torch_threads})")
             else:
-                reason += (f"; with persistent_workers=True {twin.steps_per_s:.1f} steps/s (trial {twin.number}): the "
-                           "workers no longer start again each epoch")
-            trial, rate = twin, twin.steps_per_s
+                reason += (f"; with persistent_workers=True {twin_rate[twin.number]:.1f} steps/s (trial {twin.number}): "
+                           "the workers no longer start again each epoch")
+            trial, rate = twin, twin_rate[twin.number]
         if choice.beyond_cpus is not None and self.per_rank is not None and policy.oversubscribed(trial.settings.num_workers, self.per_rank):
             reason += "; more workers than CPUs: " + choice.beyond_cpus.text(self.per_rank)
         excluded = {policy.key_text(k): why for k, why in choice.excluded.items()}
+        gain = rate / user_rate if user.ok and user_rate else None
+        # no gain inside the noise seen (between or within runs) is worth changing
+        within = within or (gain is not None and gain <= 1 + self.spread())
+        repeated = sorted({t.number for g in (user.settings, trial.settings)
+                           if len(runs := [t for t in self.ok if _same(t.settings, g)]) >= 2 for t in runs})
         return Pick(settings=trial.settings, steps_per_s=rate, trial=trial.number, reason=reason,
                     predicted_per_s=trial.predicted_per_s, best_trial=best.number, tolerance=choice.tolerance,
-                    gain=rate / user_rate if user.ok and user_rate else None, user_within_tolerance=within,
-                    excluded=excluded)
+                    gain=gain, user_within_tolerance=within, excluded=excluded,
+                    noise=self.spread(), repeated=repeated)

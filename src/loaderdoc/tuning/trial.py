@@ -332,6 +332,7 @@ def _measure(trial: Trial, windows: list[win.Window], records: list, key: str | 
     trial.window_steps = slowest.steps
     trial.window_s = slowest.seconds
     trial.settled = trial.settled or all(w.settled for w in windows)
+    trial.spread = slowest.spread
     trial.wait_share = slowest.wait_share
     trial.step_ms = 1000 * slowest.step_s / slowest.steps_timed if slowest.steps_timed else None
     trial.wait_ms = 1000 * slowest.wait_s / slowest.waits if slowest.waits else None

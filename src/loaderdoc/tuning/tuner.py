@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 
+MIN_TRIAL_S = 30.0  # a trial's time limit, at the least, however small the budget
+
+
 class Progress(Protocol):
     """What a tune tells as it runs: the command prints it (``commands/tune.py``)."""
 
@@ -44,8 +47,11 @@ class Tuner:
         self.progress = progress
         self.facts = detect()
         self.per_rank = self.facts.cpus_per_rank
+        # the budget is shared: no trial may take more than a third of it (MIN_TRIAL_S at least), so that
+        # a slow or busy first trial still leaves two to compare it with
         self.limits = TrialLimits(steps=options.steps, first_batch_s=options.first_batch_s,
-                                  max_s=min(options.budget_s, max(60.0, options.first_batch_s + 120.0)))
+                                  max_s=min(options.budget_s, max(options.budget_s / 3, MIN_TRIAL_S),
+                                            max(60.0, options.first_batch_s + 120.0)))
         self.started = time.monotonic()
         self.deadline = self.started + options.budget_s
         self.key: str | None = None
@@ -118,10 +124,22 @@ class Tuner:
         # a pick claims a comparison: none from an interrupted search or from your settings alone
         compared = sum(t.ok for t in report.trials) >= 2 and report.trials[0].ok
         report.pick = self.search_state.pick() if compared and report.stopped != "interrupted" else None
-        if report.stopped == "settled" and report.pick is not None:
-            why = self.search_state.settled_reason()
-            if why:
-                report.notes.append(f"no further trial: {why}")
+        search = self.search_state
+        for t, quiet in search.set_aside():
+            report.notes.append(f"trial {t.number} ran beside other processes' {t.others_cpus:.1f} CPUs: the quieter "
+                                f"run{'s' if len(quiet) > 1 else ''} of the same settings (trial "
+                                f"{', '.join(map(str, quiet))}) {'are' if len(quiet) > 1 else 'is'} compared instead")
+        if report.pick is not None:
+            measured = search.neighbours_text()
+            if report.stopped == "settled":
+                why = search.settled_reason()
+                said = f"; {why}" if why else ""
+                report.notes.append(f"no further trial: {measured or 'nothing near the pick was left to measure'}{said}")
+            else:
+                missing = [s.text() for s, _, _ in search.unmeasured_neighbours()]
+                if missing:
+                    report.notes.append(f"not compared ({report.stopped_text}): {'; '.join(missing)}, the pick's "
+                                        "nearest alternatives, were not measured")
         report.elapsed_s = time.monotonic() - self.started
         if report.pick is not None:  # the pick's "fastest trial" is the fastest measured: say what was not
             for t in report.trials[1:]:

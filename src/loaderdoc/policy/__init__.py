@@ -22,9 +22,9 @@ from loaderdoc.policy.choice import (
 from loaderdoc.policy.core import (
     BEYOND_CPUS_PAYS,
     BURSTY_FLOOR_MS,
+    BURSTY_RATIO,
     BUSY_SHARE,
     CLOSE_SPREADS,
-    BURSTY_RATIO,
     COLD_READ_BYTES,
     COLD_WAIT_SHARE,
     CONTENDED_CPUS,

@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-
 MIN_TRIAL_S = 30.0  # a trial's time limit, at the least, however small the budget
 
 

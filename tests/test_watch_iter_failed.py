@@ -84,3 +84,39 @@ def test_a_script_that_asks_spawn_itself_is_told_to_start_with_fork(tmp_path):
                   if f["rule_id"] == "watch-loader-did-not-start"]
     assert finding["cause"].startswith("Under multiprocessing_context='spawn' each worker starts a fresh interpreter")
     assert finding["fix"].endswith("or start the workers with fork (multiprocessing_context='fork').")
+
+
+REFUSED = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def build(workers):
+    # timm's create_loader always passes persistent_workers=True: with --workers 0 torch refuses it
+    return DataLoader(TensorDataset(torch.arange(64.0)), batch_size=8, num_workers=workers,
+                      persistent_workers=True)
+
+if __name__ == "__main__":
+    for batch in build(0):
+        pass
+"""
+
+
+def test_a_loader_torch_refused_at_construction_is_named_with_the_users_line_and_no_loaderdoc_frame(tmp_path):
+    """issue 57: was a traceback through loaderdoc's apply frame, then 'no torch DataLoader was iterated'."""
+    (tmp_path / "train.py").write_text(REFUSED, encoding="utf-8")
+    proc = loaderdoc("watch", "--report", "r.json", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the script's own exit code
+    traceback = proc.stderr.split("ValueError: persistent_workers option needs num_workers > 0")[0]
+    assert 'train.py", line 6, in build' in traceback and "loaderdoc" not in traceback  # as bare Python prints it
+    err = one(proc.stderr)
+    assert "no torch DataLoader was iterated" not in err
+    assert "no batch: torch refused or could not start the DataLoader" in err
+    assert (f"CRITICAL watch-loader-refused: loader 1 (DataLoader, num_workers=0, batch_size=8) was refused by torch "
+            f"at construction at {tmp_path / 'train.py'}:6") in err
+    assert "(the program's own settings: nothing applied)" in err
+    assert f"fix: Set persistent_workers=False where num_workers=0 (or give the loader workers) at {tmp_path / 'train.py'}:6" in err
+    (loader,) = json.loads((tmp_path / "r.json").read_text())["loaders"]
+    assert loader["init_error"] == "ValueError: persistent_workers option needs num_workers > 0"
+    assert loader["settings"]["persistent_workers"] is True and loader["settings"]["num_workers"] == 0
+    again = load_watch_report(tmp_path / "r.json")
+    assert again.loaders[0].init_site == f"{tmp_path / 'train.py'}:6 < {tmp_path / 'train.py'}:10"  # with its caller

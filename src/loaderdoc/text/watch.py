@@ -49,6 +49,9 @@ def _loader_lines(entry: LoaderReport, where: bool) -> list[str]:
     t = entry.totals
     if entry.iter_error and not t.steps:  # its finding says what iter() raised and why
         return _wrap(f"{entry.title(where)}: no batch, iter(loader) raised{_applied_text(entry)}", "  ", "    ")
+    if entry.init_error:  # likewise: what DataLoader(...) raised
+        at = f" at {entry.init_site}" if entry.init_site else ""
+        return _wrap(f"{entry.title(where)}: never built, DataLoader(...){at} raised{_applied_text(entry)}", "  ", "    ")
     text = (f"{entry.title(where)}: {t.epochs} epoch{'s' if t.epochs != 1 else ''}, "
             f"{t.steps} batches, wait {fmt_share_fine(t.wait_share)}")
     if t.waits:  # the percentiles are the longest epoch's
@@ -203,8 +206,12 @@ def render_summary(report: WatchReport) -> str:
         if report.exit_code is None and report.command is not None:
             return f"{head}: no torch DataLoader iterated yet\n"
         return "\n".join([f"{head}: no torch DataLoader was iterated; nothing measured", *_apply_lines(report)]) + "\n"
-    out = _wrap(f"{head}: {report.steps} batches, waited for data {fmt_share_fine(report.wait_share)} of the steady "
-                "time", "", "  ")
+    if not report.steps and all(entry.init_error or entry.iter_error for entry in loaders):
+        out = _wrap(f"{head}: no batch: torch refused or could not start {'every' if len(loaders) > 1 else 'the'} "
+                    "DataLoader", "", "  ")
+    else:
+        out = _wrap(f"{head}: {report.steps} batches, waited for data {fmt_share_fine(report.wait_share)} of the "
+                    "steady time", "", "  ")
     where = report.several_processes
     for entry in loaders:
         out += _loader_lines(entry, where)

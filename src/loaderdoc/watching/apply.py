@@ -213,10 +213,12 @@ class Applier:
         return out, used
 
 
-def wrap_init(cls, applier: Applier, on_class=None) -> bool:
+def wrap_init(cls, applier: Applier, on_class=None, on_refused=None) -> bool:
     """Wrap ``cls.__init__`` once; True when it is (now) wrapped. The hook's ``patch()`` calls it as
     torch's dataloader module is imported: torch is there, so --apply's ``torch_threads`` is set first.
-    ``on_class(type(loader))`` runs at each construction (the hook wraps a subclass's own ``__iter__``)."""
+    ``on_class(type(loader))`` runs at each construction (the hook wraps a subclass's own ``__iter__``);
+    ``on_refused(loader, error, role, site, stack, asked)`` where the construction raised (torch refused
+    the settings: ``persistent_workers=True`` with ``num_workers=0``), before the error goes on."""
     applier.set_torch_threads()
     original = cls.__dict__.get("__init__")
     if original is None:
@@ -240,17 +242,45 @@ def wrap_init(cls, applier: Applier, on_class=None) -> bool:
             site = getattr(source, SITE, None) if source is not None else site_in(stack)
         except Exception:  # naming is a nicety: never a reason to fail a construction
             role, source, site, stack = None, None, None, None
-        if signature is None:
-            original(self, *args, **kwargs)
-            _set(self, ROLE, role)
-            _set(self, SITE, site)
-            _set(self, STACK, stack)
-            return
-        _construct(applier, signature, original, self, role, source, args, kwargs, site, stack)
+        try:
+            if signature is None:
+                original(self, *args, **kwargs)
+                _set(self, ROLE, role)
+                _set(self, SITE, site)
+                _set(self, STACK, stack)
+                return
+            _construct(applier, signature, original, self, role, source, args, kwargs, site, stack)
+        except Exception as error:
+            if on_refused is not None:
+                with contextlib.suppress(Exception):
+                    on_refused(self, error, role, site, stack, _asked(original, self, args, kwargs))
+            raise
 
     setattr(__init__, _MARK, True)
     cls.__init__ = __init__
     return True
+
+
+def _asked(original, loader, args, kwargs) -> dict:
+    """The settings a construction was called with (torch's defaults filled in), as the records hold them."""
+    import inspect
+
+    bound = inspect.signature(original).bind(loader, *args, **kwargs)
+    bound.apply_defaults()
+    return {k: as_torch_reads(k, bound.arguments[k]) for k in RECORDED if k in bound.arguments}
+
+
+def hide_own_frames(tb):
+    """A traceback without the frames of this module's wrapper (``DataLoader.__init__`` as the hook
+    wraps it): an error torch raised at construction reads as it does without loaderdoc."""
+    kept = []
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename != __file__:
+            kept.append(tb)
+        tb = tb.tb_next
+    for this, after in zip(kept, kept[1:] + [None], strict=True):
+        this.tb_next = after
+    return kept[0] if kept else None
 
 
 def _construct(applier: Applier, signature, original, loader, role, source, args, kwargs, site=None,

@@ -68,7 +68,8 @@ def loader_report(raw: dict[str, Any], records: dict[str, Any] | None = None) ->
         epochs=[WatchedEpoch.from_record(e, n) for n, e in enumerate(raw.get("epochs", []))],
         timeline=timeline(records.get("samples") or [], raw.get("loader")),
         io=io, io_unreadable=(io or {}).get("reason"), replays=raw.get("replays"),
-        iter_error=raw.get("iter_error"))
+        iter_error=raw.get("iter_error"), init_error=raw.get("init_error"),
+        init_site=raw.get("site") if raw.get("init_error") else None)
 
 
 def _io_unread(records: dict[str, Any]) -> dict[str, Any] | None:

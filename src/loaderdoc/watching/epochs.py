@@ -133,7 +133,7 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 
 class LoaderRecord:
     __slots__ = ("number", "ref", "cls", "settings", "epochs", "role", "asked", "applied", "tables", "site",
-                 "stack", "frozen", "frozen_json", "replays", "iter_error")
+                 "stack", "frozen", "frozen_json", "replays", "iter_error", "init_error")
 
     def __init__(self, number: int, loader) -> None:
         self.number = number
@@ -161,6 +161,7 @@ class LoaderRecord:
         self.frozen_json: list[str] = []
         self.replays: bool | None = None  # its workers each yield the whole stream (replays.looker)
         self.iter_error: str | None = None  # what iter(loader) raised ("AttributeError: Can't pickle ...")
+        self.init_error: str | None = None  # what DataLoader(...) raised: torch refused its settings
 
     def is_for(self, loader) -> bool:
         return self.ref is None or self.ref() is loader
@@ -175,6 +176,8 @@ class LoaderRecord:
             head["replays"] = self.replays
         if self.iter_error is not None:
             head["iter_error"] = self.iter_error
+        if self.init_error is not None:
+            head["init_error"] = self.init_error
         return head
 
     def _applied(self) -> dict:

@@ -275,6 +275,15 @@ class Recorder:
             if context is not None:  # how its workers were to start: what the error is read with
                 rec.settings.setdefault("multiprocessing_context", context)
 
+    def init_failed(self, loader, error: BaseException, role, site, stack, asked: dict) -> None:
+        """``DataLoader(...)`` raised (torch refused its settings): the loader is recorded as it was asked
+        for, with what it raised and the line that built it; the program's traceback loses the hook's frames."""
+        rec = self._record(loader)
+        rec.init_error = f"{type(error).__name__}: {error}"[:500]
+        rec.role, rec.site, rec.stack = role, site, stack
+        rec.settings = dict(asked)
+        error.__traceback__ = apply.hide_own_frames(error.__traceback__)
+
     def wrap(self, loader, iterator, started: float) -> WatchedIterator:
         rec = self._record(loader)
         if rec.epochs and not rec.epochs[-1].finished and not rec.epochs[-1].closed:
@@ -426,7 +435,8 @@ def patch(module, recorder: Recorder, applier=None) -> bool:
     applier = applier if applier is not None else apply.Applier(None)
     try:
         apply.wrap_init(cls, applier,
-                        on_class=lambda klass: iterwrap.patch_subclass(klass, cls, recorder, applier, clock))
+                        on_class=lambda klass: iterwrap.patch_subclass(klass, cls, recorder, applier, clock),
+                        on_refused=recorder.init_failed)
     except Exception as exc:  # the measurement goes on without the names
         _warn(f"could not name the DataLoaders: {exc}")
     if not getattr(original, _MARK, False):

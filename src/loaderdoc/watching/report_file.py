@@ -128,7 +128,9 @@ def _loader(raw: Any, where: str) -> LoaderReport:
         timeline=_timeline(raw, where), cpu=_accounting(raw, "cpu", "a CPU accounting", where),
         io=_accounting(raw, "io", "a read accounting", where), proposed=raw.get("proposed"),
         source=raw.get("source"), replays=raw.get("replays") if isinstance(raw.get("replays"), bool) else None,
-        iter_error=get(raw, "iter_error", str, where, optional=True))
+        iter_error=get(raw, "iter_error", str, where, optional=True),
+        init_error=get(raw, "init_error", str, where, optional=True),
+        init_site=get(raw, "init_site", str, where, optional=True))
     if isinstance(loader.io, dict) and loader.io.get("readable") is False:
         loader.io_unreadable = loader.io.get("reason")
     return loader

@@ -212,6 +212,8 @@ class LoaderReport:
     # a map-style dataset, fewer than 2 workers, a stream that never changes): watching/replays.py
     replays: bool | None = None
     iter_error: str | None = None  # what iter(loader) raised: its epoch never began (watching/epochs.py)
+    init_error: str | None = None  # what DataLoader(...) raised: torch refused the settings it was built with
+    init_site: str | None = None  # ... at this line of the program ("train.py:4")
     # what the rules read beside the loader, never written: the /dev/shm of its node, whether its
     # name says its rank (several processes), why its reads were not measured, and on the loader
     # each rank trained from, every rank's (the straggler rule compares them)
@@ -328,6 +330,9 @@ class LoaderReport:
             out["replays"] = self.replays
         if self.iter_error is not None:
             out["iter_error"] = self.iter_error
+        if self.init_error is not None:
+            out["init_error"] = self.init_error
+            out["init_site"] = self.init_site
         return out
 
     @property

@@ -36,6 +36,41 @@ def _watch_replayed(i: Inputs) -> Finding | None:
 
 _PICKLING = ("pickle", "pickling")
 
+# what torch's DataLoader(...) names in the ValueError it raises for a combination it refuses, and the
+# change that settles it (the check's settings-rejected rule knows the same combinations)
+_REFUSED_FIXES = {
+    "persistent_workers": "persistent_workers=False where num_workers=0 (or give the loader workers)",
+    "prefetch_factor": "no prefetch_factor where num_workers=0 (or give the loader workers)",
+    "multiprocessing_context": "no multiprocessing_context where num_workers=0 (or give the loader workers)",
+    "num_workers": "num_workers=0 or more",
+    "timeout": "timeout=0 or more",
+    "batch_size": "a batch_size of 1 or more (or None with a batch_sampler)",
+    "shuffle": "no shuffle with this sampler or IterableDataset",
+}
+
+
+@rule("watch-loader-refused", CRITICAL, "DataLoader(...) raised: torch refused its settings (measured)", "watch",
+      "the run's DataLoader(...) raised at construction (recorded by the watch hook with the line that built it "
+      "and the settings it was called with); the fix is read from what torch named in the error")
+def _watch_refused(i: Inputs) -> Finding | None:
+    w = i.watch
+    if w is None or not w.init_error:
+        return None
+    where = f" at {w.init_site}" if w.init_site else ""
+    applied = list(w.applied.get("applied") or [])
+    asked = ", ".join(f"{k}={w.settings.get(k)!r}" for k in ("num_workers", "persistent_workers", "prefetch_factor")
+                      if w.settings.get(k) is not None)
+    evidence = [f"DataLoader(...){where} raised {w.init_error}",
+                f"it was called with {asked}" + ("" if applied else " (the program's own settings: nothing applied)")]
+    message = w.init_error.split(":", 1)[-1]
+    fixes = [fix for key, fix in _REFUSED_FIXES.items() if key in message]
+    fix = (f"Set {fixes[0]}{where}." if fixes else
+           f"Change the settings{where} as the error says; 'loaderdoc check --config FILE' names what torch refuses.")
+    return found(CRITICAL, f"{w.name} was refused by torch at construction{where}: {w.init_error}", evidence,
+                 "torch's DataLoader checks its arguments when it is built and raises on combinations it refuses "
+                 "(persistent_workers, prefetch_factor and multiprocessing_context only mean something with worker "
+                 "processes): the program stopped before its first batch.", fix)
+
 
 @rule("watch-loader-did-not-start", CRITICAL, "iter(loader) raised before any batch (measured)", "watch",
       "the run's iter(loader) raised (recorded by the watch hook); its cause is read from what it raised and "

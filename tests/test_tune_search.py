@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from loaderdoc.tuning import verify
 from loaderdoc.tuning import window as win
 from loaderdoc.tuning.result import FAILED, OK, Trial, TrialSettings, TuneReport
 from loaderdoc.tuning.search import TuneSearch
@@ -210,7 +211,7 @@ def test_cpu_bound_loading_that_leaves_cpus_idle_measures_one_past_them_and_keep
     assert full.ran.count(3) == 1 and "neighbour" in search3.trials[full.ran.index(3)].purpose
     assert pick3.settings.num_workers == 2
     assert search3.stopped == "settled" and "CPUs 100% busy at 2 workers" in search3.settled_reason()
-    assert "3 workers" in search3.neighbours_text() or "num_workers=3" in search3.neighbours_text()
+    assert "3 workers" in verify.neighbours_text(search3) or "num_workers=3" in verify.neighbours_text(search3)
     # ... and a gain inside the tolerance is not evidence
     job2 = FakeJob(user=2, load_ms=24.0, load_cpu_ms=24.0, step_ms=5.0, beyond=1.02, busy_share=0.8)
     search2 = _search(job2)
@@ -309,7 +310,7 @@ def test_a_model_that_rules_out_every_worker_is_checked_by_a_measurement_before_
     search = _search(job)
     pick = search.search()
     assert 1 in job.ran and pick.settings.num_workers == 0 and pick.user_within_tolerance
-    assert search.stopped == "settled" and "num_workers=1 2.6 steps/s" in search.neighbours_text()
+    assert search.stopped == "settled" and "num_workers=1 2.6 steps/s" in verify.neighbours_text(search)
 
 
 def test_a_neighbour_measured_slower_than_the_model_said_is_the_measurement_the_pick_rests_on():
@@ -320,7 +321,7 @@ def test_a_neighbour_measured_slower_than_the_model_said_is_the_measurement_the_
     pick = search.search()
     n = pick.settings.num_workers
     assert {n - 1, n + 1} <= set(job.ran)
-    assert pick.steps_per_s == max(t.steps_per_s for t in search.ok if not search._twin(t))
+    assert pick.steps_per_s == max(t.steps_per_s for t in search.ok if not search.twin(t))
 
 
 class NoisyJob(CpuStepJob):

@@ -851,7 +851,23 @@ def _watched() -> list[Scenario]:
             watch=_did_not_start(),
             expect=frozenset({"watch-loader-did-not-start"}),
         ),
+        Scenario(
+            "watch-loader-refused",
+            "a DataLoader torch refused at construction: persistent_workers=True with num_workers=0 (timm at "
+            "--workers 0)",
+            "ci-2core", LoaderSettings(batch_size=64, num_workers=0, persistent_workers=True),
+            watch=_refused(),
+            expect=frozenset({"watch-loader-refused"}),
+        ),
     ]
+
+
+def _refused() -> LoaderReport:
+    w = watched(0, epochs=0)
+    w.settings["persistent_workers"] = True
+    w.init_error = "ValueError: persistent_workers option needs num_workers > 0"
+    w.init_site = "timm/data/loader.py:390 < train.py:760"
+    return w
 
 
 def _replayed() -> LoaderReport:

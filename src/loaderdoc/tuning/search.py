@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from loaderdoc import policy
 from loaderdoc.base.settings import LoaderSettings
 from loaderdoc.policy import Room
+from loaderdoc.tuning import verify
 from loaderdoc.tuning.result import Pick, Trial, TrialSettings
 from loaderdoc.tuning.window import Window
 from loaderdoc.watching.cpu_use import CpuUse, cpu_use, fewest_near_best, fewest_workers_most_threads
@@ -45,15 +46,6 @@ SATURATED = 0.9  # the process tree and others used >= 90 % of the CPUs: none le
 # the floor counts the pool's spin inside the step as work, which on the 2-CPU grid put one thread's step
 # 10-20 % slow (issue 47); below 90 % even that error would not make them the fastest
 THREAD_TRIAL_FLOOR = 0.9
-
-def _mean(trials: list[Trial]) -> float:
-    return sum(t.steps_per_s for t in trials) / len(trials)
-
-
-def _same(a: TrialSettings, b: TrialSettings) -> bool:
-    """One configuration: workers, prefetch depth, persistence and the training process's threads."""
-    return a.key == b.key and a.persistent == b.persistent and a.torch_threads == b.torch_threads
-
 
 RunTrial = Callable[[TrialSettings | None, str, float | None], Trial]
 
@@ -137,19 +129,13 @@ class TuneSearch:
         return [t for t in self.trials if t.ok]
 
     def results(self) -> list[policy.Measured]:
-        pooled = [t for t in self.ok if not self._twin(t)]
+        pooled = [t for t in self.ok if not self.twin(t)]
         keys = {t.settings.key for t in pooled}
         return [measured(t, self.uses.get(t.number)) for key in sorted(keys) for t in self.runs_of(key)]
 
-    def set_aside(self) -> list[tuple[Trial, list[int]]]:
-        """Runs left out of the comparison for a quieter run of the same settings, with those runs' numbers."""
-        out = []
-        for t in self.ok:
-            if policy.busy(t.others_cpus, self.per_rank):
-                quiet = [u.number for u in self.runs_like(t.settings) if u.number != t.number]
-                if quiet and t not in self.runs_like(t.settings):
-                    out.append((t, quiet))
-        return out
+    def runs_like(self, settings: TrialSettings) -> list[Trial]:
+        """The measured trials of exactly these settings (workers, prefetch, persistence, threads)."""
+        return self._quiet([t for t in self.ok if verify.same(t.settings, settings)])
 
     def _quiet(self, runs: list[Trial]) -> list[Trial]:
         """Runs of one configuration, less those beside other processes' load (:func:`policy.busy`)
@@ -158,7 +144,7 @@ class TuneSearch:
         quiet = [t for t in runs if not policy.busy(t.others_cpus, self.per_rank)]
         return quiet or runs
 
-    def _twin(self, trial: Trial) -> bool:
+    def twin(self, trial: Trial) -> bool:
         """A trial that turned persistent workers on where the script has them off, or changed the
         training process's threads: kept out of the policy's pool (it reads the workers
         and prefetch depth alone, and would take them for repeats of one configuration); :meth:`pick`
@@ -171,12 +157,12 @@ class TuneSearch:
 
     def runs_of(self, key: tuple[int, int]) -> list[Trial]:
         """The measured runs of a pooled configuration (the quiet ones where some ran beside a load)."""
-        return self._quiet([t for t in self.ok if t.settings.key == key and not self._twin(t)])
+        return self._quiet([t for t in self.ok if t.settings.key == key and not self.twin(t)])
 
     def choice(self) -> policy.Choice | None:
         return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
 
-    def _settings(self, workers: int) -> TrialSettings:
+    def settings_for(self, workers: int) -> TrialSettings:
         """``workers`` workers at the script's own prefetch factor (torch's default where it had none)."""
         user = self.trials[0].settings
         if workers == 0:
@@ -199,133 +185,7 @@ class TuneSearch:
         # as many workers as CPUs first: a faster trial past them counts only against it
         return (self._at_cpu_limit() or self._predicted_best() or self._after_failure() or self._climb()
                 or self._repeat_beyond() or self._threads() or self._leaner() or self._persistent()
-                or self._neighbours() or self._repeat_close())
-
-    # ---- before concluding: a model proposes, a measurement decides --------------------------------
-    def _neighbours(self):
-        """The pick's nearest alternatives, measured before the search concludes rather than ruled
-        out by the model: one worker fewer and one more (first the way the loop leans: more where
-        it still waited for data), then the training process's other thread count. On
-        pytorch/examples' ImageNet script the model priced a worker's share of the CPUs above what
-        it cost the step, predicted 1 worker slower than 0, and the search stopped after one trial;
-        1 worker measured 1.1x faster (issue 57)."""
-        nxt = self.unmeasured_neighbours()
-        return nxt[0] if nxt else None
-
-    def unmeasured_neighbours(self) -> list[tuple[TrialSettings, str, float | None]]:
-        """The pick's neighbours not yet measured, in the order they would be (see :meth:`_neighbours`)."""
-        choice = self.choice()
-        if choice is None:
-            return []
-        n = choice.key[0]
-        runs = self.runs_of(choice.key)
-        use = self.uses.get(runs[0].number) if runs else None
-        waits = use is None or use.idle_share >= policy.NOT_STARVED_SHARE
-        measured = {t.settings.key for t in self.trials if not self._twin(t)}
-        out = []
-        for m in ((n + 1, n - 1) if waits else (n - 1, n + 1)):
-            settings = self._settings(m) if m >= 0 else None
-            if settings is None or settings.key in measured:
-                continue
-            predicted = self.predicted(m)
-            said = f"; the model predicts {predicted:.1f} steps/s" if predicted is not None else ""
-            out.append((settings, f"neighbour: {policy.workers_text(m)}, one {'more' if m > n else 'fewer'} than "
-                                  f"the pick's {n}, measured before concluding{said}", predicted))
-        threads = self._other_threads(runs[0] if runs else None)
-        if threads is not None:
-            out.append(threads)
-        return out
-
-    def _other_threads(self, base: Trial | None):
-        """The pick's workers with the training process's other intra-op thread count, where no trial
-        changed the threads yet: as many as its workers leave of the CPUs where it ran more, else half
-        as many where it has workers to share the CPUs with (without workers nothing competes with them)."""
-        if base is None or self.per_rank is None or any(t.settings.torch_threads is not None for t in self.trials):
-            return None
-        threads = base.torch_threads
-        if not threads:
-            return None
-        n = base.settings.num_workers
-        target = policy.thread_target(self.per_rank, n)
-        if threads > target:
-            k = target
-        elif n and threads > 1:
-            k = max(1, threads // 2)
-        else:
-            return None
-        settings = TrialSettings(n, base.settings.prefetch_factor, base.settings.persistent_workers, torch_threads=k)
-        return settings, (f"the other thread count: {policy.workers_text(n)} with {k} intra-op "
-                          f"thread{'s' if k > 1 else ''} instead of {threads}, measured before concluding"), None
-
-    def neighbours_text(self) -> str:
-        """The pick's neighbours as measured (workers one either side, the other thread count), with
-        their rates: what a "settled" search rests on."""
-        choice = self.choice()
-        if choice is None:
-            return ""
-        n = choice.key[0]
-        near = [t for t in self.ok if (not self._twin(t) and abs(t.settings.num_workers - n) == 1)
-                or (t.settings.torch_threads is not None and t.settings.num_workers == n)]
-        seen: dict[str, Trial] = {}
-        for t in near:
-            seen.setdefault(t.settings.text(), t)
-        if not seen:
-            return ""
-        parts = [f"{text} {_mean(self.runs_like(t.settings)):.1f} steps/s (trial {t.number})" for text, t in seen.items()]
-        return (f"next to the pick's {choice.rate:.1f} steps/s ({policy.workers_text(n)}) were measured "
-                + ", ".join(parts))
-
-    def spread(self) -> float:
-        """The noise seen on this machine: half the largest spread between repeated runs of one
-        configuration (its runs beside a load set aside for quieter ones), where any was repeated;
-        else half the largest spread between a run's two halves. Repeats are the direct measure: on
-        ImageNet's script a 0-worker run's halves differed by 28 % where two such runs agreed within 2 %.
-        Never past ``policy.MAX_NOISE``."""
-        groups: list[list[Trial]] = []
-        for t in self.ok:
-            if not any(_same(t.settings, g[0].settings) for g in groups):
-                groups.append(self.runs_like(t.settings))
-        repeats = [g for g in groups if len(g) >= 2]
-        if repeats:
-            spreads = [(max(r) - min(r)) / (2 * (sum(r) / len(r))) for g in repeats
-                       if (r := [t.steps_per_s for t in g])]
-            return min(policy.MAX_NOISE, max(spreads))
-        halves = [t.spread for g in groups for t in g if t.spread is not None]
-        return min(policy.MAX_NOISE, max(halves, default=0.0) / 2)
-
-    def busy(self) -> bool:
-        """Other processes kept a share of the CPUs busy in some trial (:func:`policy.busy`)."""
-        return any(policy.busy(t.others_cpus, self.per_rank) for t in self.ok)
-
-    def runs_like(self, settings: TrialSettings) -> list[Trial]:
-        """The measured trials of exactly these settings (workers, prefetch, persistence, threads)."""
-        return self._quiet([t for t in self.ok if _same(t.settings, settings)])
-
-    def _repeat_close(self):
-        """Your settings and the pick measured again, in turns (your settings first), where some trial
-        ran beside other processes' load (:func:`policy.busy`) or the two differ by less than
-        :data:`policy.CLOSE_SPREADS` times the spread seen: a neighbour's load during one trial, or a
-        window's drift, is not a gain. On a busy machine a single run of each had called a pick 1.97x
-        faster that ran 0.91x of the user's settings on the quiet machine (issue 57)."""
-        pick = self.pick()
-        user = self.trials[0]
-        if pick is None or not user.ok or _same(pick.settings, user.settings):
-            return None
-        mine, theirs = self.runs_like(user.settings), self.runs_like(pick.settings)
-        if len(mine) >= 2 and len(theirs) >= 2:
-            return None
-        left = self.max_trials - len(self.trials)
-        if left < (2 if len(mine) <= len(theirs) else 1):
-            return None  # a pair that cannot be finished compares nothing
-        if len(mine) == len(theirs) == 1:  # not yet started: only where it may matter
-            gain = pick.gain or 1.0
-            if not (self.busy() or abs(gain - 1) < policy.CLOSE_SPREADS * self.spread()):
-                return None
-        why = ("other processes used the CPUs during the trials" if self.busy()
-               else f"the two differ by less than {policy.CLOSE_SPREADS:g}x the {self.spread():.0%} spread seen")
-        if len(mine) <= len(theirs):
-            return None, f"again: your settings, in turns with the pick ({why})", None
-        return replace(pick.settings), f"again: the pick ({pick.settings.text()}), in turns with your settings ({why})", None
+                or verify.neighbour(self) or verify.repeat_close(self))
 
     def _after_failure(self):
         """A trial with more workers than any measured one failed (too many processes, memory, a
@@ -340,7 +200,7 @@ class TuneSearch:
             return None
         lo = max(below)
         m = (lo + nf) // 2
-        settings = self._settings(m)
+        settings = self.settings_for(m)
         if m <= lo or settings.key in self.tried():
             return None
         fastest = self._fastest()
@@ -369,7 +229,7 @@ class TuneSearch:
         if not self._crowded(threads, base.settings.num_workers):
             # the pick's threads fit beside its workers; the fastest trial with workers that did not fit
             # may be what fewer threads free (workers that lost to the step's threads)
-            crowded = [t for t in self.ok if not self._twin(t) and t.settings.num_workers
+            crowded = [t for t in self.ok if not self.twin(t) and t.settings.num_workers
                        and self._crowded(t.torch_threads or threads, t.settings.num_workers)]
             if crowded:
                 base = max(crowded, key=lambda t: t.steps_per_s)
@@ -398,7 +258,7 @@ class TuneSearch:
         if k is None or k >= threads:
             return None
         if base is None:  # a worker count of the model's choosing
-            settings = self._settings(n)
+            settings = self.settings_for(n)
             settings.torch_threads = k
         else:
             settings = TrialSettings(base.settings.num_workers, base.settings.prefetch_factor,
@@ -439,7 +299,7 @@ class TuneSearch:
         if best is None:
             return None
         n, rate = best
-        settings = self._settings(n)
+        settings = self.settings_for(n)
         if settings.key in self.tried() or rate < trial.steps_per_s * (1 + policy.TOLERANCE):
             return None  # measured, or no gain the tolerance would tell from noise
         return settings, (f"predicted from trial {trial.number}: the fewest workers near the best rate its "
@@ -453,14 +313,14 @@ class TuneSearch:
         best = self._fastest()
         if best is None or not policy.oversubscribed(best.settings.num_workers, self.per_rank):
             return None
-        settings = self._settings(policy.cpu_limit(self.per_rank))
+        settings = self.settings_for(policy.cpu_limit(self.per_rank))
         if settings.key in self.tried():
             return None
         return (settings, f"as many workers as CPUs: {best.settings.num_workers} (trial {best.number}) is past "
                           f"the {self.per_rank:g} CPUs and counts only if it beats this", self.predicted(settings.num_workers))
 
     def _fastest(self) -> Trial | None:
-        ok = [t for t in self.ok if not self._twin(t)]
+        ok = [t for t in self.ok if not self.twin(t)]
         return max(ok, key=lambda t: t.steps_per_s) if ok else None
 
     def _climb(self):
@@ -476,7 +336,7 @@ class TuneSearch:
             used = (use.work_cpus or 0.0) + (use.others_cpus or 0.0)
             if n > limit or used >= SATURATED * use.budget:
                 return None  # the CPUs are full, or one past them was measured already
-            settings = self._settings(limit + 1)
+            settings = self.settings_for(limit + 1)
             if settings.key in self.tried():
                 return None
             return settings, (f"one past the CPUs: {n} CPU-bound workers still left {use.budget - used:.1f} of "
@@ -488,7 +348,7 @@ class TuneSearch:
         target = step[0] if step else n + max(1, n // 2)
         if use.load_is_cpu:
             target = min(target, limit)
-        settings = self._settings(max(target, n + 1))
+        settings = self.settings_for(max(target, n + 1))
         if settings.key in self.tried():
             return None
         return settings, (f"climb: trial {best.number} ({best.settings.num_workers} workers) is the fastest and "
@@ -503,7 +363,7 @@ class TuneSearch:
         if choice is None or choice.beyond_cpus is not None:
             return None
         limit = policy.cpu_limit(self.per_rank)
-        at = self.runs_of(self._settings(limit).key)
+        at = self.runs_of(self.settings_for(limit).key)
         past = [t for t in self.ok if policy.oversubscribed(t.settings.num_workers, self.per_rank)]
         if not at or not past:
             return None
@@ -515,7 +375,7 @@ class TuneSearch:
         if len(at) >= 2 and len(mine) >= 2:
             return None
         if len(at) <= len(mine):
-            return self._settings(limit), f"again, in turns with {fast.settings.num_workers} workers (repeated runs decide)", None
+            return self.settings_for(limit), f"again, in turns with {fast.settings.num_workers} workers (repeated runs decide)", None
         return fast.settings, f"again, in turns with {limit} workers (repeated runs decide)", None
 
     def _leaner(self):
@@ -529,7 +389,7 @@ class TuneSearch:
         lo = max(slower) if slower else -1
         if n - lo <= 1:
             return None
-        candidates = [m for m in range(lo + 1, n) if self._settings(m).key not in self.tried()]
+        candidates = [m for m in range(lo + 1, n) if self.settings_for(m).key not in self.tried()]
         if not candidates:
             return None
         # the fewest the model predicts within tolerance, else half way down
@@ -544,9 +404,9 @@ class TuneSearch:
             m = min(near) if near else None
         if m is None:
             m = candidates[len(candidates) // 2] if lo >= 0 else max(0, n // 2)
-            if self._settings(m).key in self.tried():
+            if self.settings_for(m).key in self.tried():
                 m = candidates[-1]
-        return (self._settings(m), f"leaner: {policy.workers_text(m)} instead of {n}, as fast for less memory?",
+        return (self.settings_for(m), f"leaner: {policy.workers_text(m)} instead of {n}, as fast for less memory?",
                 model[1].predict(m) if model is not None else None)
 
     def settled_reason(self) -> str | None:
@@ -581,18 +441,18 @@ class TuneSearch:
         trial = self.runs_of(choice.key)[0]
         best = self.runs_of(choice.best_key)[0]
         user = self.trials[0]
-        user_runs = self.runs_of(user.settings.key) if not self._twin(user) else self.runs_like(user.settings)
-        user_rate = _mean(user_runs) if user_runs else 0.0
+        user_runs = self.runs_of(user.settings.key) if not self.twin(user) else self.runs_like(user.settings)
+        user_rate = verify.mean(user_runs) if user_runs else 0.0
         within = user.ok and user_rate >= choice.best_rate * (1 - choice.tolerance)
         rate = choice.rate
         reason = (f"{trial.settings.text()}: {rate:.1f} steps/s measured, the fewest workers within "
                   f"{choice.tolerance:.0%} of the fastest trial ({best.settings.text()}, {choice.best_rate:.1f})")
         # a persistent twin of the pick, or a thread trial at any worker count (fewer threads can free the
         # CPUs another worker count needed): kept where it measured faster by more than the tolerance
-        twins = [t for t in self.ok if self._twin(t)
+        twins = [t for t in self.ok if self.twin(t)
                  and (t.settings.key == choice.key or t.settings.torch_threads is not None)]
         # a twin measured more than once counts at its mean, as the pooled configurations do
-        twin_rate = {t.number: _mean(self.runs_like(t.settings)) for t in twins}
+        twin_rate = {t.number: verify.mean(self.runs_like(t.settings)) for t in twins}
         if twins and max(twin_rate.values()) > rate * (1 + choice.tolerance):
             twin = max(twins, key=lambda t: twin_rate[t.number])
             changed = twin.settings
@@ -610,10 +470,10 @@ class TuneSearch:
         excluded = {policy.key_text(k): why for k, why in choice.excluded.items()}
         gain = rate / user_rate if user.ok and user_rate else None
         # no gain inside the noise seen (between or within runs) is worth changing
-        within = within or (gain is not None and gain <= 1 + self.spread())
+        within = within or (gain is not None and gain <= 1 + verify.spread(self))
         repeated = sorted({t.number for g in (user.settings, trial.settings)
-                           if len(runs := [t for t in self.ok if _same(t.settings, g)]) >= 2 for t in runs})
+                           if len(runs := [t for t in self.ok if verify.same(t.settings, g)]) >= 2 for t in runs})
         return Pick(settings=trial.settings, steps_per_s=rate, trial=trial.number, reason=reason,
                     predicted_per_s=trial.predicted_per_s, best_trial=best.number, tolerance=choice.tolerance,
                     gain=gain, user_within_tolerance=within, excluded=excluded,
-                    noise=self.spread(), repeated=repeated)
+                    noise=verify.spread(self), repeated=repeated)

@@ -123,19 +123,21 @@ class Tuner:
         # a pick claims a comparison: none from an interrupted search or from your settings alone
         compared = sum(t.ok for t in report.trials) >= 2 and report.trials[0].ok
         report.pick = self.search_state.pick() if compared and report.stopped != "interrupted" else None
+        from loaderdoc.tuning import verify
+
         search = self.search_state
-        for t, quiet in search.set_aside():
+        for t, quiet in verify.set_aside(search):
             report.notes.append(f"trial {t.number} ran beside other processes' {t.others_cpus:.1f} CPUs: the quieter "
                                 f"run{'s' if len(quiet) > 1 else ''} of the same settings (trial "
                                 f"{', '.join(map(str, quiet))}) {'are' if len(quiet) > 1 else 'is'} compared instead")
         if report.pick is not None:
-            measured = search.neighbours_text()
+            measured = verify.neighbours_text(search)
             if report.stopped == "settled":
                 why = search.settled_reason()
                 said = f"; {why}" if why else ""
                 report.notes.append(f"no further trial: {measured or 'nothing near the pick was left to measure'}{said}")
             else:
-                missing = [s.text() for s, _, _ in search.unmeasured_neighbours()]
+                missing = [s.text() for s, _, _ in verify.unmeasured_neighbours(search)]
                 if missing:
                     report.notes.append(f"not compared ({report.stopped_text}): {'; '.join(missing)}, the pick's "
                                         "nearest alternatives, were not measured")

@@ -19,7 +19,7 @@ from loaderdoc.system.facts import MachineFacts
 
 IN_ORDER_SINCE = (2, 6)  # DataLoader(in_order=...) arrived in torch 2.6
 
-_REJECT_FIXES: dict[str, dict[str, Any]] = {
+REJECT_FIXES: dict[str, dict[str, Any]] = {
     "prefetch_factor": {"prefetch_factor": None},
     "persistent_workers": {"persistent_workers": False},
     "multiprocessing_context": {"multiprocessing_context": None},
@@ -53,7 +53,7 @@ def _settings_rejected(i: Inputs) -> Finding | None:
         return None
     change: dict[str, Any] = {}
     for key, _ in problems:
-        fix = dict(_REJECT_FIXES.get(key, {}))
+        fix = dict(REJECT_FIXES.get(key, {}))
         if key == "prefetch_factor" and i.settings.num_workers > 0:
             fix = {"prefetch_factor": 2}  # a value below 1; torch's default is 2
         change.update(fix)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from loaderdoc.advice.findings import CRITICAL, Finding
 from loaderdoc.advice.rules.registry import Inputs, found, rule
+from loaderdoc.advice.rules.rejected import REJECT_FIXES
 
 
 @rule("watch-stream-replayed", CRITICAL, "Every worker yields the whole stream (measured)", "watch",
@@ -63,13 +64,15 @@ def _watch_refused(i: Inputs) -> Finding | None:
     evidence = [f"DataLoader(...){where} raised {w.init_error}",
                 f"it was called with {asked}" + ("" if applied else " (the program's own settings: nothing applied)")]
     message = w.init_error.split(":", 1)[-1]
-    fixes = [fix for key, fix in _REFUSED_FIXES.items() if key in message]
+    named = [key for key in _REFUSED_FIXES if key in message]
+    fixes = [_REFUSED_FIXES[key] for key in named]
+    change = dict(REJECT_FIXES.get(named[0], {})) if named else {}
     fix = (f"Set {fixes[0]}{where}." if fixes else
            f"Change the settings{where} as the error says; 'loaderdoc check --config FILE' names what torch refuses.")
     return found(CRITICAL, f"{w.name} was refused by torch at construction{where}: {w.init_error}", evidence,
                  "torch's DataLoader checks its arguments when it is built and raises on combinations it refuses "
                  "(persistent_workers, prefetch_factor and multiprocessing_context only mean something with worker "
-                 "processes): the program stopped before its first batch.", fix)
+                 "processes): the program stopped before its first batch.", fix, change)
 
 
 @rule("watch-loader-did-not-start", CRITICAL, "iter(loader) raised before any batch (measured)", "watch",

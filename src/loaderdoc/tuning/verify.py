@@ -1,0 +1,163 @@
+"""Before ``loaderdoc tune`` concludes (issue 57: a model proposes, a measurement decides): the
+pick's neighbours measured whatever the model predicts, your settings and the pick measured again in
+turns where other processes' load or the noise could decide, and the noise the pick is said with.
+Functions over a :class:`~loaderdoc.tuning.search.TuneSearch`'s public members; no torch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from loaderdoc import policy
+from loaderdoc.tuning.result import Trial, TrialSettings
+
+if TYPE_CHECKING:
+    from loaderdoc.tuning.search import TuneSearch
+
+
+def mean(trials: list[Trial]) -> float:
+    return sum(t.steps_per_s for t in trials) / len(trials)
+
+
+def same(a: TrialSettings, b: TrialSettings) -> bool:
+    """One configuration: workers, prefetch depth, persistence and the training process's threads."""
+    return a.key == b.key and a.persistent == b.persistent and a.torch_threads == b.torch_threads
+
+
+def neighbour(search: TuneSearch):
+    """The pick's nearest alternatives, measured before the search concludes rather than ruled
+    out by the model: one worker fewer and one more (first the way the loop leans: more where
+    it still waited for data), then the training process's other thread count. On
+    pytorch/examples' ImageNet script the model priced a worker's share of the CPUs above what
+    it cost the step, predicted 1 worker slower than 0, and the search stopped after one trial;
+    1 worker measured 1.1x faster (issue 57)."""
+    nxt = unmeasured_neighbours(search)
+    return nxt[0] if nxt else None
+
+
+def unmeasured_neighbours(search: TuneSearch) -> list[tuple[TrialSettings, str, float | None]]:
+    """The pick's neighbours not yet measured, in the order they would be (see :func:`neighbour`)."""
+    choice = search.choice()
+    if choice is None:
+        return []
+    n = choice.key[0]
+    runs = search.runs_of(choice.key)
+    use = search.uses.get(runs[0].number) if runs else None
+    waits = use is None or use.idle_share >= policy.NOT_STARVED_SHARE
+    measured = {t.settings.key for t in search.trials if not search.twin(t)}
+    out = []
+    for m in ((n + 1, n - 1) if waits else (n - 1, n + 1)):
+        settings = search.settings_for(m) if m >= 0 else None
+        if settings is None or settings.key in measured:
+            continue
+        predicted = search.predicted(m)
+        said = f"; the model predicts {predicted:.1f} steps/s" if predicted is not None else ""
+        out.append((settings, f"neighbour: {policy.workers_text(m)}, one {'more' if m > n else 'fewer'} than "
+                              f"the pick's {n}, measured before concluding{said}", predicted))
+    threads = other_threads(search, runs[0] if runs else None)
+    if threads is not None:
+        out.append(threads)
+    return out
+
+
+def other_threads(search: TuneSearch, base: Trial | None):
+    """The pick's workers with the training process's other intra-op thread count, where no trial
+    changed the threads yet: as many as its workers leave of the CPUs where it ran more, else half
+    as many where it has workers to share the CPUs with (without workers nothing competes with them)."""
+    if base is None or search.per_rank is None or any(t.settings.torch_threads is not None for t in search.trials):
+        return None
+    threads = base.torch_threads
+    if not threads:
+        return None
+    n = base.settings.num_workers
+    target = policy.thread_target(search.per_rank, n)
+    if threads > target:
+        k = target
+    elif n and threads > 1:
+        k = max(1, threads // 2)
+    else:
+        return None
+    settings = TrialSettings(n, base.settings.prefetch_factor, base.settings.persistent_workers, torch_threads=k)
+    return settings, (f"the other thread count: {policy.workers_text(n)} with {k} intra-op "
+                      f"thread{'s' if k > 1 else ''} instead of {threads}, measured before concluding"), None
+
+
+def neighbours_text(search: TuneSearch) -> str:
+    """The pick's neighbours as measured (workers one either side, the other thread count), with
+    their rates: what a "settled" search rests on."""
+    choice = search.choice()
+    if choice is None:
+        return ""
+    n = choice.key[0]
+    near = [t for t in search.ok if (not search.twin(t) and abs(t.settings.num_workers - n) == 1)
+            or (t.settings.torch_threads is not None and t.settings.num_workers == n)]
+    seen: dict[str, Trial] = {}
+    for t in near:
+        seen.setdefault(t.settings.text(), t)
+    if not seen:
+        return ""
+    parts = [f"{text} {mean(search.runs_like(t.settings)):.1f} steps/s (trial {t.number})" for text, t in seen.items()]
+    return (f"next to the pick's {choice.rate:.1f} steps/s ({policy.workers_text(n)}) were measured "
+            + ", ".join(parts))
+
+
+def spread(search: TuneSearch) -> float:
+    """The noise seen on this machine: half the largest spread between repeated runs of one
+    configuration (its runs beside a load set aside for quieter ones), where any was repeated;
+    else half the largest spread between a run's two halves. Repeats are the direct measure: on
+    ImageNet's script a 0-worker run's halves differed by 28 % where two such runs agreed within 2 %.
+    Never past ``policy.MAX_NOISE``."""
+    groups: list[list[Trial]] = []
+    for t in search.ok:
+        if not any(same(t.settings, g[0].settings) for g in groups):
+            groups.append(search.runs_like(t.settings))
+    repeats = [g for g in groups if len(g) >= 2]
+    if repeats:
+        spreads = [(max(r) - min(r)) / (2 * (sum(r) / len(r))) for g in repeats
+                   if (r := [t.steps_per_s for t in g])]
+        return min(policy.MAX_NOISE, max(spreads))
+    halves = [t.spread for g in groups for t in g if t.spread is not None]
+    return min(policy.MAX_NOISE, max(halves, default=0.0) / 2)
+
+
+def busy(search: TuneSearch) -> bool:
+    """Other processes kept a share of the CPUs busy in some trial (:func:`policy.busy`)."""
+    return any(policy.busy(t.others_cpus, search.per_rank) for t in search.ok)
+
+
+def repeat_close(search: TuneSearch):
+    """Your settings and the pick measured again, in turns (your settings first), where some trial
+    ran beside other processes' load (:func:`policy.busy`) or the two differ by less than
+    :data:`policy.CLOSE_SPREADS` times the spread seen: a neighbour's load during one trial, or a
+    window's drift, is not a gain. On a busy machine a single run of each had called a pick 1.97x
+    faster that ran 0.91x of the user's settings on the quiet machine (issue 57)."""
+    pick = search.pick()
+    user = search.trials[0]
+    if pick is None or not user.ok or same(pick.settings, user.settings):
+        return None
+    mine, theirs = search.runs_like(user.settings), search.runs_like(pick.settings)
+    if len(mine) >= 2 and len(theirs) >= 2:
+        return None
+    left = search.max_trials - len(search.trials)
+    if left < (2 if len(mine) <= len(theirs) else 1):
+        return None  # a pair that cannot be finished compares nothing
+    if len(mine) == len(theirs) == 1:  # not yet started: only where it may matter
+        gain = pick.gain or 1.0
+        if not (busy(search) or abs(gain - 1) < policy.CLOSE_SPREADS * spread(search)):
+            return None
+    why = ("other processes used the CPUs during the trials" if busy(search)
+           else f"the two differ by less than {policy.CLOSE_SPREADS:g}x the {spread(search):.0%} spread seen")
+    if len(mine) <= len(theirs):
+        return None, f"again: your settings, in turns with the pick ({why})", None
+    return replace(pick.settings), f"again: the pick ({pick.settings.text()}), in turns with your settings ({why})", None
+
+
+def set_aside(search: TuneSearch) -> list[tuple[Trial, list[int]]]:
+    """Runs left out of the comparison for a quieter run of the same settings, with those runs' numbers."""
+    out = []
+    for t in search.ok:
+        if policy.busy(t.others_cpus, search.per_rank):
+            quiet = [u.number for u in search.runs_like(t.settings) if u.number != t.number]
+            if quiet and t not in search.runs_like(t.settings):
+                out.append((t, quiet))
+    return out

@@ -280,12 +280,15 @@ def watch_chain(job: tvg.Job, steps: int, max_applications: int, workdir: Path, 
     while True:
         tag = f"{job.name}-w{len(runs)}"
         report, fixes = workdir / f"{tag}.json", workdir / f"{tag}.toml"
+        # a program of its own says how a run of watch's length is started (real_programs.py); a loop, --steps
+        program = job.extra.get("watch_command") or [sys.executable, str(tvg.LOOPS_DIR / f"{job.script}.py"),
+                                                     "--steps", str(steps)]
         cmd = [sys.executable, "-m", "loaderdoc", "watch", "--report", str(report), "--fixes", str(fixes),
-               *(["--apply", apply_file] if apply_file else []), "--",
-               sys.executable, str(tvg.LOOPS_DIR / f"{job.script}.py"), "--steps", str(steps)]
+               *(["--apply", apply_file] if apply_file else []), "--", *program]
         print(f"  watch: {shlex.join(cmd)}", flush=True)
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=tvg._env(), cwd=REPO, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=tvg._env(), cwd=job.extra.get("cwd") or REPO,
+                              timeout=900)
         if proc.returncode != 0 or not report.exists():
             outcome = f"failed: exit {proc.returncode}: {proc.stderr.strip()[-400:]}"
             break

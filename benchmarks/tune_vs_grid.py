@@ -359,6 +359,8 @@ def _env() -> dict[str, str]:
 
 
 def job_command(job: Job) -> list[str]:
+    if job.extra.get("command"):  # a program of its own (benchmarks/real_programs.py), not one of the loops
+        return list(job.extra["command"])
     return [sys.executable, str(LOOPS_DIR / f"{job.script}.py"), *job.args]
 
 
@@ -380,7 +382,8 @@ def run_tune(job: Job, steps: int, workdir: Path, options: list[str] | None = No
     started = time.monotonic()
     lines: list[str] = []
     with open(workdir / f"{job.name}-tune.txt", "w") as text:  # its table; its progress (stderr) is shown as it comes
-        proc = subprocess.Popen(cmd, stdout=text, stderr=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+        proc = subprocess.Popen(cmd, stdout=text, stderr=subprocess.PIPE, text=True, env=_env(),
+                                cwd=job.extra.get("cwd") or REPO)  # a program that writes checkpoints: its own folder
         for line in proc.stderr:
             lines.append(line.rstrip())
             print(f"    | {line.rstrip()}", flush=True)

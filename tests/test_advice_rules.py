@@ -811,3 +811,23 @@ def test_check_finds_an_oversized_pool_from_the_environment():
     assert report["status"] == "warning" and rc == report["exit_code"] == EXIT_WARNING
     rc, report, fired = _check_json({"OMP_NUM_THREADS": "1"})
     assert "threads-oversubscribed" not in fired and rc == report["exit_code"]
+
+
+def test_a_merged_change_has_one_expected_gain_overlapping_findings_are_not_multiplied():
+    """issue 57: the 0-worker run's data-starved fix expected 1.67x, its threads finding priced the same
+    change again, and the --fixes file multiplied them: 2.77x."""
+    from loaderdoc.advice.findings import WARNING, Finding, proposed_change
+
+    def f(rule, change, gain):
+        return Finding(rule_id=rule, severity=WARNING, symptom="s", evidence=["1"], cause="c", fix="f",
+                       threshold="t", settings_change=change, expected_gain=gain)
+
+    starved = f("watch-data-starved", {"num_workers": 1, "torch_threads": 1}, 1.67)
+    threads = f("threads-oversubscribed", {"torch_threads": 1}, 1.66)
+    restarts = f("watch-slow-epoch-start", {"persistent_workers": True}, 1.2)
+    assert proposed_change([starved, threads])["expected_gain"] == pytest.approx(1.67)
+    # a change of another setting is independent: its gain multiplies
+    merged = proposed_change([starved, threads, restarts])
+    assert merged["expected_gain"] == pytest.approx(1.67 * 1.2)
+    assert merged["change"] == {"num_workers": 1, "torch_threads": 1, "persistent_workers": True}
+    assert proposed_change([starved, f("x", {"num_workers": 1}, None)])["expected_gain"] is None

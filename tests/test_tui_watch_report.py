@@ -284,7 +284,7 @@ async def test_the_run_view_says_where_each_loaders_cpu_time_went(tmp_path):
     path = _with_cpu(tmp_path, CPU)
     (loader,) = load_watch_report(path).loaders
     assert cpu_text(loader.cpu).startswith("CPU: loading 132 ms/batch (CPU work), step 152 ms of CPU per 79.2 ms")
-    assert "at most about 7.0 steps/s on these CPUs (ran 6.9)" in cpu_text(loader.cpu)
+    assert "at most about 7.0 steps/s on these CPUs at this run's CPU time a batch (ran 6.9)" in cpu_text(loader.cpu)
     app = app_with(path)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()

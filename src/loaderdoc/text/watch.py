@@ -12,7 +12,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any
 
 from loaderdoc.base.units import fmt_bytes, fmt_seconds, fmt_share_fine
-from loaderdoc.policy import WATCH_MIN_BATCHES
+from loaderdoc.policy import WATCH_MIN_BATCHES, busy
 from loaderdoc.text.findings import finding_lines
 
 if TYPE_CHECKING:
@@ -212,6 +212,9 @@ def render_summary(report: WatchReport) -> str:
     else:
         out = _wrap(f"{head}: {report.steps} batches, waited for data {fmt_share_fine(report.wait_share)} of the "
                     "steady time", "", "  ")
+    busy = busy_text(report)
+    if busy:
+        out += _wrap(busy, "  ", "    ")
     where = report.several_processes
     for entry in loaders:
         out += _loader_lines(entry, where)
@@ -223,6 +226,18 @@ def render_summary(report: WatchReport) -> str:
     for f in report.findings:
         out += finding_lines(f, WIDTH, ok_brief=True)  # an ok finding's evidence is the loader's line above
     return "\n".join(out) + "\n"
+
+
+def busy_text(report: WatchReport) -> str | None:
+    """A run beside other processes' load (``policy.busy`` on a loader's CPU accounting), said first."""
+    seen = [(cpu["others_cpus"], cpu["budget_cpus"]) for entry in report.loaders
+            if (cpu := entry.cpu) and cpu.get("others_cpus") is not None and cpu.get("budget_cpus")]
+    loaded = [(o, b) for o, b in seen if busy(o, b)]
+    if not loaded:
+        return None
+    others, budget = max(loaded)
+    return (f"busy machine: other processes kept {others:.1f} of the {budget:g} CPUs busy during the run: its rates "
+            "were measured beside that load")
 
 
 # ---- the accountings as the one line the summary and the app print ----
@@ -241,7 +256,10 @@ def cpu_text(cpu: dict[str, Any] | None) -> str | None:
         if cpu.get("others_cpus"):
             text += f" (+{cpu['others_cpus']:.1f} other processes)"
     if cpu.get("ceiling_matters"):  # else the CPUs are far from the limit
-        text += f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs (ran {cpu['rate_per_s']:.1f})"
+        # an estimate with its basis: other settings spend other CPU time a batch (a 0-worker run beat the
+        # ceiling a 1-worker run of timm's train.py had said, issue 57)
+        text += (f"; at most about {cpu['ceiling_per_s']:.1f} steps/s on these CPUs at this run's CPU time a batch "
+                 f"(ran {cpu['rate_per_s']:.1f})")
     return text
 
 

@@ -20,10 +20,7 @@ def render(report) -> str:
         out.append(f"training loader: {where} ({loader.get('class') or 'DataLoader'}, batch_size="
                    f"{asked.get('batch_size')}); {cpus_text(report.cpu_budget) if report.cpu_budget else 'unknown CPUs'} per rank")
     if report.busy:
-        lo, hi = report.others_cpus
-        used = f"{lo:.1f}-{hi:.1f}" if hi - lo >= 0.05 else f"{hi:.1f}"
-        out.append(f"busy machine: other processes used {used} of the {cpus_text(report.cpu_budget)} during the trials: "
-                   "every rate below was measured beside that load")
+        out.append(f"busy machine: {busy_text(report)}")
     out.append("")
     out.append(f"{'trial':<6}{'workers':>7}{'prefetch':>9}{'steps/s':>9}{'predicted':>10}{'wait':>6}{'step ms':>9}"
                f"{'workers mem':>13}")
@@ -66,6 +63,14 @@ def render(report) -> str:
         out.append(f"note: {note}")
     out.append(f"{len(report.trials)} trials in {report.elapsed_s:.0f} s; {report.stopped_text}")
     return "\n".join(out) + "\n"
+
+
+def busy_text(report) -> str:
+    """What other processes took of the CPUs during the trials (a busy report's)."""
+    lo, hi = report.others_cpus
+    used = f"{lo:.1f}-{hi:.1f}" if hi - lo >= 0.05 else f"{hi:.1f}"
+    return (f"other processes used {used} of the {cpus_text(report.cpu_budget)} during the trials: every rate "
+            "below was measured beside that load")
 
 
 def noise_text(report) -> str:

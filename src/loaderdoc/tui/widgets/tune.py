@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Static
 
 from loaderdoc.base.units import fmt_bytes, fmt_cpus, fmt_share
 from loaderdoc.reports import TuneRun
+from loaderdoc.text.tune import busy_text, noise_text
 from loaderdoc.tui.widgets.view import View
 from loaderdoc.tuning.result import OK, Pick, Trial, TuneReport
 
@@ -95,13 +96,14 @@ def trial_detail(trial: Trial) -> str:
 def pick_lines(report: TuneReport) -> list[tuple[str, str]]:
     """(label, text) lines under the table: the pick and why, the gain, what was not picked, the notes."""
     pick = report.pick
-    lines: list[tuple[str, str]] = []
+    lines: list[tuple[str, str]] = [("Busy", busy_text(report).replace("below", "here"))] if report.busy else []
     if pick is None:
         lines.append(("No pick", report.no_pick_reason))
     else:
         lines.append(("Pick", pick.headline()))
         if pick.gain is not None:
             lines.append(("Gain", f"{pick.gain:.2f}x the steps/s of your settings ({pick.verdict})"))
+        lines.append(("Noise", noise_text(report)))
         lines.append(("Why", pick.reason))
         lines += [("Not", f"{key}: {why}") for key, why in pick.excluded.items()]
     if any(t.settings.persistent for t in report.trials):

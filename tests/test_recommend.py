@@ -179,3 +179,19 @@ def test_in_order_false_is_kept_only_as_measured_and_where_torch_takes_it():
     # the memory fit leaves one worker of the probe's two: unordered delivery was not measured there
     tiny = recommend(load_machine("ci-2core"), probe=report, batch_size=32, sample_bytes=6 * 1024**3)
     assert tiny.settings.num_workers < 2 and tiny.settings.in_order is True
+
+
+def test_a_tunes_export_follows_the_machines_findings_on_what_the_trials_did_not_measure():
+    """issue 57: tune's export kept the script's pin_memory=True on a machine without a GPU."""
+    from loaderdoc.advice.recommend import settled_for_machine
+    from loaderdoc.system.fixtures import load_machine
+
+    picked = LoaderSettings(batch_size=16, num_workers=1, pin_memory=True, shuffle=True)
+    measured = ("num_workers", "prefetch_factor", "persistent_workers")
+    settled, notes = settled_for_machine(picked, load_machine("ci-2core"), measured)
+    assert settled.pin_memory is False and settled.num_workers == 1 and settled.shuffle is True
+    assert len(notes) == 1 and notes[0].startswith("pin_memory=False (pin-memory-without-gpu: ")
+    # on a GPU node pinning stays; and what the trials measured is never changed (16 workers on 2 CPUs)
+    assert settled_for_machine(picked, load_machine("h100x8-node"), measured) == (picked, [])
+    many = picked.replace(num_workers=16, pin_memory=False)
+    assert settled_for_machine(many, load_machine("ci-2core"), measured)[0].num_workers == 16

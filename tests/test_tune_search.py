@@ -222,8 +222,11 @@ def test_workers_that_start_again_each_epoch_get_a_persistent_twin_kept_where_it
     job = FakeJob(user=0, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0, restart=0.08)
     search = _search(job)
     pick = search.search()
-    twins = [t for t in search.trials if t.settings.persistent]
-    assert len(twins) == 1 and twins[0].settings.num_workers == pick.settings.num_workers
+    twins = [t for t in search.trials if t.settings.persistent and t.settings.num_workers == pick.settings.num_workers]
+    assert len(twins) == 1
+    # the persistent pick's neighbours are measured persistent too (one worker either side)
+    assert {t.settings.num_workers for t in search.trials if t.settings.persistent} == {
+        pick.settings.num_workers - 1, pick.settings.num_workers, pick.settings.num_workers + 1}
     assert pick.settings.persistent and "persistent_workers=True" in pick.reason
     assert all(not r.settings.persistent_workers for r in search.results())  # never pooled by choose
     # a start-up under 2 % of the loop: no twin
@@ -311,6 +314,14 @@ def test_a_model_that_rules_out_every_worker_is_checked_by_a_measurement_before_
     pick = search.search()
     assert 1 in job.ran and pick.settings.num_workers == 0 and pick.user_within_tolerance
     assert search.stopped == "settled" and "num_workers=1 2.6 steps/s" in verify.neighbours_text(search)
+    # two trials would have settled it: a third measures your settings again, for the noise between repeats
+    assert job.ran == [0, 1, 0] and search.trials[2].purpose.startswith("again: your settings, a third trial")
+    assert pick.repeated == [1, 3]
+    # ... unless --trials leaves no room for it
+    job = CpuStepJob({0: 3.15, 1: 2.60, 2: 2.40})
+    search = _search(job, max_trials=2)
+    search.search()
+    assert job.ran == [0, 1]
 
 
 def test_a_neighbour_measured_slower_than_the_model_said_is_the_measurement_the_pick_rests_on():
@@ -372,3 +383,36 @@ def test_a_gain_inside_the_spread_of_one_run_is_not_worth_changing():
     pick = search.search()
     assert not any(t.purpose.startswith("again") for t in search.trials)
     assert pick.settings.num_workers == 1 and not pick.user_within_tolerance and not pick.repeated
+
+
+class ThreadJob(NoisyJob):
+    """Rates by (workers, intra-op threads); the script's own threads are 2 (torch's default here)."""
+
+    def __init__(self, rates, **kw) -> None:
+        super().__init__({n: r for (n, k), r in rates.items() if k == 2}, **kw)
+        self.by_threads = rates
+
+    def true_rate(self, n: int) -> float:
+        known = {m: r for (m, k), r in self.by_threads.items() if k == self._threads}
+        return known.get(n, min(known.values()))
+
+    def run(self, settings, purpose, predicted) -> Trial:
+        self._threads = settings.torch_threads if settings is not None and settings.torch_threads else 2
+        trial = super().run(settings, purpose, predicted)
+        trial.torch_threads = self._threads
+        return trial
+
+
+def test_fewer_threads_are_measured_without_workers_too_and_the_picks_neighbours_keep_them():
+    # beside a process that spins on one of the 2 CPUs torch's 2 threads lose most (each parallel region
+    # waits for a descheduled thread): 1 thread is faster at any worker count, 0 workers too
+    rates = {(0, 2): 2.44, (1, 2): 2.2, (2, 2): 2.0, (0, 1): 3.0, (1, 1): 2.9, (2, 1): 2.6}
+    job = ThreadJob(rates, others={n: 1.0 for n in range(1, 12)})
+    search = _search(job)
+    pick = search.search()
+    assert (pick.settings.num_workers, pick.settings.torch_threads) == (0, 1)
+    assert pick.gain == pytest.approx(3.0 / 2.44)
+    # the pick's neighbour is measured at its threads, not at the script's 2, and the run beside a
+    # load is repeated in turns
+    assert "num_workers=1, torch_threads=1 2.9 steps/s" in verify.neighbours_text(search)
+    assert [t.purpose.split(":")[0] for t in search.trials[-2:]] == ["again", "again"] and pick.repeated

@@ -188,3 +188,20 @@ def keep_stated(rec: Recommendation, stated: dict[str, tuple[Any, str]], finding
         reasons["prefetch_factor"] = "unset: only valid with workers"
     return Recommendation(settings=settings.validate(), reasons=reasons, batch_bytes=rec.batch_bytes,
                           source=rec.source)
+
+
+def settled_for_machine(settings: LoaderSettings, facts: MachineFacts,
+                        measured: tuple[str, ...]) -> tuple[LoaderSettings, list[str]]:
+    """``settings`` with what this machine's findings propose for the settings no measurement decided
+    (``measured``: the ones a tune measured), and a line for each change naming its rule: tune's
+    export kept the script's ``pin_memory=True`` on a machine with no usable GPU, which watch flags
+    on every run (issue 57). The training process's threads are a measurement's, never changed here."""
+    from loaderdoc.advice.rules import evaluate
+
+    by = proposers(evaluate(facts, settings))
+    change = {k: f.settings_change[k] for k, f in by.items() if k not in measured and k != "torch_threads"
+              and hasattr(settings, k) and getattr(settings, k) != f.settings_change[k]}
+    if not change:
+        return settings, []
+    notes = [f"{k}={v!r} ({by[k].rule_id}: {by[k].symptom})" for k, v in change.items()]
+    return settings.replace(**change), notes

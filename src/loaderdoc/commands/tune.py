@@ -26,6 +26,7 @@ DEFAULT_BUDGET_S = 900.0
 DEFAULT_STEPS = 40
 DEFAULT_FIRST_BATCH_S = 180.0
 DEFAULT_TRIALS = 6
+MEASURED = ("num_workers", "prefetch_factor", "persistent_workers")  # what the trials decide
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -196,11 +197,14 @@ def _write_outputs(report, args, fmt, tuner) -> None:
         except UserError as exc:
             failed.append(exc)
     if args.export is not None and report.pick is not None:
+        from loaderdoc.advice.recommend import settled_for_machine
         from loaderdoc.export import write_export
 
+        # what the trials did not measure follows this machine's findings (pin_memory without a GPU)
+        settings, changed = settled_for_machine(report.pick_settings(), tuner.facts, MEASURED)
+        header = export_lines(report, tuner.facts) + [f"also set for this machine: {line}" for line in changed]
         try:
-            written = write_export(args.export, report.pick_settings(), fmt=fmt, force=args.force,
-                                   header=export_lines(report, tuner.facts),
+            written = write_export(args.export, settings, fmt=fmt, force=args.force, header=header,
                                    torch_threads=report.pick.settings.torch_threads)
             if written is not None:
                 _say(f"wrote {written} ({fmt})")

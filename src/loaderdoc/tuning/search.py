@@ -185,7 +185,7 @@ class TuneSearch:
         # as many workers as CPUs first: a faster trial past them counts only against it
         return (self._at_cpu_limit() or self._predicted_best() or self._after_failure() or self._climb()
                 or self._repeat_beyond() or self._threads() or self._leaner() or self._persistent()
-                or verify.neighbour(self) or verify.repeat_close(self))
+                or verify.neighbour(self) or verify.repeat_close(self) or verify.third_trial(self))
 
     def _after_failure(self):
         """A trial with more workers than any measured one failed (too many processes, memory, a

@@ -27,8 +27,10 @@ For each program (``thread_grid.py``'s machinery, which its jobs reuse):
 3. **the grid**: num_workers {0, 1, 2, 3} x threads {1, 2} (2 is torch's default on the 2-CPU VM),
    ``--rounds`` (2) rounds in shuffled, interleaved order, each a ``tuning.trial.run_trial`` as tune runs
    its trials; a configuration's rate is the mean of its rounds.
-4. **beside a burner** (unless ``--no-burn``): tune and the fix chain again while another process
-   spins on one core throughout (``while True: pass``), judged against the quiet grid.
+4. **beside a burner** (unless ``--no-burn``): tune (``--budget 600``) and one watch run of one epoch
+   again while another process spins on one core throughout (``while True: pass``), judged against
+   the quiet grid (torch's 2 intra-op threads beside a burner ran the ImageNet script 20x slower, so
+   the full budget and chain there take far longer than the quiet half).
 
 Verdicts: **tune** its pick's grid rate >= 95 % of the grid's best, in <= 25 % of one grid pass's time
 (the sum of one round's run durations: what an exhaustive search costs); **watch** the chain's last
@@ -65,6 +67,7 @@ COMMITS = {"imagenet": "pytorch/examples@77f55b912142e11fcfdf5b530231fb9c52f181e
            "timm": "huggingface/pytorch-image-models@aa4b5850c1543fa488abf260f18390eda46cf85d"}
 DEFAULT_JPEGS = Path.home() / ".cache" / "loaderdoc" / "real-programs-jpegs"
 GRID = [(n, k) for n in range(4) for k in (1, 2)]
+BURN_BUDGET_S = 600  # tune beside the burner: torch's 2 threads there ran one program 20x slower (trials of minutes)
 
 
 def make_jpegs(folder: Path, train: int = 640, val: int = 64, classes: int = 4) -> Path:
@@ -98,7 +101,8 @@ def jobs(args, scratch: Path) -> dict[str, tvg.Job]:
                                   label="pytorch/examples imagenet/main.py, shufflenet_v2_x0_5, batch 16, -j 0",
                                   extra={"env": {}, "cwd": str(scratch / "imagenet"),
                                          "command": [*base, "--epochs", "1000", jpegs],
-                                         "watch_command": [*base, "--epochs", "3", jpegs]})
+                                         "watch_command": [*base, "--epochs", "3", jpegs],
+                                         "burn_watch_command": [*base, "--epochs", "1", jpegs]})
     if args.timm:
         timm = Path(args.timm).resolve()
         base = [py, str(timm / "train.py"), "--data-dir", jpegs, "--model", "mobilenetv3_small_100", "--img-size",
@@ -109,7 +113,8 @@ def jobs(args, scratch: Path) -> dict[str, tvg.Job]:
                               extra={"env": {"PYTHONPATH": os.pathsep.join(filter(None, [str(timm),
                                                                                          os.environ.get("PYTHONPATH")]))},
                                      "cwd": str(scratch / "timm"),
-                                     "command": [*base, "--epochs", "1000"], "watch_command": [*base, "--epochs", "3"]})
+                                     "command": [*base, "--epochs", "1000"], "watch_command": [*base, "--epochs", "3"],
+                                     "burn_watch_command": [*base, "--epochs", "1"]})
     for job in out.values():
         Path(job.extra["cwd"]).mkdir(parents=True, exist_ok=True)
     return out
@@ -172,18 +177,29 @@ def judge(res: dict[str, Any]) -> dict[str, Any]:
         burned["tune"]["over_user"] = at_pick / at_user if at_pick and at_user else None
         burned["tune"]["passed"] = (burned["tune"]["over_user"] is not None
                                     and burned["tune"]["over_user"] >= 1 - spread and burned["tune"].get("busy_said"))
-        last = (burned["watch"].get("runs") or [{}])[-1].get("config")
-        burned["watch"]["grid_share"] = grid.get(tuple(last)) / top if last and top and tuple(last) in grid else None
+        last = ((burned.get("watch") or {}).get("runs") or [{}])[-1].get("config")
+        if burned.get("watch") is not None:
+            burned["watch"]["grid_share"] = grid.get(tuple(last)) / top if last and top and tuple(last) in grid else None
     return res
 
 
-def run_tune(job: tvg.Job, steps: int, workdir: Path, tag: str = "") -> dict[str, Any]:
+def run_tune(job: tvg.Job, steps: int, workdir: Path, tag: str = "", options: list[str] | None = None) -> dict[str, Any]:
+    """thread_grid's tune run, with more of tune's options (``--budget``), named ``tag``."""
     name = job.name
     job.name = f"{name}{tag}"
     try:
-        out = tg.run_tune(job, steps, workdir, 2, False)
+        out = tvg.run_tune(job, steps, workdir, options)
     finally:
         job.name = name
+    report = out.pop("report", None) or {}
+    pick = report.get("pick")
+
+    def cfg(settings: dict[str, Any]) -> list[int | None]:
+        return [settings["num_workers"], settings.get("torch_threads") or 2]
+
+    out["pick_config"] = cfg(pick["settings"]) if pick else None
+    out["trial_list"] = [{"text": tg._cfg(cfg(t["settings"])), "steps_per_s": t.get("steps_per_s"),
+                          "status": t.get("status")} for t in report.get("trials") or []]
     table = "\n".join(out.get("table") or [])
     out["busy_said"] = "busy machine:" in table
     report = json.loads((workdir / f"{name}{tag}-tune.json").read_text()) if (workdir / f"{name}{tag}-tune.json").exists() else {}
@@ -194,28 +210,47 @@ def run_tune(job: tvg.Job, steps: int, workdir: Path, tag: str = "") -> dict[str
     return out
 
 
-def run_job(job: tvg.Job, args, workdir: Path) -> dict[str, Any]:
+def watch_runs(job: tvg.Job, workdir: Path, tag: str, applications: int) -> dict[str, Any]:
+    """thread_grid's fix chain, named ``tag``; a run past its time limit is said, not raised."""
+    name = job.name
+    job.name = f"{name}{tag}"
+    try:
+        return tg.watch_chain(job, 0, applications, workdir, 2)
+    except subprocess.TimeoutExpired as exc:
+        return {"runs": [], "outcome": f"timed out after {exc.timeout:.0f} s", "converged": False, "applications": 0}
+    finally:
+        job.name = name
+
+
+def run_job(job: tvg.Job, args, workdir: Path, save) -> dict[str, Any]:
+    """One program's tune, fix chain and grid (quiet), then tune and one watch run beside a burner;
+    ``save(res)`` after each phase, so that a run cut short keeps what it measured."""
     print(f"\n== {job.name}: {job.label} ({COMMITS[job.name]})", flush=True)
     started = time.monotonic()
+    res: dict[str, Any] = {"job": job.name, "label": job.label, "commit": COMMITS[job.name],
+                           "command": tvg.job_command(job), "grid": [], "burned": None}
     with tg.job_env(job.extra["env"]):
-        tune = run_tune(job, args.steps, workdir)
-        chain = tg.watch_chain(job, 0, 2, workdir, 2)
+        res["tune"] = run_tune(job, args.steps, workdir)
+        save(res)
+        res["watch"] = watch_runs(job, workdir, "", 2)
+        save(res)
         with _cwd(job.extra["cwd"]):  # run_trial starts the program here: its checkpoints stay in the scratch folder
-            grid, key = tg.run_grid(job, tune.get("key"), GRID, args.rounds, args.steps, args.seed, 2)
-        burned = None
+            res["grid"], res["loader_key"] = tg.run_grid(job, res["tune"].get("key"), GRID, args.rounds, args.steps,
+                                                         args.seed, 2)
+        save(res)
         if args.burn:
             print("  beside a burner on one core:", flush=True)
             with burner():
-                burned_tune = run_tune(job, args.steps, workdir, "-burn")
-                job.name, name = f"{job.name}-burn", job.name
+                burned = {"tune": run_tune(job, args.steps, workdir, "-burn", ["--budget", str(BURN_BUDGET_S)])}
+                res["burned"] = burned
+                save(res)
+                # one run of one epoch: torch's threads beside a burner can run 20x slower
+                job.extra["watch_command"], full = job.extra["burn_watch_command"], job.extra["watch_command"]
                 try:
-                    burned_chain = tg.watch_chain(job, 0, 2, workdir, 2)
+                    burned["watch"] = watch_runs(job, workdir, "-burn", 0)
                 finally:
-                    job.name = name
-            burned = {"tune": burned_tune, "watch": burned_chain}
-    res = {"job": job.name, "label": job.label, "commit": COMMITS[job.name], "command": tvg.job_command(job),
-           "loader_key": key, "tune": tune, "watch": chain, "grid": grid, "burned": burned,
-           "wall_s": time.monotonic() - started}
+                    job.extra["watch_command"] = full
+    res["wall_s"] = time.monotonic() - started
     return judge(res)
 
 
@@ -253,7 +288,7 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                        f"{_f(bt.get('over_user'))}x the program's own settings on the quiet grid, busy said: "
                        f"{bt.get('busy_said')}, others' CPUs per trial {[_f(c) for c in bt.get('others_cpus') or []]}: "
                        f"**{'pass' if bt['passed'] else 'FAIL'}**; {bt.get('verdict_line')}")
-            bw = b["watch"]
+            bw = b.get("watch") or {}
             out.append(f"- beside a burner, watch chain: {' -> '.join(tg._cfg(r['config']) + ' ' + _f(r['rate']) for r in bw.get('runs') or [])}"
                        f"; last at {_f((bw.get('grid_share') or 0) * 100, '.0f')}% of the quiet best")
         out.append("")
@@ -289,11 +324,16 @@ def main(argv: list[str] | None = None) -> int:
                 "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                          cwd=REPO).stdout.strip() or None}
         out = RESULTS / f"real_programs-{stamp}"
-        results = []
-        for name in names:
-            results.append(run_job(all_jobs[name], args, Path(tmp)))
+        results: list[dict[str, Any]] = []
+
+        def save(partial=None) -> None:
             meta["load_now"] = os.getloadavg()
-            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "jobs": results}, indent=1, default=str) + "\n")
+            jobs_now = results + ([partial] if partial is not None else [])
+            out.with_suffix(".json").write_text(json.dumps({"meta": meta, "jobs": jobs_now}, indent=1, default=str) + "\n")
+
+        for name in names:
+            results.append(run_job(all_jobs[name], args, Path(tmp), save))
+            save()
             out.with_suffix(".md").write_text(markdown(results, meta))
     print("\n" + markdown(results, meta))
     return 0

@@ -29,6 +29,9 @@ BUSY_SHARE = 0.25  # other processes kept >= a quarter of the rank's CPUs busy i
 #                    turns, so that a neighbour's load during one trial is not read as a gain
 CLOSE_SPREADS = 2.0  # two candidates closer than twice the spread seen between or within runs are
 #                      measured again in turns before either is called faster
+REPEAT_BELOW = 1.5  # a gain under 1.5x is claimed against two runs of the user's settings: first runs of
+#                     one configuration differed by a quarter on the quiet VM (the ImageNet script's 0-worker
+#                     runs: 3.5 to 4.4 steps/s); below it, or beside a load, one run of theirs is no baseline
 # How much the step waits for data, the one ladder every judgement uses: below NOT_STARVED_PCT more
 # loading capacity cannot help (the probe stops adding workers, watch and tune call the loop fed);
 # the probe's rules warn from STARVED_WARN_PCT (utilisation under the usual 80 % target, and only

@@ -454,7 +454,10 @@ class TuneSearch:
         # a twin measured more than once counts at its mean, as the pooled configurations do
         twin_rate = {t.number: verify.mean(self.runs_like(t.settings)) for t in twins}
         if twins and max(twin_rate.values()) > rate * (1 + choice.tolerance):
-            twin = max(twins, key=lambda t: twin_rate[t.number])
+            # among twins as fast as the fastest, the fewest workers (then the most threads), as choose does
+            top = max(twin_rate.values())
+            near = [t for t in twins if twin_rate[t.number] >= top * (1 - choice.tolerance)]
+            twin = min(near, key=lambda t: (t.settings.num_workers, -(t.settings.torch_threads or 0), t.number))
             changed = twin.settings
             if changed.torch_threads is not None:
                 reason += (f"; {changed.text()}: {twin_rate[twin.number]:.1f} steps/s (trial {twin.number}): the "
@@ -465,6 +468,8 @@ class TuneSearch:
                 reason += (f"; with persistent_workers=True {twin_rate[twin.number]:.1f} steps/s (trial {twin.number}): "
                            "the workers no longer start again each epoch")
             trial, rate = twin, twin_rate[twin.number]
+            # your settings are judged against the twin now: within its tolerance or not
+            within = user.ok and user_rate >= rate * (1 - choice.tolerance)
         if choice.beyond_cpus is not None and self.per_rank is not None and policy.oversubscribed(trial.settings.num_workers, self.per_rank):
             reason += "; more workers than CPUs: " + choice.beyond_cpus.text(self.per_rank)
         excluded = {policy.key_text(k): why for k, why in choice.excluded.items()}

@@ -158,7 +158,7 @@ def repeat_close(search: TuneSearch):
     if search.max_trials - len(search.trials) < 1:
         return None
     mine, theirs = search.runs_like(user.settings), search.runs_like(pick.settings)
-    if len(mine) < 2:
+    if len(mine) < 2 and (busy(search) or (pick.gain or 1.0) < policy.REPEAT_BELOW):
         why = ("other processes used the CPUs during the trials" if busy(search)
                else "a gain over them is claimed against two runs of theirs, whose spread is the noise it must clear")
         return None, f"again: your settings, in turns with the pick ({why})", None

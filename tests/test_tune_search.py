@@ -436,3 +436,21 @@ def test_a_twin_far_faster_than_your_settings_is_no_within_tolerance_and_the_few
     assert not pick.user_within_tolerance and pick.gain == pytest.approx(3.5 / 0.15)
     # a gain past policy.REPEAT_BELOW on a quiet machine: one run of your settings is its baseline
     assert verify.repeat_close(search) is None
+
+
+def test_a_script_with_persistent_workers_keeps_them_in_every_trial_it_is_shown_and_compared_with():
+    """timm passes persistent_workers=True: a trial whose table left it out ran persistent all the same,
+    was shown as '1' and then measured again as the neighbour '1p' (issue 57)."""
+    class Persistent(FakeJob):
+        def run(self, settings, purpose, predicted) -> Trial:
+            trial = super().run(settings, purpose, predicted)
+            if settings is None:
+                trial.settings.persistent_workers = True
+            return trial
+
+    job = Persistent(user=2, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0)
+    search = _search(job)
+    search.search()
+    assert all(t.settings.persistent for t in search.trials if t.settings.num_workers)
+    shown = [t.settings.columns()[0] for t in search.trials]
+    assert len(shown) == len(set(shown)) or any(t.purpose.startswith("again") for t in search.trials)

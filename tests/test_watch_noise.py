@@ -39,3 +39,28 @@ def test_the_summary_says_first_that_the_run_was_measured_beside_other_processes
     assert busy_text(Report(0.9)) == ("busy machine: other processes kept 0.9 of the 2 CPUs busy during the run: "
                                       "its rates were measured beside that load")
     assert busy_text(Report(0.2)) is None  # a tenth of the CPUs: not busy
+
+
+def test_a_cpu_step_on_several_threads_beside_other_processes_gets_fewer_threads_proposed_for_a_measurement():
+    """issue 57's burner: the ImageNet script's 0-worker run at torch's 2 threads beside a process spinning
+    on one CPU ran 1.1 steps/s in watch and 3.5 at 1 thread in tune; watch's model had said fewer threads
+    would be no better, and proposed nothing but pin_memory."""
+    run = watched(0, batches=120, wait_ms=60.0, step_ms=900.0,
+                  cpu={"wait_cpu": 55.0, "step_cpu": 1700.0, "load_cpu": 0.0, "others": 1.0})
+    run.torch_threads = 2
+    for epoch in run.epochs:
+        epoch.torch_threads = 2
+    scenario = Scenario("threads-beside-a-burner", "", "ci-2core", LoaderSettings(batch_size=16, num_workers=0),
+                        watch=run)
+    found = {f.rule_id: f for f in scenario.run()}
+    threads = found["threads-oversubscribed"]
+    assert threads.settings_change == {"torch_threads": 1} and threads.expected_gain is None
+    assert "ran beside other processes' load (1.0 of the 2 CPUs)" in threads.symptom
+    assert "this run cannot predict the gain, so measure it" in threads.fix
+    quiet = watched(0, batches=120, wait_ms=60.0, step_ms=900.0,
+                    cpu={"wait_cpu": 55.0, "step_cpu": 1700.0, "load_cpu": 0.0, "others": 0.0})
+    quiet.torch_threads = 2
+    for epoch in quiet.epochs:
+        epoch.torch_threads = 2
+    calm = Scenario("threads-quiet", "", "ci-2core", LoaderSettings(batch_size=16, num_workers=0), watch=quiet)
+    assert "threads-oversubscribed" not in {f.rule_id for f in calm.run()}

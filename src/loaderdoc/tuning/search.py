@@ -163,11 +163,14 @@ class TuneSearch:
         return policy.choose(self.results(), per_rank=self.per_rank, room=self.room)
 
     def settings_for(self, workers: int) -> TrialSettings:
-        """``workers`` workers at the script's own prefetch factor (torch's default where it had none)."""
+        """``workers`` workers at the script's own prefetch factor (torch's default where it had none) and
+        its own persistence: a trial that leaves persistent_workers out of its table runs the script's
+        (timm passes True), and was shown and compared as a non-persistent one (measured twice, issue 57)."""
         user = self.trials[0].settings
         if workers == 0:
             return TrialSettings(num_workers=0)
-        return TrialSettings(num_workers=workers, prefetch_factor=user.prefetch_factor if user.num_workers else None)
+        return TrialSettings(num_workers=workers, prefetch_factor=user.prefetch_factor if user.num_workers else None,
+                             persistent_workers=True if user.persistent else None)
 
     def _model(self) -> tuple[Trial, CpuUse] | None:
         """The trial whose window tells how long loading takes (one that waited for data, or ran

@@ -65,6 +65,8 @@ def _watched_threads(i: Inputs, use: CpuUse) -> Finding | None:
         return None
     best = use.best_setting(workers_needed(w))
     proposes = best is not None and best[1] is not None
+    if not proposes and use.step_is_cpu and policy.busy(use.others_cpus, per_rank):
+        return _threads_beside_load(i, use, threads, per_rank)
     if not proposes and not policy.threads_oversubscribed(threads, per_rank):
         return None
     each = " per rank" if i.ranks > 1 else ""
@@ -96,6 +98,31 @@ def _watched_threads(i: Inputs, use: CpuUse) -> Finding | None:
            "threads are predicted on the slow side); check it with 'loaderdoc watch --apply' or 'loaderdoc tune'.")
     return found(WARNING, f"{w.name}: {threads} intra-op threads{each} beside {policy.workers_text(n)} on "
                  f"{cpus_text(per_rank)}: {k} would be faster", evidence, cause + ".", fix, change, expected_gain=gain)
+
+
+def _threads_beside_load(i: Inputs, use: CpuUse, threads: int, per_rank: float) -> Finding | None:
+    """A CPU step on several intra-op threads beside other processes' load: the model cannot say what
+    fewer threads would do (each parallel op waits for the thread the kernel gave away), so the change
+    is proposed without a gain, for the next run to measure. Beside a process spinning on one of the 2
+    CPUs the ImageNet script's 0-worker run ran 1.1 steps/s at 2 threads in watch (0.1-0.2 in tune's
+    trials) and 3.5 at 1 thread, where this run's model had said fewer threads would be no better."""
+    k = max(1, min(threads - 1, int(per_rank - use.others_cpus)))
+    each = " per rank" if i.ranks > 1 else ""
+    evidence = [f"torch.get_num_threads() = {threads} in the training process (read by the hook as each epoch began)",
+                f"other processes kept {use.others_cpus:.2f} of the {cpus_text(per_rank)} busy during the run"]
+    evidence += [line for line in cpu_lines(use) if line.startswith("the step")]
+    return found(
+        WARNING,
+        f"{i.watch.name}: its step's {threads} intra-op threads{each} ran beside other processes' load "
+        f"({use.others_cpus:.1f} of the {cpus_text(per_rank)})",
+        evidence,
+        "Each parallel op of the step waits for its slowest thread, and beside other processes' load that is a thread "
+        "the kernel gave their CPU to: the step can run many times slower than with fewer threads, which no model "
+        "of this run predicts.",
+        f"Try {threads_fix(use, k)}: this run cannot predict the gain, so measure it ('loaderdoc watch --apply' the "
+        "--fixes file, or 'loaderdoc tune', which tries the thread count on the real job).",
+        {"torch_threads": k},
+    )
 
 
 WATCHED_JUDGES["cpu-oversubscribed"] = _oversubscribed

@@ -317,7 +317,7 @@ def test_a_model_that_rules_out_every_worker_is_checked_by_a_measurement_before_
     assert 1 in job.ran and pick.settings.num_workers == 0 and pick.user_within_tolerance
     assert search.stopped == "settled" and "num_workers=1 2.6 steps/s" in verify.neighbours_text(search)
     # two trials would have settled it: a third measures your settings again, for the noise between repeats
-    assert job.ran == [0, 1, 0] and search.trials[2].purpose.startswith("again: your settings, a third trial")
+    assert job.ran == [0, 1, 0] and search.trials[2].purpose.startswith("again: your settings")
     assert pick.repeated == [1, 3]
     # ... unless --trials leaves no room for it
     job = CpuStepJob({0: 3.15, 1: 2.60, 2: 2.40})

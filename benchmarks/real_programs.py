@@ -36,7 +36,7 @@ Verdicts: **tune** its pick's grid rate >= 95 % of the grid's best, in <= 25 % o
 (the sum of the grid's run durations, both rounds; one round's is shown beside); **watch** the chain's last
 settings' grid rate >= 95 % of the best within 2 applications; **gains** every expected gain within
 25 % of the one the next run measured; **burner** tune's pick under the burner runs no slower on the
-quiet grid than the program's own settings (within the grid's spread), and its report says the
+quiet grid than the program's own settings (within the two configurations' own spread between rounds), and its report says the
 machine was busy (``busy machine: ...`` in its text, ``others_cpus`` in its trials).
 
 Output: ``benchmarks/results/real_programs-<timestamp>.json`` and ``.md``, written after each program.
@@ -169,8 +169,10 @@ def judge(res: dict[str, Any]) -> dict[str, Any]:
     burned = res.get("burned")
     if burned:
         user = user_config(res["tune"])
-        spread = res.get("max_spread") or 0.0
         pick = burned["tune"].get("pick_config")
+        # the noise of the two configurations compared (their rounds' spread), not the grid's largest
+        sp = tg.spreads(res["grid"])
+        spread = max(sp.get(tuple(c), 0.0) for c in (user, pick) if c) if (user or pick) else 0.0
         at_pick = grid.get(tuple(pick)) if pick else None
         at_user = grid.get(tuple(user)) if user else None
         burned["tune"]["grid_share"] = at_pick / top if at_pick and top else None

@@ -47,10 +47,11 @@ def proposals(report: dict) -> list[dict]:
 
 def assert_one_truth(report: dict) -> None:
     """No two findings of one report propose different values for one setting, and each proposal
-    states the gain it expects."""
+    states the gain it expects, or says that the run cannot predict it (fewer threads beside other
+    processes' load: the next run measures it)."""
     values: dict[str, set] = {}
     for f in proposals(report):
-        assert f["expected_gain"] is not None, (f["rule_id"], f["fix"])
+        assert f["expected_gain"] is not None or "cannot predict the gain" in f["fix"], (f["rule_id"], f["fix"])
         for key, value in f["settings_change"].items():
             values.setdefault(key, set()).add(json.dumps(value))
     assert all(len(v) == 1 for v in values.values()), values

@@ -213,9 +213,8 @@ def _watch_starved(i: Inputs) -> Finding | None:
     # no worker count is expected to help: say what limits the loop instead of proposing one
     if use.threads_known and best is not None and use.load_is_cpu:
         n, threads, rate = best
-        fewer = ("beside other processes' load no model tells what fewer threads would do: see "
-                 "threads-oversubscribed" if busy else
-                 "fewer threads, predicted no better, lose the step's parallel speed-up")
+        fewer = ("beside other processes' load no model tells what fewer threads would do: see threads-oversubscribed"
+                 if busy else "fewer threads, predicted no better, lose the step's parallel speed-up")
         fix = (f"no worker count is expected to help: beside {policy.workers_text(n)} the step's "
                f"{use.torch_threads} intra-op threads would share their CPUs with the loading (predicted "
                f"{rate:.1f} steps/s against the {use.rate:.1f} measured; {fewer}); make loading cheaper (smaller or "
@@ -223,8 +222,8 @@ def _watch_starved(i: Inputs) -> Finding | None:
     elif use.load_is_cpu:
         fix = (f"no worker count is expected to help: loading is CPU work and, at this run's CPU time a batch, the "
                f"CPUs allow at most about {use.ceiling:.1f} steps/s (an estimate; 'loaderdoc tune' measures other "
-               "settings); make loading cheaper (smaller or pre-resized images, a faster "
-               "decoder, caching decoded samples) or give the job more CPUs")
+               "settings); make loading cheaper (smaller or pre-resized images, a faster decoder, caching decoded "
+               "samples) or give the job more CPUs")
     else:
         fix = ("no worker count is expected to help: the step and the hand-over of each batch set the pace; "
                "make the batches cheaper to hand over (fewer, larger tensors) or 'loaderdoc probe' your dataset")

@@ -33,7 +33,11 @@ def watch_run(tmp_path: Path, n: int, loop_args: list[str], settings: dict | Non
     cmd = [sys.executable, "-m", "loaderdoc", "watch", "--report", str(report)]
     if settings:
         toml = tmp_path / f"apply{n}.toml"
-        toml.write_text("[dataloader]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+        loader = {k: v for k, v in settings.items() if k != "torch_threads"}
+        process = {k: v for k, v in settings.items() if k == "torch_threads"}  # the process's, as --fixes writes it
+        toml.write_text("[dataloader]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in loader.items())
+                        + ("[process]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in process.items())
+                           if process else ""))
         cmd += ["--apply", str(toml)]
     proc = subprocess.run([*cmd, "--", sys.executable, str(LOOP), *loop_args], capture_output=True, text=True,
                           timeout=120)

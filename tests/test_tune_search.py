@@ -454,3 +454,23 @@ def test_a_script_with_persistent_workers_keeps_them_in_every_trial_it_is_shown_
     assert all(t.settings.persistent for t in search.trials if t.settings.num_workers)
     shown = [t.settings.columns()[0] for t in search.trials]
     assert len(shown) == len(set(shown)) or any(t.purpose.startswith("again") for t in search.trials)
+
+
+def test_a_zero_worker_picks_neighbour_keeps_the_scripts_persistent_workers():
+    """timm (persistent_workers=True) picked 0 workers: its neighbour '1p' was measured, yet the note
+    named 'num_workers=1' as not compared."""
+    class Persistent(CpuStepJob):
+        def run(self, settings, purpose, predicted) -> Trial:
+            trial = super().run(settings, purpose, predicted)
+            if settings is None:
+                trial.settings.persistent_workers = True
+            return trial
+
+    job = Persistent({0: 3.0, 1: 2.6, 2: 2.5, 3: 2.4})
+    job.user = 2
+    search = _search(job)
+    search._run(None, "your settings", None)
+    search._run(search.settings_for(1), "measured", None)
+    search._run(TrialSettings(0), "measured", None)
+    assert search.pick().settings.num_workers == 0 and search.settings_for(1).persistent
+    assert all(s.num_workers != 1 or s.torch_threads is not None for s, _, _ in verify.unmeasured_neighbours(search))

@@ -52,8 +52,10 @@ def unmeasured_neighbours(search: TuneSearch) -> list[tuple[TrialSettings, str, 
     for m in ((n + 1, n - 1) if waits else (n - 1, n + 1)):
         if m < 0:
             continue
-        settings = replace(search.settings_for(m), torch_threads=base.torch_threads,
-                           persistent_workers=base.persistent_workers if m and base.persistent else None)
+        near = search.settings_for(m)  # the script's persistence where the pick has no workers to keep
+        settings = replace(near, torch_threads=base.torch_threads,
+                           persistent_workers=(base.persistent_workers if base.num_workers else near.persistent_workers)
+                           if m else None)
         if _tried(search, settings):
             continue
         predicted = search.predicted(m) if base.torch_threads is None else None

@@ -438,15 +438,21 @@ def test_a_twin_far_faster_than_your_settings_is_no_within_tolerance_and_the_few
     assert verify.repeat_close(search) is None
 
 
+class PersistentScript:
+    """A fake job whose script builds its loader with persistent_workers=True (timm's)."""
+
+    def run(self, settings, purpose, predicted) -> Trial:
+        trial = super().run(settings, purpose, predicted)
+        if settings is None:
+            trial.settings.persistent_workers = True
+        return trial
+
+
 def test_a_script_with_persistent_workers_keeps_them_in_every_trial_it_is_shown_and_compared_with():
     """timm passes persistent_workers=True: a trial whose table left it out ran persistent all the same,
     was shown as '1' and then measured again as the neighbour '1p' (issue 57)."""
-    class Persistent(FakeJob):
-        def run(self, settings, purpose, predicted) -> Trial:
-            trial = super().run(settings, purpose, predicted)
-            if settings is None:
-                trial.settings.persistent_workers = True
-            return trial
+    class Persistent(PersistentScript, FakeJob):
+        pass
 
     job = Persistent(user=2, load_ms=40.0, load_cpu_ms=1.0, step_ms=10.0)
     search = _search(job)
@@ -459,12 +465,8 @@ def test_a_script_with_persistent_workers_keeps_them_in_every_trial_it_is_shown_
 def test_a_zero_worker_picks_neighbour_keeps_the_scripts_persistent_workers():
     """timm (persistent_workers=True) picked 0 workers: its neighbour '1p' was measured, yet the note
     named 'num_workers=1' as not compared."""
-    class Persistent(CpuStepJob):
-        def run(self, settings, purpose, predicted) -> Trial:
-            trial = super().run(settings, purpose, predicted)
-            if settings is None:
-                trial.settings.persistent_workers = True
-            return trial
+    class Persistent(PersistentScript, CpuStepJob):
+        pass
 
     job = Persistent({0: 3.0, 1: 2.6, 2: 2.5, 3: 2.4})
     job.user = 2

@@ -353,12 +353,16 @@ def throughputs(results: Iterable[Measurement]) -> dict[Key, float]:
     return {k: statistics.fmean(v) for k, v in sorted(_rates(results).items())}
 
 
+def half_spread(rates: list[float]) -> float:
+    """Half the relative spread of one configuration's repeated rates (0 for fewer than two)."""
+    return (max(rates) - min(rates)) / (2 * statistics.fmean(rates)) if len(rates) >= 2 else 0.0
+
+
 def noise(results: Iterable[Measurement]) -> float:
     """Half the largest relative spread between repeated runs of one configuration, capped at
     :data:`MAX_NOISE`: on a small or shared machine two windows of one configuration differ, and
     differences smaller than that between configurations are not evidence."""
-    spreads = [(max(v) - min(v)) / (2 * statistics.fmean(v)) for v in _rates(results).values() if len(v) >= 2]
-    return min(MAX_NOISE, max(spreads, default=0.0))
+    return min(MAX_NOISE, max((half_spread(v) for v in _rates(results).values()), default=0.0))
 
 
 def tolerance(results: Iterable[Measurement]) -> float:

@@ -129,8 +129,7 @@ class TuneSearch:
         return [t for t in self.trials if t.ok]
 
     def results(self) -> list[policy.Measured]:
-        pooled = [t for t in self.ok if not self.twin(t)]
-        keys = {t.settings.key for t in pooled}
+        keys = {t.settings.key for t in self.ok if not self.twin(t)}
         return [measured(t, self.uses.get(t.number)) for key in sorted(keys) for t in self.runs_of(key)]
 
     def runs_like(self, settings: TrialSettings) -> list[Trial]:
@@ -478,10 +477,11 @@ class TuneSearch:
         excluded = {policy.key_text(k): why for k, why in choice.excluded.items()}
         gain = rate / user_rate if user.ok and user_rate else None
         # no gain inside the noise seen (between or within runs) is worth changing
-        within = within or (gain is not None and gain <= 1 + verify.spread(self, capped=False))
+        noise = verify.spread(self, capped=False)
+        within = within or (gain is not None and gain <= 1 + noise)
         repeated = sorted({t.number for g in (user.settings, trial.settings)
                            if len(runs := [t for t in self.ok if verify.same(t.settings, g)]) >= 2 for t in runs})
         return Pick(settings=trial.settings, steps_per_s=rate, trial=trial.number, reason=reason,
                     predicted_per_s=trial.predicted_per_s, best_trial=best.number, tolerance=choice.tolerance,
                     gain=gain, user_within_tolerance=within, excluded=excluded,
-                    noise=verify.spread(self, capped=False), repeated=repeated)
+                    noise=noise, repeated=repeated)

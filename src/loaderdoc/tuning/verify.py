@@ -133,9 +133,7 @@ def spread(search: TuneSearch, capped: bool = True) -> float:
             groups.append(search.runs_like(t.settings))
     repeats = [g for g in groups if len(g) >= 2]
     if repeats:
-        spreads = [(max(r) - min(r)) / (2 * (sum(r) / len(r))) for g in repeats
-                   if (r := [t.steps_per_s for t in g])]
-        seen = max(spreads)
+        seen = max(policy.half_spread([t.steps_per_s for t in g]) for g in repeats)
     else:
         seen = max((t.spread for g in groups for t in g if t.spread is not None), default=0.0) / 2
     # the tolerance a pick may take is capped (larger gaps between configurations are real); the noise
@@ -161,19 +159,20 @@ def repeat_close(search: TuneSearch):
     if pick is None or not user.ok or search.max_trials - len(search.trials) < 1:
         return None
     mine, theirs = search.runs_like(user.settings), search.runs_like(pick.settings)
-    if len(mine) < 2 and (busy(search) or (pick.gain or 1.0) < policy.REPEAT_BELOW):
+    loaded, gain = busy(search), pick.gain or 1.0
+    if len(mine) < 2 and (loaded or gain < policy.REPEAT_BELOW):
         # your settings as the pick too: one lucky run of theirs makes every other trial look slower
         # (timm's train.py: 6.3 steps/s in tune's first trial, 4.1-4.6 in the grid's two)
-        why = ("other processes used the CPUs during the trials" if busy(search)
+        why = ("other processes used the CPUs during the trials" if loaded
                else "a comparison with them rests on two runs of theirs, whose spread is the noise it must clear")
         return None, f"again: your settings ({why})", None
     if same(pick.settings, user.settings) or len(theirs) >= 2:
         return None
-    gain = pick.gain or 1.0
-    if not (busy(search) or abs(gain - 1) < policy.CLOSE_SPREADS * spread(search)):
+    noise = spread(search)
+    if not (loaded or abs(gain - 1) < policy.CLOSE_SPREADS * noise):
         return None
-    why = ("other processes used the CPUs during the trials" if busy(search)
-           else f"the two differ by less than {policy.CLOSE_SPREADS:g}x the {spread(search):.0%} spread seen")
+    why = ("other processes used the CPUs during the trials" if loaded
+           else f"the two differ by less than {policy.CLOSE_SPREADS:g}x the {noise:.0%} spread seen")
     return replace(pick.settings), f"again: the pick ({pick.settings.text()}), in turns with your settings ({why})", None
 
 

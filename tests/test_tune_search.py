@@ -476,3 +476,15 @@ def test_a_zero_worker_picks_neighbour_keeps_the_scripts_persistent_workers():
     search._run(TrialSettings(0), "measured", None)
     assert search.pick().settings.num_workers == 0 and search.settings_for(1).persistent
     assert all(s.num_workers != 1 or s.torch_threads is not None for s, _, _ in verify.unmeasured_neighbours(search))
+
+
+def test_a_report_that_recorded_no_noise_says_so_rather_than_zero():
+    """A tune report written before windows' spreads were recorded showed 'noise: +/-0%' in the app."""
+    from loaderdoc.text.tune import noise_text
+
+    job = FakeJob(user=0)
+    search = _search(job)
+    pick = search.search()
+    report = TuneReport(command=["python", "train.py"], trials=search.trials, pick=pick, cpu_budget=2.0)
+    assert all(t.spread is None for t in report.trials)
+    assert noise_text(report).startswith("not measured (no configuration measured twice, no window's halves recorded)")

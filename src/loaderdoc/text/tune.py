@@ -79,8 +79,10 @@ def noise_text(report) -> str:
     if pick.repeated:
         again = ", ".join(str(n) for n in pick.repeated)
         basis = f"your settings and the pick measured again (trial{'s' if len(pick.repeated) > 1 else ''} {again})"
-    else:
+    elif any(t.ok and t.spread is not None for t in report.trials):
         basis = "no configuration measured twice: from each run's two halves"
+    else:  # a report written before the windows' spread was recorded: nothing to say it from
+        return f"not measured (no configuration measured twice, no window's halves recorded); a gain must clear {pick.tolerance:.0%}"
     return f"+/-{pick.noise:.0%}, {basis}; a gain must clear {max(pick.tolerance, pick.noise):.0%}"
 
 
